@@ -1,0 +1,24 @@
+"""Versions pinned in one place: the model contract, the ONNX opset and task ids."""
+
+from typing import Final, Literal
+
+#: Major.minor of the model contract (manifest + ONNX inputs/outputs). The server refuses a
+#: model whose manifest has another major version.
+CONTRACT_VERSION: Final = "1.0"
+
+#: The ONNX opset every export targets: the highest the pinned ONNX Runtime (1.31) supports.
+ONNX_OPSET: Final = 21
+
+#: Absolute tolerance of the ONNX Runtime vs PyTorch parity check run at every export.
+PARITY_ATOL: Final = 1e-5
+
+Task = Literal["mortality", "phenotypes"]
+TASKS: Final[tuple[str, ...]] = ("mortality", "phenotypes")
+
+#: ONNX graph input and output names.
+INPUT_X: Final = "x"
+INPUT_LENGTHS: Final = "lengths"
+INPUT_STATIC: Final = "static"
+OUTPUT_Z: Final = "z"
+OUTPUT_ANCHOR_LOGITS: Final = "anchor_logits"
+OUTPUT_PROBABILITY: Final = "probability"

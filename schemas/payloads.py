@@ -1,0 +1,187 @@
+"""Request and response models of the API (pydantic), shared by the service and its clients."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Number = Annotated[float, Field(allow_inf_nan=False)]
+StrictModel = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class Observation(BaseModel):
+    """One measurement in long form."""
+
+    model_config = StrictModel
+
+    variable: str = Field(description="Variable id (e.g. `heart_rate`) or benchmark column name")
+    time: Number | datetime = Field(
+        description="Hours since ICU admission, or an ISO timestamp (then `admission_time` "
+        "is required)"
+    )
+    value: Number | str = Field(
+        description="A JSON number for continuous variables; a benchmark category string or a "
+        "documented alias (e.g. 4 for '4 Spontaneously') for categorical ones"
+    )
+    unit: str | None = Field(
+        default=None,
+        description="Required for glucose, temperature, weight, height and fio2",
+    )
+
+
+class WideTable(BaseModel):
+    """The benchmark CSV layout: one row per time, one column per variable."""
+
+    model_config = StrictModel
+
+    hours: list[Number] = Field(description="Hours since ICU admission, one per row")
+    columns: dict[str, list[Number | str | None]] = Field(
+        description="Variable id or benchmark name -> one value per row (null = not measured)"
+    )
+    units: dict[str, str] = Field(
+        default_factory=dict, description="Unit per column (required where a variable needs one)"
+    )
+
+
+class Demographics(BaseModel):
+    """Static demographics; missing ones are imputed with the model's training medians."""
+
+    model_config = StrictModel
+
+    age: Annotated[float, Field(ge=0, le=130, allow_inf_nan=False)] | None = None
+    sex: Literal["female", "male"] | None = None
+
+
+class StayPayload(BaseModel):
+    """One ICU stay, in long form (`observations`) or wide form (`wide`), not both."""
+
+    model_config = StrictModel
+
+    id: str | None = Field(default=None, max_length=128, description="Caller's id, echoed back")
+    admission_time: datetime | None = None
+    observations: list[Observation] | None = None
+    wide: WideTable | None = None
+    demographics: Demographics | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> StayPayload:
+        if (self.observations is None) == (self.wide is None):
+            raise ValueError("give exactly one of `observations` (long form) or `wide`")
+        return self
+
+
+class BatchRequest(BaseModel):
+    """Several stays scored in one call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stays: list[dict[str, Any]] = Field(
+        min_length=1, description="Each item a StayPayload; one bad stay never fails the others"
+    )
+
+
+# ---------------------------------------------------------------- problems and warnings
+
+
+class Problem(BaseModel):
+    """One validation error: where, which rule, and what would have been allowed."""
+
+    loc: list[str | int]
+    rule: str
+    message: str
+    allowed: str | None = None
+
+
+class Notice(BaseModel):
+    """A warning about the input that did not stop scoring (no patient values in it)."""
+
+    code: Literal[
+        "value_dropped",
+        "value_clipped",
+        "channel_not_observed",
+        "channel_not_seen_in_training",
+        "stay_shorter_than_window",
+        "observations_after_window",
+    ]
+    message: str
+    loc: list[str | int] | None = None
+    variable: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """The JSON body of every 4xx/5xx answer."""
+
+    error: str
+    detail: list[Problem] = Field(default_factory=list)
+    request_id: str | None = None
+
+
+# ---------------------------------------------------------------- responses
+
+
+class AnchorExplanation(BaseModel):
+    """The model's own score: which learned anchor is nearer to this stay's embedding."""
+
+    positive_logit: float = Field(description="uᵀz")
+    negative_logit: float = Field(description="vᵀz")
+    margin: float = Field(description="uᵀz − vᵀz; > 0 means the positive anchor is nearer")
+    nearer_anchor: Literal["positive", "negative"]
+    cosine_positive: float
+    cosine_negative: float
+
+
+class Prototype(BaseModel):
+    """The nearest class-conditional prototype (a k-means centre of training embeddings)."""
+
+    label: int
+    cluster: int
+    count: int
+    outcome_rate: float
+    cosine: float
+
+
+class Contribution(BaseModel):
+    """Effect on the probability of replacing one channel by 'not observed' (occlusion)."""
+
+    variable: str
+    delta: float
+
+
+class ClassResult(BaseModel):
+    label: str
+    probability: float = Field(description="Exactly as the model's loss defines it")
+    calibrated_probability: float
+    alert: bool = Field(description="At the model's default operating point")
+    threshold: float
+    explanation: AnchorExplanation
+    prototype: Prototype | None = None
+    contributions: list[Contribution] | None = None
+
+
+class ModelRef(BaseModel):
+    name: str
+    version: str
+    sha256: str
+    feature_set: str
+    loss: str
+
+
+class Prediction(BaseModel):
+    id: str | None = None
+    model: ModelRef
+    results: list[ClassResult]
+    warnings: list[Notice] = Field(default_factory=list)
+
+
+class BatchItem(BaseModel):
+    index: int
+    id: str | None = None
+    prediction: Prediction | None = None
+    errors: list[Problem] | None = None
+
+
+class BatchResponse(BaseModel):
+    model: ModelRef
+    items: list[BatchItem]

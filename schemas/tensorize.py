@@ -1,0 +1,256 @@
+"""Stays -> model tensors: clean, discretize, impute, one-hot, mask, normalize.
+
+The one implementation training and serving share. Up to normalization it equals the
+mimic3-benchmarks `Discretizer(timestep=1.0, store_masks=True, impute_strategy='previous',
+start_time='zero')` with `end` = the window: a time t falls in bin int(t/timestep - 1e-6), rows
+after `end` are ignored, the last value in a bin wins (in time order, then input order), gaps
+are forward-filled, then filled with the channel's normal value. Everything is vectorized over
+many stays at once with numpy; no per-observation Python loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from schemas.featureset import STATIC_FIELDS, FeatureSet
+
+EPS = 1e-6
+
+
+@dataclass
+class Observations:
+    """Long-form observations of many stays (struct of arrays, one row per observation).
+
+    `value` holds the canonical-unit number for continuous channels and the category index
+    (one-hot position) for categorical channels. `channel` indexes the feature set's variables.
+    """
+
+    stay: np.ndarray  # int64 [n], 0..n_stays-1
+    channel: np.ndarray  # int64 [n]
+    time: np.ndarray  # float64 [n], hours since ICU admission
+    value: np.ndarray  # float64 [n]
+    n_stays: int
+
+    def __post_init__(self) -> None:
+        self.stay = np.asarray(self.stay, dtype=np.int64)
+        self.channel = np.asarray(self.channel, dtype=np.int64)
+        self.time = np.asarray(self.time, dtype=np.float64)
+        self.value = np.asarray(self.value, dtype=np.float64)
+
+    def __len__(self) -> int:
+        return int(self.stay.shape[0])
+
+    def take(self, index: np.ndarray) -> Observations:
+        return Observations(
+            self.stay[index], self.channel[index], self.time[index], self.value[index],
+            self.n_stays,
+        )
+
+
+@dataclass
+class CleaningReport:
+    """Counts of the benchmark cleaning rule, per channel."""
+
+    dropped: np.ndarray  # int64 [C]
+    clipped: np.ndarray  # int64 [C]
+    dropped_rows: np.ndarray  # int64 indices into the input observations
+    clipped_rows: np.ndarray
+
+
+def clean(obs: Observations, fs: FeatureSet) -> tuple[Observations, CleaningReport]:
+    """Apply the benchmark rule: drop outside the outlier bounds, clip to the valid bounds.
+
+    Categorical channels are validated by category membership instead and pass unchanged.
+    """
+    c = fs.n_channels
+    inf = np.inf
+    lo_out = np.full(c, -inf)
+    lo_val = np.full(c, -inf)
+    hi_val = np.full(c, inf)
+    hi_out = np.full(c, inf)
+    for i, v in enumerate(fs.variables):
+        if v.ranges is not None and not v.is_categorical:
+            r = v.ranges
+            lo_out[i], lo_val[i], hi_val[i], hi_out[i] = (
+                r.outlier_low, r.valid_low, r.valid_high, r.outlier_high,
+            )
+    ch, val = obs.channel, obs.value
+    drop = (val < lo_out[ch]) | (val > hi_out[ch])
+    clip = ~drop & ((val < lo_val[ch]) | (val > hi_val[ch]))
+    clipped_values = np.clip(val, lo_val[ch], hi_val[ch])
+    kept = obs.take(~drop)
+    kept.value = clipped_values[~drop]
+    report = CleaningReport(
+        dropped=np.bincount(ch[drop], minlength=c),
+        clipped=np.bincount(ch[clip], minlength=c),
+        dropped_rows=np.flatnonzero(drop),
+        clipped_rows=np.flatnonzero(clip),
+    )
+    return kept, report
+
+
+def _last_in_cell(obs: Observations, bins: np.ndarray, n_t: int, c: int) -> np.ndarray:
+    """Indices of the observation that wins each (stay, bin, channel) cell.
+
+    Sort explicitly by (stay, time, input order) so the winner never depends on how numpy
+    resolves repeated indices in an assignment; then a stable sort on the cell key keeps that
+    order within each cell, and the last entry of each run wins.
+    """
+    order = np.arange(len(obs))
+    stay, time = obs.stay, obs.time
+    if len(obs) > 1:
+        in_order = (np.diff(stay) > 0) | ((np.diff(stay) == 0) & (np.diff(time) >= 0))
+        if not in_order.all():
+            order = np.lexsort((order, time, stay))
+    cell = (stay[order] * n_t + bins[order]) * c + obs.channel[order]
+    perm = np.argsort(cell, kind="stable")
+    cell_sorted = cell[perm]
+    last = np.ones(len(cell_sorted), dtype=bool)
+    last[:-1] = cell_sorted[1:] != cell_sorted[:-1]
+    return order[perm[last]]
+
+
+def discretize(
+    obs: Observations, fs: FeatureSet, end_hours: np.ndarray | float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Values + masks [N, T, F] (float32) and lengths [N] (valid bins per stay).
+
+    `end_hours` is each stay's window end (the benchmark's `end`); by default the feature set's
+    window, or for a whole-stay feature set the last observation time capped at `max_hours`.
+    Stays shorter than the longest are padded with zeros after their length.
+    """
+    n, c = obs.n_stays, fs.n_channels
+    if end_hours is None:
+        if fs.window_hours is not None:
+            end_hours = fs.window_hours
+        else:
+            last = np.zeros(n)
+            np.maximum.at(last, obs.stay, obs.time)
+            end_hours = np.minimum(last, fs.max_hours)
+    end = np.broadcast_to(np.asarray(end_hours, dtype=np.float64), (n,))
+    lengths = np.maximum(fs.n_bins(end), 1)
+    n_t = int(lengths.max()) if n else 1
+
+    t = obs.time
+    bins = np.trunc(t / fs.timestep - EPS).astype(np.int64)
+    inside = (t <= end[obs.stay] + EPS) & (bins >= 0) & (bins < lengths[obs.stay])
+    kept = obs.take(inside)
+    bins = bins[inside]
+    win = _last_in_cell(kept, bins, n_t, c)
+
+    grid = np.zeros((n, n_t, c), dtype=np.float64)
+    observed = np.zeros((n, n_t, c), dtype=bool)
+    grid[kept.stay[win], bins[win], kept.channel[win]] = kept.value[win]
+    observed[kept.stay[win], bins[win], kept.channel[win]] = True
+
+    # Forward fill along time: index of the last observed bin at or before each bin.
+    steps = np.arange(n_t)[None, :, None]
+    src = np.where(observed, steps, -1)
+    np.maximum.accumulate(src, axis=1, out=src)
+    filled = np.take_along_axis(grid, np.maximum(src, 0), axis=1)
+    normals = np.array([v.normal_float for v in fs.variables])
+    filled = np.where(src >= 0, filled, normals[None, None, :])
+
+    out = np.zeros((n, n_t, fs.n_features), dtype=np.float32)
+    for i, v in enumerate(fs.variables):
+        b = int(fs.begins[i])
+        if v.is_categorical:
+            k = len(v.categories)
+            out[:, :, b : b + k] = np.eye(k, dtype=np.float32)[filled[:, :, i].astype(np.int64)]
+        else:
+            out[:, :, b] = filled[:, :, i]
+    out[:, :, fs.n_value_columns :] = observed
+    # Padding after each stay's own length stays zero.
+    pad = np.arange(n_t)[None, :] >= lengths[:, None]
+    out[pad] = 0.0
+    return out, lengths
+
+
+@dataclass
+class Normalizer:
+    """Z-score of continuous value columns only; one-hot and mask columns pass unchanged."""
+
+    columns: np.ndarray  # int64 [K]
+    means: np.ndarray  # float64 [K]
+    stds: np.ndarray  # float64 [K]
+
+    @classmethod
+    def fit(cls, x: np.ndarray, lengths: np.ndarray, fs: FeatureSet) -> Normalizer:
+        """Statistics over every valid time step of the training split."""
+        cols = fs.continuous_columns
+        valid = np.arange(x.shape[1])[None, :] < lengths[:, None]
+        vals = x[valid][:, cols].astype(np.float64)
+        std = vals.std(axis=0)
+        return cls(cols, vals.mean(axis=0), np.where(std < 1e-7, 1.0, std))
+
+    def transform(self, x: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
+        out = np.array(x, dtype=np.float32, copy=True)
+        out[..., self.columns] = (out[..., self.columns] - self.means) / self.stds
+        if lengths is not None:
+            out[np.arange(x.shape[1])[None, :] >= lengths[:, None]] = 0.0
+        return out.astype(np.float32, copy=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "columns": self.columns.tolist(),
+            "means": self.means.tolist(),
+            "stds": self.stds.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Normalizer:
+        return cls(
+            np.asarray(d["columns"], dtype=np.int64),
+            np.asarray(d["means"], dtype=np.float64),
+            np.asarray(d["stds"], dtype=np.float64),
+        )
+
+
+@dataclass
+class StaticImputer:
+    """Static demographics -> [N, 2*len(STATIC_FIELDS)]: value (median-imputed, scaled), flag."""
+
+    medians: np.ndarray
+    means: np.ndarray
+    stds: np.ndarray
+
+    @classmethod
+    def fit(cls, raw: np.ndarray) -> StaticImputer:
+        """`raw` is [N, len(STATIC_FIELDS)] with NaN for missing values."""
+        med = np.nanmedian(np.where(np.isnan(raw).all(axis=0), 0.0, raw), axis=0)
+        filled = np.where(np.isnan(raw), med, raw)
+        std = filled.std(axis=0)
+        return cls(med, filled.mean(axis=0), np.where(std < 1e-7, 1.0, std))
+
+    def transform(self, raw: np.ndarray) -> np.ndarray:
+        raw = np.asarray(raw, dtype=np.float64).reshape(-1, len(STATIC_FIELDS))
+        missing = np.isnan(raw)
+        vals = (np.where(missing, self.medians, raw) - self.means) / self.stds
+        out = np.empty((raw.shape[0], 2 * raw.shape[1]), dtype=np.float32)
+        out[:, 0::2] = vals
+        out[:, 1::2] = missing
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fields": list(STATIC_FIELDS),
+            "medians": self.medians.tolist(),
+            "means": self.means.tolist(),
+            "stds": self.stds.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StaticImputer:
+        return cls(*(np.asarray(d[k], dtype=np.float64) for k in ("medians", "means", "stds")))
+
+
+def coverage(obs: Observations, fs: FeatureSet) -> np.ndarray:
+    """Fraction of stays in which each channel is observed at least once."""
+    if obs.n_stays == 0:
+        return np.zeros(fs.n_channels)
+    seen = np.zeros((obs.n_stays, fs.n_channels), dtype=bool)
+    seen[obs.stay, obs.channel] = True
+    return seen.mean(axis=0)

@@ -1,0 +1,1 @@
+"""Independent reference implementations used as test oracles and benchmark baselines."""

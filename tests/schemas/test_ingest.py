@@ -1,0 +1,108 @@
+"""Payload validation: every rule names the field path, cleaning gives warnings or errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY
+from schemas.ingest import ingest, ingest_stay
+from schemas.payloads import StayPayload
+from schemas.tensorize import discretize
+
+
+def stay(obs: list[dict], **kw) -> StayPayload:
+    return StayPayload.model_validate({"observations": obs, **kw})
+
+
+def rules(s) -> list[tuple[tuple, str]]:
+    return [(tuple(p.loc), p.rule) for p in s.problems]
+
+
+def test_each_problem_names_its_field_and_rule() -> None:
+    s = ingest_stay(stay([
+        {"variable": "lactate", "time": 1, "value": 2},
+        {"variable": "glucose", "time": 1, "value": 100},
+        {"variable": "temperature", "time": 1, "value": 37, "unit": "K"},
+        {"variable": "gcs_total", "time": 1, "value": 16},
+        {"variable": "heart_rate", "time": -1, "value": 80},
+        {"variable": "heart_rate", "time": 2, "value": "fast"},
+        {"variable": "heart_rate", "time": "2026-01-01T00:00:00", "value": 80},
+    ]), BENCHMARK_48H)
+    assert rules(s) == [
+        (("observations", 0, "variable"), "unknown_variable"),
+        (("observations", 1, "unit"), "unit_required"),
+        (("observations", 2, "unit"), "unit_not_accepted"),
+        (("observations", 3, "value"), "unknown_category"),
+        (("observations", 4, "time"), "time_negative"),
+        (("observations", 5, "value"), "number_required"),
+        (("observations", 6, "time"), "admission_time_required"),
+    ]
+    assert "mg/dL" in s.problems[1].allowed
+
+
+def test_nan_and_infinity_are_rejected_by_the_model() -> None:
+    with pytest.raises(ValidationError):
+        StayPayload.model_validate_json(
+            '{"observations": [{"variable": "heart_rate", "time": 1, "value": NaN}]}')
+    with pytest.raises(ValidationError):
+        stay([{"variable": "heart_rate", "time": float("inf"), "value": 80}])
+
+
+def test_exactly_one_form_and_no_extra_fields() -> None:
+    with pytest.raises(ValidationError, match="exactly one"):
+        StayPayload.model_validate({})
+    with pytest.raises(ValidationError):
+        stay([], extra=1)
+
+
+def test_empty_payload_and_observation_limit() -> None:
+    assert rules(ingest_stay(stay([]), BENCHMARK_48H)) == [(("observations",), "empty_payload")]
+    many = [{"variable": "heart_rate", "time": 1, "value": 80}] * 5
+    s = ingest_stay(stay(many), BENCHMARK_48H, max_observations=4)
+    assert rules(s) == [(("observations",), "too_many_observations")]
+
+
+def test_cleaning_warns_and_strict_turns_it_into_errors() -> None:
+    obs = [{"variable": "ph", "time": 1, "value": 735},
+           {"variable": "temperature", "time": 2, "value": 20, "unit": "Cel"},
+           {"variable": "heart_rate", "time": 47, "value": 80}]
+    s = ingest_stay(stay(obs), BENCHMARK_48H)
+    codes = {(n.code, n.variable) for n in s.notices}
+    assert ("value_dropped", "ph") in codes and ("value_clipped", "temperature") in codes
+    assert s.value[:1] == [26.0] and len(s.value) == 2
+    strict = ingest_stay(stay(obs), BENCHMARK_48H, strict=True)
+    assert [p.rule for p in strict.problems] == ["out_of_range_dropped", "out_of_range_clipped"]
+
+
+def test_iso_times_with_admission_and_wide_form_match_long_form() -> None:
+    long = stay([
+        {"variable": "heart_rate", "time": "2026-01-01T02:30:00", "value": 90},
+        {"variable": "Glucose", "time": "2026-01-01T05:00:00", "value": 7, "unit": "mmol/L"},
+        {"variable": "gcs_eye", "time": "2026-01-01T05:00:00", "value": 3},
+    ], admission_time="2026-01-01T00:00:00")
+    wide = StayPayload.model_validate({"wide": {
+        "hours": [2.5, 5.0],
+        "columns": {"Heart Rate": [90, None], "glucose": [None, 7],
+                    "Glascow coma scale eye opening": [None, "3 To speech"]},
+        "units": {"glucose": "mmol/L"},
+    }})
+    a, b = ingest([long], BENCHMARK_48H), ingest([wide], BENCHMARK_48H)
+    xa, _ = discretize(a.observations, BENCHMARK_48H, a.end_hours)
+    xb, _ = discretize(b.observations, BENCHMARK_48H, b.end_hours)
+    np.testing.assert_array_equal(xa, xb)
+
+
+def test_warnings_for_short_stay_and_unobserved_channels() -> None:
+    s = ingest_stay(stay([{"variable": "heart_rate", "time": 3, "value": 80}]), BENCHMARK_48H)
+    codes = [n.code for n in s.notices]
+    assert "stay_shorter_than_window" in codes and codes.count("channel_not_observed") == 16
+
+
+def test_one_bad_stay_does_not_affect_the_others() -> None:
+    good = stay([{"variable": "heart_rate", "time": 1, "value": 80}], demographics={"age": 70})
+    bad = stay([{"variable": "nope", "time": 1, "value": 80}])
+    r = ingest([bad, good, good], BENCHMARK_STAY)
+    assert r.ok == [1, 2] and r.observations.n_stays == 2
+    assert r.static_raw[:, 0].tolist() == [70.0, 70.0] and np.isnan(r.static_raw[0, 1])

@@ -1,0 +1,146 @@
+"""Discretizer parity: hand-computed stays and a randomized comparison with the row oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY
+from schemas.tensorize import Normalizer, Observations, clean, coverage, discretize
+from schemas.variables import BY_ID
+from tests.oracles.discretizer import discretize_rows
+
+FS = BENCHMARK_48H
+CH = {v.id: i for i, v in enumerate(FS.variables)}
+MASK0 = FS.n_value_columns
+
+
+def col(var: str) -> int:
+    return int(FS.begins[CH[var]])
+
+
+def mask(var: str) -> int:
+    return MASK0 + CH[var]
+
+
+def obs(rows: list[tuple[int, str, float, float]], n: int) -> Observations:
+    return Observations(
+        [r[0] for r in rows], [CH[r[1]] for r in rows], [r[2] for r in rows],
+        [r[3] for r in rows], n,
+    )
+
+
+def test_layout_is_the_benchmark_76() -> None:
+    assert FS.n_features == 76 and FS.n_value_columns == 59
+    assert len(FS.continuous_columns) == 12
+    assert FS.column_names()[col("gcs_total")] == "gcs_total=11"
+
+
+def test_bins_edges_last_value_wins_and_window() -> None:
+    x, lengths = discretize(obs([
+        (0, "heart_rate", 0.0, 70.0),    # t = 0 -> bin 0
+        (0, "heart_rate", 1.0, 80.0),    # exactly on the hour -> still bin 0, and later: wins
+        (0, "heart_rate", 1.0001, 90.0),  # just after the hour -> bin 1
+        (0, "heart_rate", 47.5, 95.0),   # last bin
+        (0, "heart_rate", 48.0, 99.0),   # exactly the window end -> bin 47, wins over 95
+        (0, "heart_rate", 48.5, 120.0),  # after the window -> ignored
+    ], 1), FS)
+    hr = x[0, :, col("heart_rate")]
+    assert lengths.tolist() == [48] and x.shape == (1, 48, 76)
+    assert hr[0] == 80.0 and hr[1] == 90.0 and hr[2] == 90.0  # forward fill
+    assert hr[46] == 90.0 and hr[47] == 99.0
+    m = x[0, :, mask("heart_rate")]
+    assert m[0] == 1 and m[1] == 1 and m[2] == 0 and m[47] == 1
+
+
+def test_last_value_in_bin_wins_in_time_order_not_input_order() -> None:
+    x, _ = discretize(obs([(0, "ph", 0.9, 7.1), (0, "ph", 0.2, 7.3)], 1), FS)
+    assert x[0, 0, col("ph")] == pytest.approx(7.1)
+
+
+def test_normal_value_before_first_observation_and_never_observed() -> None:
+    x, _ = discretize(obs([(0, "glucose", 10.5, 200.0)], 1), FS)
+    g = x[0, :, col("glucose")]
+    assert (g[:10] == 128.0).all() and (g[10:] == 200.0).all()
+    assert (x[0, :, col("temperature")] == np.float32(36.6)).all()
+    assert (x[0, :, mask("temperature")] == 0).all()
+
+
+def test_categorical_one_hot_order_and_imputation() -> None:
+    eye = BY_ID["gcs_eye"]
+    spont = eye.categories.index("4 Spontaneously")
+    pain = eye.category_index(2)  # alias -> "2 To pain"
+    assert eye.categories[pain] == "2 To pain"
+    x, _ = discretize(obs([(0, "gcs_eye", 5.0, float(pain))], 1), FS)
+    block = x[0, :, col("gcs_eye") : col("gcs_eye") + len(eye.categories)]
+    assert (block.sum(axis=1) == 1).all()
+    assert block[0, spont] == 1 and block[3, spont] == 1  # normal value before
+    assert block[4, pain] == 1 and block[47, pain] == 1  # t = 5.0 -> bin 4, then carried
+
+
+def test_stay_shorter_than_window_is_carried_forward() -> None:
+    x, lengths = discretize(obs([(0, "respiratory_rate", 3.0, 22.0)], 1), FS)
+    assert lengths[0] == 48 and x[0, 47, col("respiratory_rate")] == 22.0
+    assert x[0, 3:, mask("respiratory_rate")].sum() == 0
+
+
+def test_stays_are_independent_and_variable_length_for_phenotypes() -> None:
+    rows = [(0, "heart_rate", 2.5, 100.0), (1, "heart_rate", 0.5, 60.0)]
+    o = obs(rows, 2)
+    x, lengths = discretize(o, BENCHMARK_STAY, np.array([10.0, 3.2]))
+    assert lengths.tolist() == [10, 4] and x.shape[1] == 10
+    assert x[1, 3, col("heart_rate")] == 60.0 and (x[1, 4:] == 0).all()
+    assert x[0, 0, col("heart_rate")] == 86.0 and x[0, 2, col("heart_rate")] == 100.0
+
+
+def random_obs(rng: np.random.Generator, n_stays: int, per_stay: int) -> Observations:
+    n = n_stays * per_stay
+    ch = rng.integers(0, FS.n_channels, n)
+    val = rng.normal(80, 20, n)
+    for i, v in enumerate(FS.variables):
+        if v.is_categorical:
+            sel = ch == i
+            val[sel] = rng.integers(0, len(v.categories), sel.sum())
+    t = np.round(rng.uniform(-0.5, 52, n) * 2) / 2  # many exact half-hours and hours
+    return Observations(rng.integers(0, n_stays, n), ch, t, val, n_stays)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_equals_row_oracle_on_random_stays(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    o = random_obs(rng, 40, 60)
+    end = rng.choice([48.0, 47.5, 10.0, 0.5], size=40)
+    x, _ = discretize(o, BENCHMARK_STAY, end)
+    ref = discretize_rows(o, BENCHMARK_STAY, end)
+    np.testing.assert_array_equal(x, ref)
+
+
+def test_cleaning_drops_and_clips_by_benchmark_ranges() -> None:
+    o = obs([
+        (0, "temperature", 1.0, -17.8),  # below outlier low 14.2 -> dropped
+        (0, "temperature", 2.0, 20.0),   # between outlier low and valid low 26 -> 26
+        (0, "ph", 3.0, 735.0),           # above outlier high -> dropped
+        (0, "heart_rate", 4.0, 0.0),     # on the bound -> kept as is
+    ], 1)
+    kept, rep = clean(o, FS)
+    assert len(kept) == 2 and kept.value.tolist() == [26.0, 0.0]
+    assert rep.dropped[CH["temperature"]] == 1 and rep.dropped[CH["ph"]] == 1
+    assert rep.clipped[CH["temperature"]] == 1 and rep.dropped_rows.tolist() == [0, 2]
+
+
+def test_normalizer_scales_only_continuous_columns() -> None:
+    rng = np.random.default_rng(0)
+    x, lengths = discretize(random_obs(rng, 30, 50), FS)
+    norm = Normalizer.fit(x, lengths, FS)
+    z = norm.transform(x, lengths)
+    cont = FS.continuous_columns
+    other = np.setdiff1d(np.arange(76), cont)
+    np.testing.assert_array_equal(z[..., other], x[..., other])
+    np.testing.assert_allclose(z[..., cont].reshape(-1, len(cont)).mean(0), 0, atol=1e-4)
+    again = Normalizer.from_dict(norm.to_dict()).transform(x, lengths)
+    np.testing.assert_array_equal(again, z)
+
+
+def test_coverage_counts_stays_with_any_observation() -> None:
+    c = coverage(obs([(0, "ph", 1, 7.3), (0, "ph", 2, 7.3), (1, "glucose", 1, 100)], 2), FS)
+    assert c[CH["ph"]] == 0.5 and c[CH["glucose"]] == 0.5 and c[CH["heart_rate"]] == 0

@@ -1,0 +1,81 @@
+"""The channel catalog matches the benchmark's own resource files."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from schemas.variables import BY_ID, VARIABLES, lookup
+from tests.conftest import SHARED_DATA, needs_shared_data
+
+RES = SHARED_DATA / "mimic3-benchmarks-resources"
+
+
+@needs_shared_data
+def test_categories_order_and_normals_match_discretizer_config() -> None:
+    cfg = json.loads((RES / "mimic3models/resources/discretizer_config.json").read_text())
+    assert [v.benchmark_name for v in VARIABLES] == cfg["id_to_channel"]
+    for v in VARIABLES:
+        assert v.is_categorical == cfg["is_categorical_channel"][v.benchmark_name]
+        assert v.normal == cfg["normal_values"][v.benchmark_name]
+        if v.is_categorical:
+            assert list(v.categories) == cfg["possible_values"][v.benchmark_name]
+
+
+@needs_shared_data
+def test_ranges_match_variable_ranges_csv_case_insensitively() -> None:
+    with open(RES / "mimic3benchmark/resources/variable_ranges.csv") as f:
+        rows = {r["LEVEL2"].lower(): r for r in csv.DictReader(f) if r["OUTLIER LOW"]}
+    for v in VARIABLES:
+        r = rows[v.benchmark_name.lower()]
+        got = (v.ranges.outlier_low, v.ranges.valid_low, v.ranges.valid_high,
+               v.ranges.outlier_high)
+        want = tuple(float(r[k]) for k in ("OUTLIER LOW", "VALID LOW", "VALID HIGH",
+                                           "OUTLIER HIGH"))
+        assert got == want, v.id
+
+
+@needs_shared_data
+def test_every_alias_maps_to_a_benchmark_string_with_the_same_score() -> None:
+    info = json.loads((RES / "mimic3models/resources/channel_info.json").read_text())
+    for v in VARIABLES:
+        values = info[v.benchmark_name].get("values")
+        for alias, target in v.category_aliases.items():
+            assert target in v.categories
+            if values and alias.replace(".0", "").isdigit():
+                assert values[target] == int(float(alias)), (v.id, alias)
+
+
+def test_unit_conversions() -> None:
+    assert BY_ID["temperature"].convert(98.6, "F") == pytest.approx(37.0)
+    assert BY_ID["weight"].convert(100, "lb") == pytest.approx(45.359237)
+    assert BY_ID["height"].convert(70, "in") == pytest.approx(177.8)
+    assert BY_ID["fio2"].convert(40, "%") == pytest.approx(0.40)
+    assert BY_ID["glucose"].convert(5.5, "mmol/L") == pytest.approx(99.09, abs=0.01)
+    assert BY_ID["heart_rate"].convert(80, None) == 80
+
+
+def test_unit_required_and_unknown_unit_are_errors() -> None:
+    with pytest.raises(ValueError, match="unit is required for glucose"):
+        BY_ID["glucose"].convert(100, None)
+    with pytest.raises(ValueError, match="not accepted for temperature"):
+        BY_ID["temperature"].convert(37, "K")
+
+
+def test_category_aliases_and_unknown_categories() -> None:
+    total = BY_ID["gcs_total"]
+    assert total.categories[total.category_index(15)] == "15"
+    assert total.categories[total.category_index("15.0")] == "15"
+    assert BY_ID["gcs_eye"].categories[BY_ID["gcs_eye"].category_index(4)] == "4 Spontaneously"
+    with pytest.raises(ValueError, match="not a category of gcs_total"):
+        total.category_index(16)
+    with pytest.raises(ValueError):
+        BY_ID["gcs_eye"].category_index(True)
+
+
+def test_lookup_by_id_benchmark_name_and_case() -> None:
+    assert lookup("Heart Rate") is lookup("heart rate") is lookup("heart_rate")
+    with pytest.raises(KeyError, match="unknown variable"):
+        lookup("lactate")

@@ -1,0 +1,107 @@
+"""ECE/reliability, temperature and isotonic calibrators, operating points."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from training.calibration import (
+    IsotonicCalibrator,
+    TemperatureCalibrator,
+    apply_calibration,
+    expected_calibration_error,
+    operating_points,
+    reliability_curve,
+    sigmoid,
+)
+
+
+def _ece_loop(y, p, n_bins):
+    edges = np.linspace(0, 1, n_bins + 1)
+    total = 0.0
+    for b in range(n_bins):
+        lo, hi = edges[b], edges[b + 1]
+        m = (p >= lo) & ((p < hi) if b < n_bins - 1 else (p <= hi))
+        if m.any():
+            total += m.sum() / len(p) * abs(y[m].mean() - p[m].mean())
+    return total
+
+
+def test_ece_matches_loop():
+    rng = np.random.default_rng(0)
+    p = rng.random(500)
+    p[:3] = [0.0, 1.0, 0.5]
+    y = (rng.random(500) < p**2).astype(int)
+    for n_bins in (5, 10, 15):
+        assert expected_calibration_error(y, p, n_bins) == pytest.approx(_ece_loop(y, p, n_bins))
+    curve = reliability_curve(y, p, 10)
+    assert sum(curve["count"]) == 500
+
+
+def test_temperature_recovers_known_t():
+    rng = np.random.default_rng(0)
+    m = rng.normal(0, 4, 20000)
+    y = (rng.random(20000) < sigmoid(m / 2.0)).astype(int)
+    cal = TemperatureCalibrator().fit(m, y)
+    assert cal.temperature == pytest.approx(2.0, rel=0.08)
+    # from probabilities (uncalibrated model output σ(m)) gives the same T
+    cal_p = TemperatureCalibrator(input="probability").fit(sigmoid(m), y)
+    assert cal_p.temperature == pytest.approx(cal.temperature, rel=1e-3)
+    d = json.loads(json.dumps(cal.to_dict()))
+    np.testing.assert_allclose(apply_calibration(d, m[:10]), sigmoid(m[:10] / cal.temperature))
+    np.testing.assert_allclose(TemperatureCalibrator.from_dict(d).transform(m[:10]),
+                               cal.transform(m[:10]))
+
+
+def test_temperature_per_column():
+    rng = np.random.default_rng(1)
+    m = rng.normal(0, 3, (4000, 2))
+    y = (rng.random((4000, 2)) < sigmoid(m / np.array([0.5, 3.0]))).astype(int)
+    t = TemperatureCalibrator().fit(m, y).temperature
+    assert t[0] == pytest.approx(0.5, rel=0.15) and t[1] == pytest.approx(3.0, rel=0.15)
+
+
+def test_isotonic_roundtrip_equals_sklearn():
+    rng = np.random.default_rng(2)
+    p = rng.random(400)
+    y = (rng.random(400) < p**3).astype(int)
+    cal = IsotonicCalibrator().fit(p, y)
+    d = json.loads(json.dumps(cal.to_dict()))
+    x_new = np.concatenate([rng.random(200), [-0.5, 0.0, 1.0, 2.0]])  # incl. out of range
+    np.testing.assert_allclose(apply_calibration(d, x_new), cal.models[0].transform(x_new))
+    np.testing.assert_allclose(IsotonicCalibrator.from_dict(d).transform(x_new),
+                               cal.models[0].transform(x_new))
+    Y2 = np.stack([y, 1 - y], axis=1)
+    P2 = np.stack([p, 1 - p], axis=1)
+    cal2 = IsotonicCalibrator().fit(P2, Y2)
+    out = apply_calibration(cal2.to_dict(), P2[:20])
+    np.testing.assert_allclose(out[:, 1], cal2.models[1].transform(P2[:20, 1]))
+
+
+def test_apply_calibration_none():
+    np.testing.assert_allclose(apply_calibration(None, [0.2, 0.7]), [0.2, 0.7])
+    assert apply_calibration({"method": "none", "input": "margin"}, [0.0])[0] == 0.5
+    with pytest.raises(ValueError):
+        apply_calibration({"method": "platt"}, [0.1])
+
+
+def test_operating_points_monotonic_and_targets():
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 300)
+    p = np.clip(0.3 * y + 0.7 * rng.random(300), 0, 1)
+    rows = operating_points(y, p)
+    fixed = [r for r in rows if r["target_sensitivity"] is None]
+    assert [r["threshold"] for r in fixed] == sorted(r["threshold"] for r in fixed)
+    sens = [r["sensitivity"] for r in fixed]
+    alerts = [r["alert_rate"] for r in fixed]
+    spec = [r["specificity"] for r in fixed]
+    assert all(a >= b for a, b in itertools.pairwise(sens))
+    assert all(a >= b for a, b in itertools.pairwise(alerts))
+    assert all(a <= b for a, b in itertools.pairwise(spec))
+    for r in (r for r in rows if r["target_sensitivity"] is not None):
+        assert r["sensitivity"] >= r["target_sensitivity"]
+        # a slightly higher threshold would miss the target (highest such threshold)
+        above = p[y == 1] > r["threshold"]
+        assert above.mean() < r["target_sensitivity"]
+    json.dumps(rows)

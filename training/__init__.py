@@ -1,0 +1,1 @@
+"""Training package: data, encoders, losses, fit, evaluate, export (PyTorch)."""

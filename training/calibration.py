@@ -1,0 +1,257 @@
+"""Calibration: ECE, reliability curves, post-hoc calibration maps, operating points.
+
+Calibration maps are fitted on held-out (validation) predictions and exported as
+plain dicts, so the service can apply them with `apply_calibration` (numpy only)
+without sklearn or scipy. Inputs may be 1-D (one task) or 2-D [N, C] (one map per
+column, e.g. the 25 phenotypes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+from sklearn.isotonic import IsotonicRegression
+from sklearn.metrics import brier_score_loss
+
+InputKind = Literal["margin", "probability"]
+_EPS = 1e-7
+
+
+# ---------------------------------------------------------------- pure numpy helpers
+def sigmoid(x: ArrayLike) -> np.ndarray:
+    """Overflow-free logistic function (tanh form; no scipy needed by the service)."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=np.float64)))
+
+
+def logit(p: ArrayLike, eps: float = _EPS) -> np.ndarray:
+    """Log-odds with clipping so that p of exactly 0 or 1 stays finite."""
+    q = np.clip(np.asarray(p, dtype=np.float64), eps, 1.0 - eps)
+    return np.log(q) - np.log1p(-q)
+
+
+def apply_calibration(d: dict[str, Any] | None, margin_or_p: ArrayLike) -> np.ndarray:
+    """Apply an exported calibration dict (numpy only); the service copies this logic.
+
+    `margin_or_p` must be what the map was fitted on (`d["input"]`). None or
+    method "none" returns probabilities unchanged (sigmoid of a margin).
+    """
+    x = np.asarray(margin_or_p, dtype=np.float64)
+    method = "none" if d is None else d["method"]
+    kind = "probability" if d is None else d.get("input", "margin")
+    if method == "temperature":
+        m = logit(x) if kind == "probability" else x
+        return sigmoid(m / np.asarray(d["temperature"], dtype=np.float64))
+    if method == "isotonic":
+        if x.ndim == 1:
+            return np.interp(x, d["x"], d["y"])
+        cols = [np.interp(x[:, c], d["x"][c], d["y"][c]) for c in range(x.shape[1])]
+        return np.stack(cols, axis=1)
+    if method == "none":
+        return x if kind == "probability" else sigmoid(x)
+    raise ValueError(f"unknown calibration method {method!r}")
+
+
+# ---------------------------------------------------------------- measures
+def _bin_index(p: np.ndarray, n_bins: int) -> np.ndarray:
+    """Equal-width bins [lo, hi) on [0, 1]; the last bin also holds p == 1."""
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    return np.clip(np.searchsorted(edges, p, side="right") - 1, 0, n_bins - 1)
+
+
+def reliability_curve(y: ArrayLike, p: ArrayLike, n_bins: int = 10) -> dict[str, list]:
+    """Per non-empty bin: edges, mean predicted probability, observed rate and count."""
+    yy = np.asarray(y, dtype=np.float64).ravel()
+    pp = np.asarray(p, dtype=np.float64).ravel()
+    idx = _bin_index(pp, n_bins)
+    count = np.bincount(idx, minlength=n_bins)
+    sum_p = np.bincount(idx, weights=pp, minlength=n_bins)
+    sum_y = np.bincount(idx, weights=yy, minlength=n_bins)
+    keep = count > 0
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    return {
+        "bin_lower": edges[:-1][keep].tolist(),
+        "bin_upper": edges[1:][keep].tolist(),
+        "mean_predicted": (sum_p[keep] / count[keep]).tolist(),
+        "observed_rate": (sum_y[keep] / count[keep]).tolist(),
+        "count": count[keep].astype(int).tolist(),
+    }
+
+
+def expected_calibration_error(y: ArrayLike, p: ArrayLike, n_bins: int = 10) -> float:
+    """ECE = Σ_b (n_b / N) |observed_b − predicted_b| over equal-width bins."""
+    curve = reliability_curve(y, p, n_bins)
+    n = np.asarray(curve["count"], dtype=np.float64)
+    if n.sum() == 0:
+        return float("nan")
+    gap = np.abs(np.asarray(curve["observed_rate"]) - np.asarray(curve["mean_predicted"]))
+    return float(np.sum(n * gap) / n.sum())
+
+
+def brier(y: ArrayLike, p: ArrayLike) -> float:
+    """Brier score (mean squared error of the probability)."""
+    return float(brier_score_loss(np.asarray(y).ravel(), np.asarray(p, dtype=float).ravel()))
+
+
+# ---------------------------------------------------------------- calibration maps
+def _nll(m: np.ndarray, y: np.ndarray, t: float) -> float:
+    """Mean binary NLL of σ(m / t), in log-sigmoid form."""
+    s = m / t
+    return float(np.mean(y * np.logaddexp(0.0, -s) + (1.0 - y) * np.logaddexp(0.0, s)))
+
+
+def _fit_temperature(m: np.ndarray, y: np.ndarray, bounds: tuple[float, float]) -> float:
+    """1-D bounded search over log T (NLL is smooth and unimodal enough in log T)."""
+    from scipy.optimize import minimize_scalar
+
+    lo, hi = math.log(bounds[0]), math.log(bounds[1])
+    res = minimize_scalar(
+        lambda lt: _nll(m, y, math.exp(lt)), bounds=(lo, hi), method="bounded",
+        options={"xatol": 1e-6},
+    )
+    return float(math.exp(res.x))
+
+
+class TemperatureCalibrator:
+    """p_cal = σ(m / T), T fitted by NLL on held-out data (one T per column if 2-D).
+
+    Temperature scaling keeps the ranking (AUROC unchanged) and only fixes
+    over/under-confidence, so it is the safe default for small validation sets.
+    """
+
+    def __init__(self, input: InputKind = "margin", bounds: tuple[float, float] = (0.01, 100.0)):
+        self.input = input
+        self.bounds = bounds
+        self.temperature: float | list[float] | None = None
+
+    def _margin(self, x: ArrayLike) -> np.ndarray:
+        arr = np.asarray(x, dtype=np.float64)
+        return logit(arr) if self.input == "probability" else arr
+
+    def fit(self, margin_or_p: ArrayLike, y: ArrayLike) -> TemperatureCalibrator:
+        m = self._margin(margin_or_p)
+        yy = np.asarray(y, dtype=np.float64)
+        if m.shape != yy.shape:
+            raise ValueError(f"shape mismatch: inputs {m.shape} vs labels {yy.shape}")
+        if m.ndim == 1:
+            self.temperature = _fit_temperature(m, yy, self.bounds)
+        else:
+            self.temperature = [
+                _fit_temperature(m[:, c], yy[:, c], self.bounds) for c in range(m.shape[1])
+            ]
+        return self
+
+    def transform(self, margin_or_p: ArrayLike) -> np.ndarray:
+        return apply_calibration(self.to_dict(), margin_or_p)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.temperature is None:
+            raise RuntimeError("TemperatureCalibrator is not fitted")
+        return {"method": "temperature", "input": self.input, "temperature": self.temperature}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TemperatureCalibrator:
+        obj = cls(input=d.get("input", "margin"))
+        t = d["temperature"]
+        obj.temperature = [float(v) for v in t] if isinstance(t, list) else float(t)
+        return obj
+
+
+class IsotonicCalibrator:
+    """Monotone step map (sklearn IsotonicRegression, clipped), exported as knots.
+
+    Knots are applied with numpy.interp, which is exactly what sklearn's
+    transform does with out_of_bounds="clip". Needs a larger held-out set than
+    temperature scaling and can create ties (slightly lower AUROC).
+    """
+
+    def __init__(self, input: InputKind = "probability"):
+        self.input = input
+        self.x: list | None = None
+        self.y: list | None = None
+        self.models: list[IsotonicRegression] = []
+
+    @staticmethod
+    def _fit_one(x: np.ndarray, y: np.ndarray) -> IsotonicRegression:
+        return IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(x, y)
+
+    def fit(self, margin_or_p: ArrayLike, y: ArrayLike) -> IsotonicCalibrator:
+        x = np.asarray(margin_or_p, dtype=np.float64)
+        yy = np.asarray(y, dtype=np.float64)
+        if x.shape != yy.shape:
+            raise ValueError(f"shape mismatch: inputs {x.shape} vs labels {yy.shape}")
+        if x.ndim == 1:
+            self.models = [self._fit_one(x, yy)]
+            self.x = self.models[0].X_thresholds_.tolist()
+            self.y = self.models[0].y_thresholds_.tolist()
+        else:
+            self.models = [self._fit_one(x[:, c], yy[:, c]) for c in range(x.shape[1])]
+            self.x = [mdl.X_thresholds_.tolist() for mdl in self.models]
+            self.y = [mdl.y_thresholds_.tolist() for mdl in self.models]
+        return self
+
+    def transform(self, margin_or_p: ArrayLike) -> np.ndarray:
+        return apply_calibration(self.to_dict(), margin_or_p)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.x is None:
+            raise RuntimeError("IsotonicCalibrator is not fitted")
+        return {"method": "isotonic", "input": self.input, "x": self.x, "y": self.y}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> IsotonicCalibrator:
+        obj = cls(input=d.get("input", "probability"))
+        obj.x, obj.y = d["x"], d["y"]
+        return obj
+
+
+# ---------------------------------------------------------------- operating points
+def _point(y: np.ndarray, p: np.ndarray, t: float) -> dict[str, Any]:
+    """Confusion-derived rates at `p >= t`; undefined ratios are None."""
+    alert = p >= t
+    pos = y == 1
+    tp = int(np.sum(alert & pos))
+    fp = int(np.sum(alert & ~pos))
+    fn = int(np.sum(~alert & pos))
+    tn = int(np.sum(~alert & ~pos))
+
+    def ratio(a: int, b: int) -> float | None:
+        return a / b if b > 0 else None
+
+    return {
+        "threshold": float(t),
+        "sensitivity": ratio(tp, tp + fn),
+        "ppv": ratio(tp, tp + fp),
+        "specificity": ratio(tn, tn + fp),
+        "alert_rate": ratio(tp + fp, len(y)),
+        "tp": tp, "fp": fp, "tn": tn, "fn": fn,
+    }
+
+
+def operating_points(
+    y: ArrayLike,
+    p: ArrayLike,
+    thresholds: Sequence[float] | None = None,
+    targets_sensitivity: Sequence[float] = (0.5, 0.8, 0.9),
+) -> list[dict[str, Any]]:
+    """Rows for fixed thresholds (ascending), then for target sensitivities.
+
+    A target row uses the highest threshold whose sensitivity is ≥ the target
+    (fewest alerts); it carries `target_sensitivity`, fixed rows carry None.
+    """
+    yy = np.asarray(y).ravel().astype(int)
+    pp = np.asarray(p, dtype=np.float64).ravel()
+    if thresholds is None:
+        thresholds = [round(0.1 * k, 1) for k in range(1, 10)]
+    rows = [{**_point(yy, pp, t), "target_sensitivity": None} for t in sorted(thresholds)]
+    pos_scores = np.sort(pp[yy == 1])[::-1]
+    for target in targets_sensitivity:
+        if pos_scores.size == 0:
+            break
+        k = max(1, math.ceil(target * pos_scores.size - 1e-9))
+        t = pos_scores[min(k, pos_scores.size) - 1]
+        rows.append({**_point(yy, pp, t), "target_sensitivity": float(target)})
+    return rows

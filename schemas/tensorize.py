@@ -141,31 +141,34 @@ def discretize(
     bins = bins[inside]
     win = _last_in_cell(kept, bins, n_t, c)
 
-    grid = np.zeros((n, n_t, c), dtype=np.float64)
-    observed = np.zeros((n, n_t, c), dtype=bool)
-    grid[kept.stay[win], bins[win], kept.channel[win]] = kept.value[win]
-    observed[kept.stay[win], bins[win], kept.channel[win]] = True
+    cells = (kept.stay[win] * n_t + bins[win]) * c + kept.channel[win]
+    grid = np.zeros(n * n_t * c, dtype=np.float32)
+    grid[cells] = kept.value[win]  # cells are unique: no repeated-index ambiguity
+    src = np.full(n * n_t * c, -1, dtype=np.int32)
+    src[cells] = bins[win]  # the bin each observed cell was last seen in: itself
+    grid, src = grid.reshape(n, n_t, c), src.reshape(n, n_t, c)
+    observed = src >= 0
 
     # Forward fill along time: index of the last observed bin at or before each bin.
-    steps = np.arange(n_t)[None, :, None]
-    src = np.where(observed, steps, -1)
     np.maximum.accumulate(src, axis=1, out=src)
     filled = np.take_along_axis(grid, np.maximum(src, 0), axis=1)
-    normals = np.array([v.normal_float for v in fs.variables])
-    filled = np.where(src >= 0, filled, normals[None, None, :])
+    normals = np.array([v.normal_float for v in fs.variables], dtype=np.float32)
+    np.copyto(filled, np.broadcast_to(normals, filled.shape), where=src < 0)
 
     out = np.zeros((n, n_t, fs.n_features), dtype=np.float32)
-    for i, v in enumerate(fs.variables):
-        b = int(fs.begins[i])
-        if v.is_categorical:
-            k = len(v.categories)
-            out[:, :, b : b + k] = np.eye(k, dtype=np.float32)[filled[:, :, i].astype(np.int64)]
-        else:
-            out[:, :, b] = filled[:, :, i]
+    cat = np.array([v.is_categorical for v in fs.variables])
+    out[:, :, fs.continuous_columns] = filled[:, :, ~cat]
+    if cat.any():
+        # One-hot: one scatter of 1s at column begin + category index for every cell.
+        cols = fs.begins[cat][None, None, :] + filled[:, :, cat].astype(np.int64)
+        flat = out.reshape(n * n_t, fs.n_features)
+        rows = np.repeat(np.arange(n * n_t), int(cat.sum()))
+        flat[rows, cols.reshape(-1)] = 1.0
     out[:, :, fs.n_value_columns :] = observed
     # Padding after each stay's own length stays zero.
     pad = np.arange(n_t)[None, :] >= lengths[:, None]
-    out[pad] = 0.0
+    if pad.any():
+        out[pad] = 0.0
     return out, lengths
 
 

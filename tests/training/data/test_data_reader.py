@@ -1,0 +1,193 @@
+"""Benchmark-layout reader on tiny hand-written files: values, categories, splits, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schemas.featureset import BENCHMARK_48H
+from schemas.variables import BY_ID
+from training.data import load_split
+from training.data.reader import read_timeseries, resolve_split
+
+HEADER = ("Hours,Capillary refill rate,Diastolic blood pressure,Fraction inspired oxygen,"
+          "Glascow coma scale eye opening,Glascow coma scale motor response,"
+          "Glascow coma scale total,Glascow coma scale verbal response,Glucose,Heart Rate,"
+          "Height,Mean blood pressure,Oxygen saturation,Respiratory rate,"
+          "Systolic blood pressure,Temperature,Weight,pH")
+FS = BENCHMARK_48H
+CH = {v.id: i for i, v in enumerate(FS.variables)}
+
+
+@pytest.fixture(autouse=True)
+def _no_cache_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCEHR_CACHE_DIR", raising=False)
+
+
+def _row(hours: float, **cells: str) -> str:
+    """One CSV row in HEADER's column order; unnamed channels empty."""
+    return ",".join([str(hours), *(cells.get(v.id, "") for v in FS.variables)])
+
+
+def _write(path: Path, rows: list[str], header: str = HEADER, eol: str = "\n") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(eol.join([header, *rows]) + eol)
+
+
+def test_values_categories_and_empty_cells(tmp_path: Path) -> None:
+    a = tmp_path / "1_episode1_timeseries.csv"
+    _write(a, [
+        _row(0.25, heart_rate="80", gcs_total="15", capillary_refill_rate="0.0",
+             gcs_eye="None", gcs_verbal="1.0 ET/Trach"),
+        _row(1.5, heart_rate="", gcs_total="8.0", gcs_motor="Obeys Commands",
+             fio2="0.5", temperature="36.6"),
+        _row(2.0, gcs_eye="4 Spontaneously", glucose="abc", ph="7.3"),
+        _row(3.0, gcs_total="16"),  # not a GCS total category: dropped, counted
+        _row(4.0, heart_rate="400"),  # above the outlier bound 390: dropped
+        _row(5.0, mean_bp="10"),  # between outlier 0 and valid 14: clipped to 14
+    ], eol="\r\n")
+    b = tmp_path / "2_episode1_timeseries.csv"
+    _write(b, [])  # header only: a stay with no observations
+    obs, rep = read_timeseries([a, b], FS, progress=False)
+    assert obs.n_stays == 2 and (obs.stay == 0).all()
+    got = {(float(t), int(c)): float(v) for t, c, v in zip(obs.time, obs.channel, obs.value,
+                                                            strict=True)}
+    total = BY_ID["gcs_total"]
+    assert got[(0.25, CH["heart_rate"])] == 80.0
+    assert got[(0.25, CH["gcs_total"])] == total.categories.index("15")
+    assert got[(1.5, CH["gcs_total"])] == total.categories.index("8")
+    assert got[(0.25, CH["gcs_eye"])] == BY_ID["gcs_eye"].categories.index("None")
+    assert got[(0.25, CH["gcs_verbal"])] == BY_ID["gcs_verbal"].categories.index("1.0 ET/Trach")
+    assert got[(0.25, CH["capillary_refill_rate"])] == 0.0
+    assert got[(1.5, CH["fio2"])] == 0.5
+    assert got[(5.0, CH["mean_bp"])] == 14.0
+    assert (1.5, CH["heart_rate"]) not in got and (4.0, CH["heart_rate"]) not in got
+    assert rep.invalid[CH["glucose"]] == 1 and rep.invalid[CH["gcs_total"]] == 1
+    assert rep.dropped[CH["heart_rate"]] == 1 and rep.clipped[CH["mean_bp"]] == 1
+    assert rep.n_rows == 6
+
+
+def test_columns_by_name_not_position(tmp_path: Path) -> None:
+    f = tmp_path / "3_episode1_timeseries.csv"
+    _write(f, ["1.0,7.35,90,extra", "2.0,,95,"], header="Hours,pH,Heart Rate,Something")
+    obs, rep = read_timeseries([f], FS, progress=False)
+    assert sorted(zip(obs.channel.tolist(), obs.value.tolist(), strict=True)) == sorted(
+        [(CH["ph"], 7.35), (CH["heart_rate"], 90.0), (CH["heart_rate"], 95.0)])
+    assert rep.unknown_columns == ["Something"]
+
+
+def _dataset(root: Path, n: int = 8, val_files: bool = True) -> Path:
+    tdir = root / "in-hospital-mortality"
+    stays = [f"{100 + i}_episode1_timeseries.csv" for i in range(n)]
+    for part in ("train", "test"):
+        for i, s in enumerate(stays):
+            _write(tdir / part / s, [_row(1.0, heart_rate=str(70 + i)),
+                                     _row(47.5, heart_rate=str(90 + i))])
+        lines = ["stay,y_true", *(f"{s},{i % 2}" for i, s in enumerate(stays))]
+        (tdir / part / "listfile.csv").write_text("\n".join(lines) + "\n")
+    if val_files:
+        (tdir / "train_listfile.csv").write_text(
+            "stay,y_true\n" + "".join(f"{s},{i % 2}\n" for i, s in enumerate(stays[:6])))
+        (tdir / "val_listfile.csv").write_text(
+            "stay,y_true\n" + "".join(f"{s},{i % 2}\n" for i, s in enumerate(stays[6:], 6)))
+    return tdir
+
+
+def test_benchmark_split_files_are_used(tmp_path: Path) -> None:
+    tdir = _dataset(tmp_path)
+    val = load_split(tmp_path, "mortality", "val", progress=False)
+    assert list(val.stays) == ["106_episode1_timeseries.csv", "107_episode1_timeseries.csv"]
+    assert val.split_source == "train_listfile.csv/val_listfile.csv"
+    hr = FS.column_names().index("heart_rate")
+    assert val.x[0, 0, hr] == 76.0 and val.x[0, 47, hr] == 96.0 and val.x[0, 20, hr] == 76.0
+    assert np.isnan(val.static_raw).all()  # no demographics.csv: all missing
+    # the task folder itself works as root too
+    assert len(load_split(tdir, "mortality", "train", progress=False)) == 6
+
+
+def test_valset_of_subject_ids(tmp_path: Path) -> None:
+    tdir = _dataset(tmp_path, val_files=False)
+    (tdir / "valset.csv").write_text("".join(f"{100 + i},{int(i in (1, 4))}\n"
+                                             for i in range(8)))
+    val = load_split(tmp_path, "mortality", "val", progress=False)
+    assert sorted(val.stays) == ["101_episode1_timeseries.csv", "104_episode1_timeseries.csv"]
+    assert val.split_source.startswith("valset.csv")
+    assert len(load_split(tmp_path, "mortality", "train", progress=False)) == 6
+
+
+def test_seeded_split_by_subject(tmp_path: Path) -> None:
+    tdir = _dataset(tmp_path, n=40, val_files=False)
+    for i in range(5):  # a second stay of subject 100 must land on the same side
+        _write(tdir / "train" / f"100_episode{i + 2}_timeseries.csv", [_row(1.0, ph="7.4")])
+    with open(tdir / "train" / "listfile.csv", "a") as f:
+        f.write("".join(f"100_episode{i + 2}_timeseries.csv,0\n" for i in range(5)))
+    spec_tr = resolve_split(tdir, "mortality", "train", seed=0, val_fraction=0.25)
+    spec_va = resolve_split(tdir, "mortality", "val", seed=0, val_fraction=0.25)
+    subj = lambda t: {s.split("_")[0] for s in t["stay"]}  # noqa: E731
+    assert not subj(spec_tr.table) & subj(spec_va.table)
+    assert len(spec_tr.table) + len(spec_va.table) == 45
+    assert spec_va.source.startswith("seeded split")
+    again = resolve_split(tdir, "mortality", "val", seed=0, val_fraction=0.25)
+    assert again.table["stay"].tolist() == spec_va.table["stay"].tolist()
+
+
+def test_phenotypes_period_length_and_demographics(tmp_path: Path) -> None:
+    tdir = tmp_path / "phenotyping"
+    labels = ["Shock", "Septicemia (except in labor)"]
+    for part in ("train", "test"):
+        _write(tdir / part / "7_episode1_timeseries.csv",
+               [_row(0.5, heart_rate="80"), _row(300.0, heart_rate="90")])
+        _write(tdir / part / "8_episode1_timeseries.csv", [_row(3.2, heart_rate="85")])
+        (tdir / part / "listfile.csv").write_text(
+            f"stay,period_length,{','.join(labels)}\n"
+            "7_episode1_timeseries.csv,400.0,1,0\n8_episode1_timeseries.csv,10.5,0,1\n")
+        (tdir / part / "demographics.csv").write_text(
+            "stay,age,sex_male,height\n7_episode1_timeseries.csv,90,1,170\n")
+    a = load_split(tmp_path, "phenotypes", "test", progress=False)
+    assert a.x.shape == (2, 240, 76) and a.lengths.tolist() == [240, 11]
+    assert a.y.tolist() == [[1, 0], [0, 1]] and a.label_names == tuple(labels)
+    assert a.static_raw[0].tolist() == [90.0, 1.0] and np.isnan(a.static_raw[1]).all()
+    assert (a.x[1, 11:] == 0).all()
+
+
+def test_errors_name_what_was_expected(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"in-hospital-mortality/train/listfile\.csv"):
+        load_split(tmp_path, "mortality", "train")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_split(tmp_path / "nope", "mortality", "train")
+    tdir = _dataset(tmp_path)
+    (tdir / "test" / "103_episode1_timeseries.csv").unlink()
+    with pytest.raises(FileNotFoundError, match=r"103_episode1_timeseries\.csv"):
+        load_split(tmp_path, "mortality", "test", cache=False)
+    (tdir / "test" / "listfile.csv").write_text("stay,label\nx,1\n")
+    with pytest.raises(ValueError, match="stay,y_true"):
+        load_split(tmp_path, "mortality", "test")
+    with pytest.raises(ValueError, match="unknown task"):
+        load_split(tmp_path, "decompensation", "test")
+
+
+def test_batched_parsing_gives_the_same_observations(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import training.data.reader as reader
+
+    paths = []
+    for i in range(12):
+        p = tmp_path / f"{i}_episode1_timeseries.csv"
+        _write(p, [_row(0.5 * k, heart_rate=str(60 + i + k), gcs_total=str(3 + k))
+                   for k in range(10)])
+        paths.append(p)
+    whole, _ = read_timeseries(paths, FS, progress=False)
+    monkeypatch.setattr(reader, "BATCH_BYTES", 300)
+    batched, rep = read_timeseries(paths, FS, progress=False)
+    for k in ("stay", "channel", "time", "value"):
+        np.testing.assert_array_equal(getattr(whole, k), getattr(batched, k))
+    assert rep.n_rows == 120
+
+
+def test_header_only_files(tmp_path: Path) -> None:
+    f = tmp_path / "9_episode1_timeseries.csv"
+    _write(f, [])
+    obs, rep = read_timeseries([f, f], FS, progress=False)
+    assert len(obs) == 0 and obs.n_stays == 2 and rep.n_rows == 0

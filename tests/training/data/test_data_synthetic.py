@@ -1,0 +1,125 @@
+"""Synthetic generator: layout, exact prevalence, learnable signal, load_split round trip."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schemas.ingest import ingest_stay
+from schemas.payloads import StayPayload
+from training.data import load_split, write_synthetic
+from training.data.phenotypes import PHENOTYPE_LABELS
+from training.data.synthetic import example_payload
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@pytest.fixture(autouse=True)
+def _no_cache_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCEHR_CACHE_DIR", raising=False)
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_synthetic(tmp_path_factory.mktemp("synth"), task="both", n_train=200,
+                           n_test=40, prevalence=0.25, seed=3)
+
+
+def test_layout_is_the_benchmark_one(synth: Path) -> None:
+    ihm = synth / "in-hospital-mortality"
+    for f in ("train/listfile.csv", "test/listfile.csv", "train_listfile.csv",
+              "val_listfile.csv", "train/demographics.csv"):
+        assert (ihm / f).is_file(), f
+    assert (ihm / "train/listfile.csv").read_text().startswith("stay,y_true\n")
+    head = (synth / "phenotyping/train/listfile.csv").read_text().splitlines()[0].split(",")
+    assert head[:2] == ["stay", "period_length"] and tuple(head[2:]) == PHENOTYPE_LABELS
+    ts = next((ihm / "train").glob("*_timeseries.csv")).read_text().splitlines()
+    assert ts[0].startswith("Hours,Capillary refill rate,Diastolic blood pressure")
+    assert json.loads((synth / "provenance.json").read_text())["signal"]["mortality"]
+
+
+def test_round_trip_shapes_prevalence_and_cache(synth: Path) -> None:
+    tr = load_split(synth, "mortality", "train", progress=False)
+    va = load_split(synth, "mortality", "val", progress=False)
+    te = load_split(synth, "mortality", "test", progress=False)
+    assert len(tr) + len(va) == 200 and len(te) == 40
+    assert tr.x.shape == (len(tr), 48, 76) and tr.x.dtype == np.float32
+    assert tr.y.shape == (len(tr), 1) and tr.y.dtype == np.float32
+    assert tr.static_raw.shape == (len(tr), 2)
+    assert te.prevalence[0] == pytest.approx(0.25)
+    assert (tr.y.sum() + va.y.sum()) == 50  # exact prevalence over train + val
+    assert not set(tr.stays) & set(va.stays)
+    assert tr.label_names == ("in_hospital_mortality",)
+    assert tr.dropped.sum() == 0 and tr.clipped.sum() == 0
+    assert tr.coverage.min() > 0.9 and not tr.from_cache
+    again = load_split(synth, "mortality", "train", progress=False)
+    assert again.from_cache and again.cache_path is not None
+    np.testing.assert_array_equal(again.x, tr.x)
+    np.testing.assert_array_equal(again.stays, tr.stays)
+
+    ph = load_split(synth, "phenotypes", "train", progress=False)
+    assert ph.y.shape == (len(ph), 25) and ph.label_names == PHENOTYPE_LABELS
+    assert ph.x.shape[1] <= 240 and ph.x.shape[1] == ph.lengths.max()
+    assert (ph.lengths == np.maximum(ph.feature_set.n_bins(ph.end_hours), 1)).all()
+
+
+def test_signal_is_learnable(synth: Path) -> None:
+    a = load_split(synth, "mortality", "train", progress=False)
+    fs = a.feature_set
+    names = fs.column_names()
+    hr, ph = names.index("heart_rate"), names.index("ph")
+    y = a.y[:, 0] == 1
+    late_hr = a.x[:, 40:, hr].mean(axis=1)
+    assert late_hr[y].mean() - late_hr[~y].mean() > 5
+    assert a.x[:, :, ph].mean(axis=1)[y].mean() < a.x[:, :, ph].mean(axis=1)[~y].mean()
+
+
+def test_cache_invalidated_when_a_file_changes(tmp_path: Path) -> None:
+    root = write_synthetic(tmp_path, task="mortality", n_train=20, n_test=5, seed=1)
+    first = load_split(root, "mortality", "test", progress=False)
+    f = root / "in-hospital-mortality" / "test" / first.stays[0]
+    lines = f.read_text().splitlines()
+    f.write_text("\n".join(lines[:2]) + "\n")  # keep one row only
+    second = load_split(root, "mortality", "test", progress=False)
+    assert not second.from_cache
+    assert not np.array_equal(first.x[0], second.x[0])
+    assert len(list(first.cache_path.parent.glob("mortality-test-*.npz"))) == 1
+
+
+def test_seeded_and_fast(tmp_path: Path) -> None:
+    t0 = time.perf_counter()
+    a = write_synthetic(tmp_path / "a", task="both", n_train=200, n_test=50, seed=5)
+    elapsed = time.perf_counter() - t0
+    b = write_synthetic(tmp_path / "b", task="both", n_train=200, n_test=50, seed=5)
+    name = "in-hospital-mortality/train/900007_episode1_timeseries.csv"
+    assert (a / name).read_text() == (b / name).read_text()
+    assert elapsed < 5.0  # ~0.5 s on one free core
+
+
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+def test_example_payloads_are_valid(task: str) -> None:
+    from schemas.featureset import TASK_FEATURE_SETS
+
+    path = EXAMPLES / f"{task}_stay.json"
+    assert path.stat().st_size < 30_000
+    payload = StayPayload.model_validate(json.loads(path.read_text()))
+    assert payload.demographics is not None
+    result = ingest_stay(payload, TASK_FEATURE_SETS[task])
+    assert result.problems == []
+    assert json.loads(path.read_text()) == example_payload(task)
+
+
+def test_subset_keeps_rows_aligned(synth: Path) -> None:
+    a = load_split(synth, "phenotypes", "test", progress=False)
+    idx = np.array([3, 0, 7])
+    b = a.subset(idx)
+    assert len(b) == 3 and b.x.shape[1] == a.lengths[idx].max()
+    np.testing.assert_array_equal(b.y, a.y[idx])
+    np.testing.assert_array_equal(b.stays, a.stays[idx])
+    np.testing.assert_array_equal(b.x, a.x[idx][:, : b.x.shape[1]])
+    full = a.subset(np.ones(len(a), dtype=bool))
+    np.testing.assert_allclose(full.coverage, a.coverage)

@@ -1,0 +1,9 @@
+"""Episode data: benchmark-layout readers, converters (PhysioNet 2012, eICU demo), synthetic data.
+
+The public entry points are `load_split` (one split as arrays, cached) and `write_synthetic`.
+"""
+
+from training.data.splits import SplitArrays, load_split
+from training.data.synthetic import write_synthetic
+
+__all__ = ["SplitArrays", "load_split", "write_synthetic"]

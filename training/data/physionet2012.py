@@ -1,0 +1,352 @@
+"""PhysioNet/CinC Challenge 2012 -> mimic3-benchmarks `in-hospital-mortality` layout.
+
+Sets a and b become `train/` (15% of their RecordIDs, seeded and stratified by the label, are
+listed in `val_listfile.csv`), set c becomes `test/`. Records are read straight from the
+tarballs and parsed one set at a time with one `pandas.read_csv` call.
+
+Channel mapping (PhysioNet parameter -> benchmark channel):
+
+    DiasABP, NIDiasABP -> Diastolic blood pressure   (invasive wins at a shared timestamp)
+    SysABP, NISysABP   -> Systolic blood pressure    (invasive wins)
+    MAP, NIMAP         -> Mean blood pressure        (invasive wins)
+    FiO2               -> Fraction inspired oxygen   (already a fraction)
+    GCS                -> Glascow coma scale total   (integer string "3".."15")
+    Glucose            -> Glucose (mg/dL)
+    HR                 -> Heart Rate
+    Height (descriptor, t = 0; -1 = missing) -> Height (cm)
+    RespRate           -> Respiratory rate
+    SaO2               -> Oxygen saturation (%)
+    Temp               -> Temperature (°C)
+    Weight (time series, and the descriptor at t = 0; -1 = missing) -> Weight (kg)
+    pH                 -> pH
+
+Always empty (no counterpart): Capillary refill rate and the GCS eye, motor and verbal
+subscores. Other parameters (labs, Urine, MechVent) are not benchmark channels and are skipped.
+Rows with an empty parameter name (set c) are dropped. The benchmark cleaning rule is applied
+before the invasive-wins rule, so a dropped invasive value leaves the non-invasive one in place.
+Age, sex (Gender 0 = female, 1 = male), height, weight and ICU type go to `demographics.csv`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from schemas.featureset import BENCHMARK_48H, FeatureSet
+from schemas.tensorize import Observations, clean
+from training.data.layout import DEMOGRAPHICS_FILE, TASK_DIRS, split_groups
+from training.data.reader import _split_file
+from training.data.writer import (
+    _disable,
+    write_json,
+    write_listfile,
+    write_task_listfiles,
+    write_timeseries,
+)
+
+CONVERTER_VERSION = "1"
+SETS: dict[str, str] = {"a": "train", "b": "train", "c": "test"}
+DESCRIPTORS: tuple[str, ...] = ("RecordID", "Age", "Gender", "Height", "ICUType", "Weight")
+#: PhysioNet parameter -> (benchmark channel id, priority); the higher priority wins when two
+#: parameters give the same channel at the same time (invasive over non-invasive BP).
+PARAMETER_MAP: dict[str, tuple[str, int]] = {
+    "DiasABP": ("diastolic_bp", 1), "NIDiasABP": ("diastolic_bp", 0),
+    "SysABP": ("systolic_bp", 1), "NISysABP": ("systolic_bp", 0),
+    "MAP": ("mean_bp", 1), "NIMAP": ("mean_bp", 0),
+    "FiO2": ("fio2", 0), "GCS": ("gcs_total", 0), "Glucose": ("glucose", 0),
+    "HR": ("heart_rate", 0), "RespRate": ("respiratory_rate", 0),
+    "SaO2": ("o2_saturation", 0), "Temp": ("temperature", 0), "Weight": ("weight", 0),
+    "pH": ("ph", 0),
+}
+#: Descriptors that are also benchmark channels (observed at t = 0).
+DESCRIPTOR_CHANNELS: dict[str, str] = {"Height": "height", "Weight": "weight"}
+EMPTY_CHANNELS: tuple[str, ...] = ("capillary_refill_rate", "gcs_eye", "gcs_motor",
+                                   "gcs_verbal")
+
+
+@dataclass
+class SetData:
+    """One converted set: cleaned observations, demographics, labels and counts."""
+
+    name: str
+    record_ids: np.ndarray
+    obs: Observations
+    demographics: pd.DataFrame
+    labels: np.ndarray
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stays(self) -> list[str]:
+        return [f"{r}_episode1_timeseries.csv" for r in self.record_ids]
+
+
+def _check_source(src: Path) -> None:
+    need = [f"set-{s}.tar.gz" for s in SETS] + [f"Outcomes-{s}.txt" for s in SETS]
+    if not src.is_dir():
+        raise FileNotFoundError(f"PhysioNet 2012 source folder not found: {src} (expected a "
+                                f"folder holding {', '.join(need)})")
+    missing = [n for n in need if not (src / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{src} is not a PhysioNet 2012 source folder: missing "
+                                f"{', '.join(missing)} (expected {', '.join(need)})")
+
+
+def read_records(tar_path: Path, limit: int | None = None, progress: bool | None = None
+                 ) -> tuple[np.ndarray, list[bytes]]:
+    """(RecordIDs, record bodies without header) of the `.txt` members of a set's tarball."""
+    ids: list[int] = []
+    bodies: list[bytes] = []
+    with tarfile.open(tar_path, "r:gz") as tf:
+        bar = tqdm(desc=tar_path.name, unit="record", disable=_disable(progress), leave=False,
+                   total=limit)
+        for m in tf:
+            if not (m.isfile() and m.name.endswith(".txt")):
+                continue
+            f = tf.extractfile(m)
+            assert f is not None
+            head, body = _split_file(f.read())
+            if head.strip() != b"Time,Parameter,Value":
+                raise ValueError(f"{tar_path}:{m.name}: expected the header Time,Parameter,Value")
+            ids.append(int(Path(m.name).stem))
+            bodies.append(body)
+            bar.update()
+            if limit is not None and len(ids) >= limit:
+                break
+        bar.close()
+    return np.asarray(ids, dtype=np.int64), bodies
+
+
+def parse_records(ids: np.ndarray, bodies: list[bytes], fs: FeatureSet = BENCHMARK_48H
+                  ) -> tuple[Observations, pd.DataFrame, dict[str, Any]]:
+    """Observations (cleaned, invasive BP preferred), demographics and counts of records."""
+    n = len(ids)
+    counts = np.fromiter((b.count(b"\n") for b in bodies), dtype=np.int64, count=n)
+    # Time is HH:MM and is the only field with a colon: split it into two numeric columns.
+    text = b"".join(bodies).replace(b":", b",")
+    df = pd.read_csv(io.BytesIO(text), header=None, names=["h", "m", "param", "value"],
+                     dtype={"h": np.float64, "m": np.float64, "param": str,
+                            "value": np.float64},
+                     keep_default_na=False, na_values=[""], index_col=False)
+    stay = np.repeat(np.arange(n), counts)
+    pos = np.arange(len(df)) - np.repeat(np.cumsum(counts) - counts, counts)
+    hours = (df["h"] + df["m"] / 60.0).to_numpy()
+    value = df["value"].to_numpy()
+    # Parameter names as small integer codes (-1 = empty), so every lookup is a numpy take.
+    code, names = pd.factorize(df["param"])
+    names = [str(x) for x in names]
+    name_code = {name: i for i, name in enumerate(names)}
+    is_desc = (pos < len(DESCRIPTORS)) & np.isin(code, [name_code[d] for d in DESCRIPTORS
+                                                        if d in name_code])
+
+    demo = {name: np.full(n, np.nan) for name in DESCRIPTORS}
+    for name in DESCRIPTORS:
+        rows = np.flatnonzero(is_desc & (code == name_code.get(name, -2)))
+        demo[name][stay[rows]] = value[rows]
+    bad_id = np.flatnonzero(demo["RecordID"] != ids)
+    if len(bad_id):
+        raise ValueError(f"record {ids[bad_id[0]]}: its RecordID row does not match the file name")
+    for name in DESCRIPTORS[1:]:
+        demo[name][demo[name] == -1] = np.nan
+
+    empty = code < 0
+    series = ~is_desc & ~empty
+    index = {v.id: i for i, v in enumerate(fs.variables)}
+    # Lookup tables over the codes; the extra last entry serves code -1 (empty name).
+    chan_lut = np.array([index[PARAMETER_MAP[n][0]] if n in PARAMETER_MAP else np.nan
+                         for n in names] + [np.nan])
+    prio_lut = np.array([PARAMETER_MAP[n][1] if n in PARAMETER_MAP else np.nan
+                         for n in names] + [np.nan])
+    channel, priority = chan_lut[code], prio_lut[code]
+    use = series & ~np.isnan(channel)
+
+    # GCS total: integer scores 3..15 -> category index; anything else is not a category.
+    gcs = index["gcs_total"]
+    var = fs.variables[gcs]
+    lut = np.full(16, np.nan)
+    for s in range(3, 16):
+        lut[s] = var.category_index(str(s))
+    is_gcs = use & (channel == gcs)
+    gv = value[is_gcs]
+    ok = np.isfinite(gv) & (gv == np.round(gv)) & (gv >= 3) & (gv <= 15)
+    value = value.copy()
+    value[np.flatnonzero(is_gcs)] = np.where(ok, lut[np.clip(np.nan_to_num(gv), 0, 15)
+                                                     .astype(np.int64)], np.nan)
+    invalid_gcs = int((~ok).sum())
+    use &= ~np.isnan(value)
+
+    rows = np.flatnonzero(use)
+    d_stay, d_channel, d_value, d_row = [stay[rows]], [channel[rows]], [value[rows]], [rows]
+    d_time, d_prio = [hours[rows]], [priority[rows]]
+    for name, cid in DESCRIPTOR_CHANNELS.items():
+        drow = np.flatnonzero(is_desc & (code == name_code.get(name, -2)))
+        drow = drow[~np.isnan(demo[name][stay[drow]])]
+        d_stay.append(stay[drow])
+        d_channel.append(np.full(len(drow), index[cid]))
+        d_value.append(value[drow])
+        d_row.append(drow)
+        d_time.append(np.zeros(len(drow)))
+        d_prio.append(np.zeros(len(drow)))
+    cat = [np.concatenate(a) for a in (d_stay, d_channel, d_time, d_value, d_row, d_prio)]
+    o_stay, o_channel, o_time, o_value, o_row, o_prio = cat
+    order = np.lexsort((o_row, o_time, o_stay))
+    obs = Observations(o_stay[order], o_channel[order], o_time[order], o_value[order], n)
+    o_prio = o_prio[order]
+
+    obs, rep = clean(obs, fs)
+    keep = np.ones(len(order), dtype=bool)
+    keep[rep.dropped_rows] = False
+    o_prio = o_prio[keep]
+    obs, superseded = prefer_invasive(obs, o_prio)
+
+    n_series = np.bincount(stay[series], minlength=n)
+    no_ts = ids[n_series == 0]
+    ids_ = [v.id for v in fs.variables]
+    stats = {
+        "stays": n,
+        "records_without_timeseries": no_ts.tolist(),
+        "rows": len(df),
+        "empty_parameter_rows_dropped": int(empty.sum()),
+        "unmapped_parameter_rows": int((series & np.isnan(channel)).sum()),
+        "invalid_gcs_dropped": invalid_gcs,
+        "noninvasive_superseded_by_invasive": superseded,
+        "same_time_duplicates_last_kept": _duplicates(obs),
+        "observations": len(obs),
+        "dropped": dict(zip(ids_, rep.dropped.tolist(), strict=True)),
+        "clipped": dict(zip(ids_, rep.clipped.tolist(), strict=True)),
+    }
+    demographics = pd.DataFrame({
+        "stay": [f"{r}_episode1_timeseries.csv" for r in ids],
+        "age": demo["Age"], "sex_male": demo["Gender"], "height": demo["Height"],
+        "weight": demo["Weight"], "icu_type": demo["ICUType"], "record_id": ids,
+    })
+    return obs, demographics, stats
+
+
+def _cell_key(obs: Observations) -> np.ndarray:
+    """One int64 per (stay, channel, time to the second)."""
+    seconds = np.round(obs.time * 3600).astype(np.int64)
+    n_channels = int(obs.channel.max()) + 1 if len(obs) else 1
+    return (obs.stay * n_channels + obs.channel) * (int(seconds.max(initial=0)) + 1) + seconds
+
+
+def prefer_invasive(obs: Observations, priority: np.ndarray) -> tuple[Observations, int]:
+    """Drop non-invasive values (priority 0) where an invasive one (1) shares stay/time/channel."""
+    key = _cell_key(obs)
+    high = priority == 1
+    drop = (priority == 0) & np.isin(key, key[high])
+    return obs.take(~drop), int(drop.sum())
+
+
+def _duplicates(obs: Observations) -> int:
+    """Values sharing (stay, time, channel) with another: the file keeps only the last one."""
+    if len(obs) == 0:
+        return 0
+    key = np.sort(_cell_key(obs))
+    return int((key[1:] == key[:-1]).sum())
+
+
+def read_outcomes(path: Path, ids: np.ndarray) -> np.ndarray:
+    """`In-hospital_death` (0/1) for each RecordID."""
+    out = pd.read_csv(path)
+    if "RecordID" not in out.columns or "In-hospital_death" not in out.columns:
+        raise ValueError(f"{path}: expected columns RecordID,...,In-hospital_death")
+    label = out.set_index("RecordID")["In-hospital_death"].reindex(ids)
+    if label.isna().any():
+        raise ValueError(f"{path}: no outcome for RecordID {ids[label.isna().to_numpy()][0]}")
+    return label.to_numpy(dtype=np.int64)
+
+
+def read_set(src: Path, name: str, *, limit: int | None = None,
+             progress: bool | None = None, fs: FeatureSet = BENCHMARK_48H) -> SetData:
+    """Read, map and clean one set (`a`, `b` or `c`)."""
+    ids, bodies = read_records(src / f"set-{name}.tar.gz", limit, progress)
+    obs, demo, stats = parse_records(ids, bodies, fs)
+    y = read_outcomes(src / f"Outcomes-{name}.txt", ids)
+    stats["positives"] = int(y.sum())
+    stats["positive_rate"] = float(y.mean()) if len(y) else 0.0
+    return SetData(name, ids, obs, demo, y, stats)
+
+
+def _concat(sets: list[SetData]) -> tuple[Observations, list[str], pd.DataFrame, np.ndarray]:
+    offset = 0
+    parts = []
+    for s in sets:
+        o = s.obs
+        parts.append((o.stay + offset, o.channel, o.time, o.value))
+        offset += o.n_stays
+    obs = Observations(*(np.concatenate(a) for a in zip(*parts, strict=True)), offset)
+    names = [n for s in sets for n in s.stays]
+    demo = pd.concat([s.demographics for s in sets], ignore_index=True)
+    return obs, names, demo, np.concatenate([s.labels for s in sets])
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def convert_physionet2012(src: str | Path, out: str | Path, *, limit: int | None = None,
+                          seed: int = 0, val_fraction: float = 0.15,
+                          progress: bool | None = None) -> dict[str, Any]:
+    """Convert the three sets; returns the provenance (also written to `provenance.json`).
+
+    `limit` keeps only the first `limit` records of each set (for tests).
+    """
+    t0 = time.perf_counter()
+    src, out = Path(src).expanduser(), Path(out).expanduser()
+    _check_source(src)
+    fs = BENCHMARK_48H
+    sets = {name: read_set(src, name, limit=limit, progress=progress, fs=fs) for name in SETS}
+    tdir = out / TASK_DIRS["mortality"]
+    tables = {}
+    val_mask = np.zeros(0, dtype=bool)
+    for part in ("train", "test"):
+        members = [sets[n] for n, p in SETS.items() if p == part]
+        obs, names, demo, y = _concat(members)
+        write_timeseries(tdir / part, names, obs, fs, progress=progress, desc=f"write {part}")
+        write_listfile(tdir / part / DEMOGRAPHICS_FILE, demo)
+        tables[part] = pd.DataFrame({"stay": names, "y_true": y})
+        if part == "train":
+            rid = demo["record_id"].astype(str).to_numpy()
+            val_mask = split_groups(rid, val_fraction, seed, y)
+    write_task_listfiles(tdir, tables["train"], val_mask, tables["test"])
+    train_y = tables["train"]["y_true"].to_numpy()
+    splits = {
+        "train": {"stays": int((~val_mask).sum()), "positives": int(train_y[~val_mask].sum())},
+        "val": {"stays": int(val_mask.sum()), "positives": int(train_y[val_mask].sum())},
+        "test": {"stays": len(tables["test"]),
+                 "positives": int(tables["test"]["y_true"].sum())},
+    }
+    for d in splits.values():
+        d["positive_rate"] = d["positives"] / d["stays"] if d["stays"] else 0.0
+    provenance = {
+        "source": "PhysioNet/CinC Challenge 2012 (physionet.org challenge-2012 v1.0.0, ODC-By)",
+        "source_dir": str(src.resolve()),
+        "source_sha256": {p.name: _sha256(p) for p in sorted(src.glob("*")) if p.is_file()
+                          and (p.name.startswith("set-") or p.name.startswith("Outcomes-"))},
+        "converter": "training.data.physionet2012", "converter_version": CONVERTER_VERSION,
+        "task": TASK_DIRS["mortality"], "label": "In-hospital_death",
+        "sets": {n: {"split": SETS[n], **s.stats} for n, s in sets.items()},
+        "splits": splits,
+        "validation": {"fraction": val_fraction, "seed": seed,
+                       "by": "RecordID, stratified by label"},
+        "limit_per_set": limit,
+        "mapping": {p: c for p, (c, _) in PARAMETER_MAP.items()}
+        | {f"{d} (descriptor)": c for d, c in DESCRIPTOR_CHANNELS.items()},
+        "empty_channels": list(EMPTY_CHANNELS),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    write_json(out / "provenance.json", provenance)
+    return provenance

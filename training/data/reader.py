@@ -1,0 +1,319 @@
+"""Read the mimic3-benchmarks output layout: listfiles, splits, timeseries CSVs, demographics.
+
+All timeseries files of a split are parsed in one go: their bodies are concatenated (grouped by
+header line) and handed to one `pandas.read_csv` call; the stay of each row comes from the
+per-file line counts. Values become `Observations` (canonical numbers, category indices) and the
+benchmark cleaning rule (`schemas.tensorize.clean`) is applied and counted.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from schemas.featureset import STATIC_FIELDS, FeatureSet
+from schemas.tensorize import Observations, clean
+from schemas.variables import CategoryError
+from training.data.layout import (
+    DEMOGRAPHICS_FILE,
+    MORTALITY_LABEL,
+    benchmark_valset_path,
+    split_groups,
+    subject_of,
+    task_name,
+)
+from training.data.writer import _disable
+
+#: Share of a train listfile's subjects that a `valset.csv` must list to be used for it.
+VALSET_MIN_COVERAGE = 0.99
+#: Bytes of CSV text parsed per `read_csv` call.
+BATCH_BYTES = 128 << 20
+
+
+# ---------------------------------------------------------------- listfiles and splits
+
+
+@dataclass
+class SplitSpec:
+    """The listfile rows of one split and where their files are."""
+
+    table: pd.DataFrame
+    files_dir: Path
+    source: str
+    inputs: list[Path] = field(default_factory=list)
+
+    @property
+    def demographics(self) -> Path:
+        return self.files_dir / DEMOGRAPHICS_FILE
+
+
+def read_listfile(path: Path, task: str) -> pd.DataFrame:
+    """A listfile with its columns checked: `stay,y_true` or `stay,period_length,<labels>`."""
+    if not path.is_file():
+        raise FileNotFoundError(f"listfile not found: {path}")
+    table = pd.read_csv(path, dtype={"stay": str})
+    table.columns = [str(c).strip() for c in table.columns]
+    task = task_name(task)
+    if task == "mortality":
+        need = ["stay", "y_true"]
+        if any(c not in table.columns for c in need):
+            raise ValueError(f"{path}: expected columns stay,y_true (in-hospital-mortality "
+                             f"listfile); found {','.join(table.columns)}")
+    else:
+        if list(table.columns[:2]) != ["stay", "period_length"] or len(table.columns) < 3:
+            raise ValueError(f"{path}: expected columns stay,period_length,<phenotype labels> "
+                             f"(phenotyping listfile); found {','.join(table.columns[:4])}...")
+    return table.reset_index(drop=True)
+
+
+def label_names(table: pd.DataFrame, task: str) -> tuple[str, ...]:
+    if task_name(task) == "mortality":
+        return (MORTALITY_LABEL,)
+    return tuple(table.columns[2:])
+
+
+def labels(table: pd.DataFrame, task: str) -> np.ndarray:
+    """[N, C] float32 label matrix of a listfile."""
+    cols = ["y_true"] if task_name(task) == "mortality" else list(table.columns[2:])
+    return table[cols].to_numpy(dtype=np.float32).reshape(len(table), len(cols))
+
+
+def _valset_subjects(path: Path) -> tuple[set[str], set[str]] | None:
+    """(all listed subjects, validation subjects) of a benchmark `valset.csv`."""
+    try:
+        vs = pd.read_csv(path, header=None, names=["subject", "val"], dtype=str)
+    except (OSError, ValueError, pd.errors.ParserError):
+        return None
+    flag = pd.to_numeric(vs["val"], errors="coerce").fillna(0).to_numpy() == 1
+    return set(vs["subject"].str.strip()), set(vs["subject"][flag].str.strip())
+
+
+def resolve_split(tdir: Path, task: str, split: str, *, seed: int = 0,
+                  val_fraction: float = 0.15) -> SplitSpec:
+    """Which listfile rows form `split`, using the benchmark's own validation split if present.
+
+    Order of preference for train/val: `train_listfile.csv` + `val_listfile.csv` (task folder or
+    `train/`), then a `valset.csv` of subject ids (task folder, its parent, or the benchmark's
+    own in the data folder) that lists the subjects, then a seeded split by subject id.
+    """
+    if split not in ("train", "val", "test"):
+        raise ValueError(f"unknown split {split!r}; expected train, val or test")
+    if split == "test":
+        for path in (tdir / "test" / "listfile.csv", tdir / "test_listfile.csv"):
+            if path.is_file():
+                return SplitSpec(read_listfile(path, task), tdir / "test",
+                                 str(path.relative_to(tdir)), [path])
+        raise FileNotFoundError(f"no test split: expected {tdir / 'test' / 'listfile.csv'}")
+
+    for folder in (tdir, tdir / "train"):
+        tr, va = folder / "train_listfile.csv", folder / "val_listfile.csv"
+        if tr.is_file() and va.is_file():
+            path = tr if split == "train" else va
+            return SplitSpec(read_listfile(path, task), tdir / "train",
+                             "train_listfile.csv/val_listfile.csv", [path])
+
+    base_path = tdir / "train" / "listfile.csv"
+    base = read_listfile(base_path, task)
+    subjects = base["stay"].map(subject_of).to_numpy(dtype=str)
+    for cand in (tdir / "valset.csv", tdir.parent / "valset.csv", benchmark_valset_path()):
+        if not cand.is_file():
+            continue
+        parsed = _valset_subjects(cand)
+        if parsed is None:
+            continue
+        listed, val = parsed
+        if len(subjects) and np.isin(subjects, list(listed)).mean() >= VALSET_MIN_COVERAGE:
+            mask = np.isin(subjects, list(val))
+            keep = mask if split == "val" else ~mask
+            return SplitSpec(base[keep].reset_index(drop=True), tdir / "train",
+                             f"valset.csv ({cand})", [base_path, cand])
+    strat = labels(base, task)[:, 0] if task_name(task) == "mortality" else None
+    mask = split_groups(subjects, val_fraction, seed, strat)
+    keep = mask if split == "val" else ~mask
+    return SplitSpec(base[keep].reset_index(drop=True), tdir / "train",
+                     f"seeded split by subject id (seed={seed}, {val_fraction:g} val)",
+                     [base_path])
+
+
+# ---------------------------------------------------------------- timeseries
+
+
+@dataclass
+class ReadReport:
+    """What reading a split's timeseries files found, per channel."""
+
+    n_files: int
+    n_rows: int
+    invalid: np.ndarray  # [C] values that are not numbers / not categories: dropped
+    dropped: np.ndarray  # [C] outside the outlier bounds: dropped
+    clipped: np.ndarray  # [C] clipped to the valid bounds
+    unknown_columns: list[str]
+    rows_without_time: int = 0
+
+    def as_dict(self, fs: FeatureSet) -> dict[str, object]:
+        ids = [v.id for v in fs.variables]
+        return {
+            "files": self.n_files,
+            "rows": self.n_rows,
+            "rows_without_time": self.rows_without_time,
+            "unknown_columns": self.unknown_columns,
+            "invalid": dict(zip(ids, self.invalid.tolist(), strict=True)),
+            "dropped": dict(zip(ids, self.dropped.tolist(), strict=True)),
+            "clipped": dict(zip(ids, self.clipped.tolist(), strict=True)),
+        }
+
+
+def _split_file(data: bytes) -> tuple[bytes, bytes]:
+    """(header line, body with one row per line and a final newline)."""
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    nl = data.find(b"\n")
+    head, body = (data, b"") if nl < 0 else (data[:nl], data[nl + 1:])
+    if body and not body.endswith(b"\n"):
+        body += b"\n"
+    if body.startswith(b"\n") or b"\n\n" in body or b"\n \n" in body:
+        kept = [line for line in body.split(b"\n") if line.strip()]
+        body = b"\n".join(kept) + b"\n" if kept else b""
+    return head, body
+
+
+def _channel_of(fs: FeatureSet) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i, v in enumerate(fs.variables):
+        out[v.benchmark_name.lower()] = i
+        out[v.id.lower()] = i
+    return out
+
+
+def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | None = None,
+                    desc: str = "read") -> tuple[Observations, ReadReport]:
+    """Observations of the given `*_timeseries.csv` files (stay i = paths[i]), cleaned."""
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{len(missing)} timeseries file(s) named in the listfile are missing, e.g. "
+            f"{missing[0]} (expected beside the listfile, as mimic3-benchmarks writes them)"
+        )
+    c = fs.n_channels
+    invalid = np.zeros(c, dtype=np.int64)
+    unknown: list[str] = []
+    parts: list[tuple[np.ndarray, ...]] = []
+    totals = {"rows": 0, "no_time": 0}
+
+    def flush(groups: dict[bytes, tuple[list[int], list[bytes], list[int]]]) -> None:
+        for head, (stays, bodies, counts) in groups.items():
+            hours, columns, unk = _parse_group(head, bodies, fs, paths[stays[0]])
+            stay_of_row = np.repeat(np.asarray(stays, dtype=np.int64), counts)
+            unknown.extend(u for u in unk if u not in unknown)
+            base = totals["rows"]
+            totals["rows"] += len(hours)
+            totals["no_time"] += int(np.isnan(hours).sum())
+            for ch, values, bad in columns:
+                invalid[ch] += bad
+                rows = np.flatnonzero(~np.isnan(values) & ~np.isnan(hours))
+                parts.append((stay_of_row[rows], np.full(len(rows), ch), hours[rows],
+                              values[rows], rows + base))
+        groups.clear()
+
+    # Parse in batches of about BATCH_BYTES so memory stays bounded on large datasets.
+    pending: dict[bytes, tuple[list[int], list[bytes], list[int]]] = {}
+    size = 0
+    for i, path in enumerate(tqdm(paths, desc=desc, unit="file", disable=_disable(progress),
+                                  leave=False)):
+        head, body = _split_file(path.read_bytes())
+        g = pending.setdefault(head.strip(), ([], [], []))
+        g[0].append(i)
+        g[1].append(body)
+        g[2].append(body.count(b"\n"))
+        size += len(body)
+        if size >= BATCH_BYTES:
+            flush(pending)
+            size = 0
+    flush(pending)
+    n_rows, no_time = totals["rows"], totals["no_time"]
+
+    if parts:
+        stay, channel, time, value, row = (np.concatenate(a) for a in zip(*parts, strict=True))
+    else:
+        stay = channel = row = np.zeros(0, dtype=np.int64)
+        time = value = np.zeros(0)
+    order = np.lexsort((row, time, stay))
+    obs = Observations(stay[order], channel[order], time[order], value[order], len(paths))
+    obs, rep = clean(obs, fs)
+    report = ReadReport(len(paths), n_rows, invalid, rep.dropped, rep.clipped, unknown, no_time)
+    return obs, report
+
+
+def _parse_group(head: bytes, bodies: list[bytes], fs: FeatureSet, example: Path
+                 ) -> tuple[np.ndarray, list[tuple[int, np.ndarray, int]], list[str]]:
+    """Parse the bodies of files sharing one header: hours, per-channel values, unknown names."""
+    names = [n.strip().strip('"') for n in head.decode("utf-8-sig").split(",")]
+    lower = [n.lower() for n in names]
+    if "hours" not in lower:
+        raise ValueError(f"{example}: expected a header starting with Hours,<channel names> "
+                         f"(mimic3-benchmarks timeseries); found {head[:80]!r}")
+    index = _channel_of(fs)
+    if not any(bodies):  # header-only files: no rows to parse
+        return np.zeros(0), [], [n for n, low in zip(names, lower, strict=True)
+                              if low != "hours" and low not in index]
+    cols = [f"c{i}" for i in range(len(names))]
+    cat = {cols[i] for i, n in enumerate(lower) if n in index
+           and fs.variables[index[n]].is_categorical}
+    dtype = {col: (str if col in cat else np.float64) for col in cols}
+    data = io.BytesIO(b"".join(bodies))
+    kw = dict(header=None, names=cols, keep_default_na=False, na_values=[""], index_col=False)
+    try:
+        df = pd.read_csv(data, dtype=dtype, **kw)
+    except ValueError:  # a non-numeric cell in a numeric column: parse as text, count it below
+        data.seek(0)
+        try:
+            df = pd.read_csv(data, dtype=str, **kw)
+        except pd.errors.ParserError as e:
+            raise ValueError(f"cannot parse timeseries files like {example}: {e}") from e
+    hours = pd.to_numeric(df[cols[lower.index("hours")]], errors="coerce").to_numpy(np.float64)
+    columns: list[tuple[int, np.ndarray, int]] = []
+    unknown: list[str] = []
+    for col, name, low in zip(cols, names, lower, strict=True):
+        if low == "hours":
+            continue
+        if low not in index:
+            unknown.append(name)
+            continue
+        ch = index[low]
+        var = fs.variables[ch]
+        s = df[col]
+        present = s.notna().to_numpy()
+        if var.is_categorical:
+            lut = {}
+            for u in pd.unique(s[present]):
+                try:
+                    lut[u] = float(var.category_index(str(u).strip()))
+                except CategoryError:
+                    lut[u] = np.nan
+            values = s.map(lut).to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            values = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
+        bad = int((present & np.isnan(values)).sum())
+        columns.append((ch, values, bad))
+    return hours, columns, unknown
+
+
+def read_demographics(path: Path, stays: Sequence[str]) -> np.ndarray:
+    """[N, len(STATIC_FIELDS)] float64 from `demographics.csv`; NaN where absent."""
+    out = np.full((len(stays), len(STATIC_FIELDS)), np.nan)
+    if not path.is_file():
+        return out
+    demo = pd.read_csv(path, dtype={"stay": str})
+    if "stay" not in demo.columns:
+        raise ValueError(f"{path}: expected a `stay` column then {','.join(STATIC_FIELDS)}")
+    demo = demo.drop_duplicates("stay", keep="last").set_index("stay").reindex(list(stays))
+    for j, name in enumerate(STATIC_FIELDS):
+        if name in demo.columns:
+            out[:, j] = pd.to_numeric(demo[name], errors="coerce").to_numpy(np.float64)
+    return out

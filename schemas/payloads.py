@@ -146,21 +146,27 @@ class Contribution(BaseModel):
     """Effect on the probability of replacing one channel by 'not observed' (occlusion)."""
 
     variable: str
-    delta: float
+    delta: float = Field(description="p(stay) − p(stay with this channel not observed); > 0 "
+                         "means the channel's values raise the model's probability")
+    delta_margin: float = Field(description="The same difference on the margin uᵀz − vᵀz")
 
 
 class ClassResult(BaseModel):
     label: str
     probability: float = Field(description="Exactly as the model's loss defines it")
-    calibrated_probability: float
-    alert: bool = Field(description="At the model's default operating point")
-    threshold: float
+    calibrated_probability: float = Field(
+        description="After the manifest's calibration map (equal to `probability` for `none`)")
+    alert: bool = Field(description="probability >= threshold")
+    threshold: float = Field(description="The model's default operating point, chosen on its "
+                             "own (uncalibrated) validation probabilities")
     explanation: AnchorExplanation
     prototype: Prototype | None = None
-    contributions: list[Contribution] | None = None
+    contributions: list[Contribution] | None = Field(
+        default=None, description="Only with `?explain=full`: observed channels by |delta|")
 
 
 class ModelRef(BaseModel):
+    task: str
     name: str
     version: str
     sha256: str
@@ -185,3 +191,74 @@ class BatchItem(BaseModel):
 class BatchResponse(BaseModel):
     model: ModelRef
     items: list[BatchItem]
+
+
+# ---------------------------------------------------------------- models and administration
+
+
+class ModelInfo(BaseModel):
+    """A loaded model: manifest metadata, the execution provider really in use, its metrics."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    task: str
+    name: str
+    version: str
+    sha256: str
+    path: str
+    loss: str
+    encoder: str
+    feature_set: str
+    window_hours: float | None
+    label_names: list[str]
+    uses_static: bool
+    dynamic_length: bool
+    contract_version: str
+    created_at: str
+    code_version: str
+    provider: str = Field(description="session.get_providers()[0]: the provider really in use")
+    providers: list[str]
+    device: str = Field(description="The `device` setting the session was created under")
+    calibration: list[str] = Field(description="Calibration method per class")
+    neutralised_channels: list[str] = Field(
+        description="Channels never observed in training, always fed as 'not observed'")
+    metrics: dict[str, Any]
+    loaded_at: datetime
+    worker_pid: int = Field(description="The worker process answering (each holds its own models)")
+
+
+class AvailableModel(BaseModel):
+    """An entry of models/index.json."""
+
+    task: str
+    version: str
+    name: str | None = None
+    path: str
+    default: bool
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+    available: list[AvailableModel] = Field(default_factory=list)
+
+
+class ReloadRequest(BaseModel):
+    """Which model to load: a version listed in index.json or a folder under the model dir."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"version": "2026-01-15-cbce"}, {"path": "mortality/2026-01-15-cbce"}]})
+
+    version: str | None = Field(default=None, max_length=200)
+    path: str | None = Field(default=None, max_length=1000,
+                             description="Relative to the model directory (or absolute inside it)")
+
+    @model_validator(mode="after")
+    def _one(self) -> ReloadRequest:
+        if (self.version is None) == (self.path is None):
+            raise ValueError("give exactly one of `version` or `path`")
+        return self
+
+
+class ReloadResponse(BaseModel):
+    model: ModelInfo
+    previous_version: str | None

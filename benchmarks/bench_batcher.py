@@ -1,0 +1,130 @@
+"""64 concurrent clients sending single-stay requests: micro-batcher on vs off.
+
+    .venv/bin/python benchmarks/bench_batcher.py [--clients 64] [--seconds 8] [--task mortality]
+
+Off = SCEHR_MAX_BATCH_SIZE=1. Prints throughput and p50/p99 latency of both, ORT time alone
+(one batch of 32 vs 32 single runs, in-process), and where the server's time goes per request
+(from its own /metrics: preprocess, queue, ORT compute, the rest = HTTP + FastAPI + pydantic +
+response serialization).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+
+import numpy as np
+from common import Conn, dumps, full_stay, metric_sums, model_dir, pct, post, server
+
+from schemas.payloads import StayPayload
+from service.batcher import ModelInputs
+from service.pipeline import prepare
+from service.registry import load_model, read_index, resolve
+from service.settings import Settings
+
+
+async def load(port: int, bodies: list[bytes], clients: int, seconds: float,
+               path: str) -> tuple[list[float], int, int, float]:
+    lat: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+
+    async def client(k: int) -> None:
+        nonlocal errors
+        conn = await Conn.open(port)
+        i = k
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            status, _ = await conn.send(post(path, bodies[i % len(bodies)]))
+            if status == 200:
+                lat.append(time.perf_counter() - t0)
+            else:
+                errors += 1
+            i += clients
+        conn.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(k) for k in range(clients)))
+    return lat, errors, len(lat), time.perf_counter() - t0
+
+
+async def scrape(port: int) -> str:
+    conn = await Conn.open(port)
+    _, body = await conn.send(b"GET /metrics HTTP/1.1\r\nHost: b\r\n\r\n")
+    conn.close()
+    return body.decode()
+
+
+def ort_alone(models, task: str, stays: list[dict], reps: int = 20) -> tuple[float, float]:
+    """Per-stay ORT ms: one batch of len(stays) vs len(stays) runs of batch 1 (best of reps)."""
+    folder = resolve(models, read_index(models), task)
+    m = load_model(folder, task, Settings(model_dir=models, device="cpu"))
+    prep = prepare(m.spec, [StayPayload.model_validate(s) for s in stays])
+    x = prep.inputs
+    n = x.rows
+    singles = [ModelInputs(x.x[i : i + 1], x.lengths[i : i + 1],
+                           None if x.static is None else x.static[i : i + 1]) for i in range(n)]
+    best_b = best_1 = np.inf
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        m.run(x)
+        best_b = min(best_b, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for s in singles:
+            m.run(s)
+        best_1 = min(best_1, time.perf_counter() - t0)
+    return best_b / n * 1e3, best_1 / n * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--task", default="mortality")
+    args = ap.parse_args()
+    models, which = model_dir()
+    stays = [full_stay(i) for i in range(256)]
+    bodies = [dumps(s) for s in stays]
+    path = f"/predict/{args.task}"
+    print(f"models: {which}; task {args.task}; CPU provider; {os.cpu_count()} cores; "
+          f"{args.clients} clients x {args.seconds:g} s; one full 48 h stay per request "
+          f"(~{np.mean([len(s['observations']) for s in stays]):.0f} observations)")
+    results = {}
+    for label, size in (("batcher on (max 32)", 32), ("batcher off (max 1)", 1)):
+        with server(models, max_batch_size=size, max_queue_size=1024) as port:
+            asyncio.run(load(port, bodies, args.clients, 1.0, path))  # warm
+            before = asyncio.run(scrape(port))
+            lat, errors, n, wall = asyncio.run(load(port, bodies, args.clients, args.seconds,
+                                                    path))
+            after = asyncio.run(scrape(port))
+        rps = n / wall
+        results[label] = rps
+        print(f"{label}: {rps:7.1f} req/s  p50 {pct(lat, 50) * 1e3:6.1f} ms  "
+              f"p99 {pct(lat, 99) * 1e3:6.1f} ms  errors {errors}")
+        parts = {}
+        for name in ("scehr_request_duration_seconds", "scehr_preprocess_seconds",
+                     "scehr_queue_seconds", "scehr_compute_seconds", "scehr_batch_size"):
+            s1, c1 = metric_sums(after, name, args.task)
+            s0, c0 = metric_sums(before, name, args.task)
+            parts[name] = (s1 - s0, c1 - c0)
+        req_s, req_n = parts["scehr_request_duration_seconds"]
+        pre = parts["scehr_preprocess_seconds"][0] / req_n * 1e3
+        queue = parts["scehr_queue_seconds"][0] / req_n * 1e3
+        comp_s, runs = parts["scehr_compute_seconds"]
+        rows = parts["scehr_batch_size"][0]
+        total = req_s / req_n * 1e3
+        print(f"    server time per request: total {total:.2f} ms = validate+tensorize "
+              f"{pre:.2f} + queue {queue:.2f} + other {total - pre - queue:.2f} ms; ORT "
+              f"{comp_s / max(runs, 1) * 1e3:.2f} ms per run, mean batch "
+              f"{rows / max(runs, 1):.1f} rows, ORT per request {comp_s / req_n * 1e3:.3f} ms")
+    on, off = results["batcher on (max 32)"], results["batcher off (max 1)"]
+    print(f"throughput ratio on/off = {on / off:.2f} (target >= 1.5 where ORT time matters)")
+    b, one = ort_alone(models, args.task, stays[:32])
+    print(f"ORT alone per stay: batch of 32 {b:.3f} ms vs batch 1 {one:.3f} ms "
+          f"({one / b:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()

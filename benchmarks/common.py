@@ -1,0 +1,183 @@
+"""Shared pieces of the benchmarks: models, realistic stays, a server process, a lean client.
+
+The client is a few lines of raw HTTP/1.1 over asyncio streams (keep-alive, pre-encoded
+requests) so that on a 2-core machine the load generator takes as little CPU from the server
+as possible; figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def model_dir() -> tuple[Path, str]:
+    """The repo's models/ when it has an index, else fresh fixture models (and which)."""
+    real = REPO / "models"
+    if (real / "index.json").is_file():
+        return real, "real models from models/index.json"
+    from tests.service.fixture_model import write_model_dir
+
+    d = Path(tempfile.mkdtemp(prefix="scehr-bench-"))
+    return write_model_dir(d, lstm_hidden=16), ("fixture models (tests/service/fixture_model.py"
+                                                 ", ONNX LSTM 16 units; no real models yet)")
+
+
+def full_stay(seed: int, hours: int = 48) -> dict[str, Any]:
+    """A complete 48-hour stay: hourly vitals, 4-hourly GCS/FiO2/temperature, labs (~370 obs)."""
+    rng = np.random.default_rng(seed)
+    obs: list[dict[str, Any]] = []
+
+    def add(var: str, t: float, v: float | str, unit: str | None = None) -> None:
+        o: dict[str, Any] = {"variable": var, "time": round(t, 2), "value": v}
+        if unit:
+            o["unit"] = unit
+        obs.append(o)
+
+    for h in range(hours):
+        t = h + 0.5
+        sbp = float(rng.normal(120, 15))
+        dbp = float(rng.normal(65, 10))
+        add("heart_rate", t, round(float(rng.normal(88, 12)), 1), "bpm")
+        add("systolic_bp", t, round(sbp, 1), "mmHg")
+        add("diastolic_bp", t, round(dbp, 1), "mmHg")
+        add("mean_bp", t, round((sbp + 2 * dbp) / 3, 1), "mmHg")
+        add("respiratory_rate", t, round(float(rng.normal(19, 4)), 1))
+        add("o2_saturation", t, round(float(min(100, rng.normal(96, 2))), 1), "%")
+        if h % 4 == 0:
+            add("temperature", t, round(float(rng.normal(37.0, 0.6)), 2), "Cel")
+            add("gcs_eye", t, int(rng.integers(2, 5)))
+            add("gcs_motor", t, int(rng.integers(4, 7)))
+            add("gcs_verbal", t, int(rng.integers(3, 6)))
+            add("gcs_total", t, str(int(rng.integers(9, 16))))
+            add("fio2", t, round(float(rng.uniform(0.21, 0.6)), 2), "fraction")
+            add("capillary_refill_rate", t, "0.0")
+        if h % 6 == 0:
+            add("glucose", t, round(float(rng.normal(140, 30)), 1), "mg/dL")
+        if h % 12 == 0:
+            add("ph", t, round(float(rng.normal(7.38, 0.05)), 3))
+    add("weight", 1.0, round(float(rng.normal(80, 15)), 1), "kg")
+    add("height", 1.0, round(float(rng.normal(170, 10)), 1), "cm")
+    return {"id": f"bench-{seed}", "observations": obs,
+            "demographics": {"age": int(rng.integers(20, 90)),
+                             "sex": "male" if seed % 2 else "female"}}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def server(models: Path, **settings: Any) -> Iterator[int]:
+    """`scehr serve` on a free loopback port until ready; SIGTERM on exit. Yields the port."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCEHR_")}
+    env.update({f"SCEHR_{k.upper()}": str(v) for k, v in settings.items()})
+    log = open(tempfile.mkstemp(prefix="scehr-bench-", suffix=".log")[1], "w")  # noqa: SIM115
+    exe = Path(sys.executable).parent / "scehr"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "scehr_cli"]
+    proc = subprocess.Popen([*cmd, "serve", "--port", str(port), "--model-dir", str(models),
+                             "--device", "cpu"], stdout=log, stderr=log, env=env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited; see {log.name}")
+            try:
+                status, _ = asyncio.run(one_request(port, b"GET /readyz HTTP/1.1\r\nHost: b\r\n"
+                                                          b"\r\n"))
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server never became ready")
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        log.close()
+
+
+def post(path: str, body: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return status, await reader.readexactly(length)
+
+
+async def one_request(port: int, raw: bytes) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        return await read_response(reader)
+    finally:
+        writer.close()
+
+
+class Conn:
+    """One keep-alive connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Conn:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def send(self, raw: bytes) -> tuple[int, bytes]:
+        self.writer.write(raw)
+        await self.writer.drain()
+        return await read_response(self.reader)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q))
+
+
+def metric_sums(text: str, name: str, model: str) -> tuple[float, float]:
+    """(sum, count) of a histogram for one model from a Prometheus exposition."""
+    s = c = 0.0
+    for line in text.splitlines():
+        if f'model="{model}"' not in line:
+            continue
+        if line.startswith(f"{name}_sum"):
+            s += float(line.split()[-1])
+        elif line.startswith(f"{name}_count"):
+            c += float(line.split()[-1])
+    return s, c
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()

@@ -1,0 +1,1 @@
+"""FastAPI inference service (imports schemas, never training or torch)."""

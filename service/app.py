@@ -1,0 +1,68 @@
+"""The app factory: settings -> FastAPI app with its registry, batchers, metrics and routes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from schemas.contract import CONTRACT_VERSION
+from service import errors
+from service.logs import configure_logging
+from service.metrics import Metrics
+from service.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from service.registry import Registry
+from service.routes import admin, health, models, predict
+from service.settings import Settings
+
+log = logging.getLogger("scehr.app")
+
+DESCRIPTION = """ICU risk scores from SCEHR models (supervised contrastive learning with a learned
+positive and negative anchor per class). Every probability comes with the model's own
+explanation: which anchor the stay's embedding is nearer to, and the nearest training prototype.
+Errors are JSON (`ErrorBody`) naming the field, the rule and the allowed range."""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A new app; models load in the background at start-up (see /readyz)."""
+    settings = settings or Settings()
+    configure_logging(settings.log_level)
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scehr-ort")
+        registry = Registry(settings, metrics, executor)
+        app.state.registry = registry
+        registry.preflight()  # bad device, index, manifest or checksum: fail the start now
+        registry.start()
+        log.info("started", extra={"tasks": list(registry.state),
+                                   "max_batch_size": settings.max_batch_size})
+        try:
+            yield
+        finally:
+            await registry.close()
+            executor.shutdown(wait=True)
+            Metrics.process_exit()
+
+    app = FastAPI(title="scehr", version=CONTRACT_VERSION, description=DESCRIPTION,
+                  lifespan=lifespan)
+    app.state.settings = settings
+    app.state.metrics = metrics
+    errors.install(app)
+    app.include_router(predict.router)
+    app.include_router(models.router)
+    app.include_router(health.router)
+    if settings.api_keys:
+        app.include_router(admin.router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics)
+    return app
+
+
+def build_app() -> FastAPI:
+    """uvicorn factory (`service.app:build_app`): settings from SCEHR_* variables."""
+    return create_app(Settings())

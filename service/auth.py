@@ -1,0 +1,37 @@
+"""Optional API-key auth: `X-API-Key` compared in constant time against every configured key."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import APIKeyHeader
+
+from service.errors import ApiError
+
+_header = APIKeyHeader(name="X-API-Key", auto_error=False,
+                       description="Required when the server has SCEHR_API_KEYS set")
+
+
+def key_matches(given: str, keys: list[str]) -> bool:
+    """Compare with every key (no early exit), so timing says nothing about which matched."""
+    g = given.encode()
+    ok = False
+    for k in keys:
+        ok |= hmac.compare_digest(g, k.encode())
+    return ok
+
+
+def require_api_key(request: Request,
+                    key: Annotated[str | None, Depends(_header)] = None) -> None:
+    """401 unless no keys are configured or the header holds one of them."""
+    keys = [k.get_secret_value() for k in request.app.state.settings.api_keys]
+    if not keys:
+        return
+    if key is None or not key_matches(key, keys):
+        raise ApiError(401, "unauthorized", message="missing or invalid X-API-Key header",
+                       headers={"WWW-Authenticate": "APIKey"})
+
+
+ApiKey = Annotated[None, Depends(require_api_key)]

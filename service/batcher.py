@@ -1,0 +1,232 @@
+"""Dynamic micro-batching: concurrent requests for one model share one ONNX Runtime run.
+
+LitServe-like: `batch` (concatenate the queued requests, padding to the longest T), one blocking
+ORT call in a worker thread (off the event loop), `unbatch` (split the outputs back by rows).
+While a batch computes, the next one gathers in a bounded queue; a full queue refuses new work
+(`Overloaded` -> 503 with Retry-After) instead of letting latency grow without bound. One batcher
+per model and per worker process: batching never spans processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger("scehr.batcher")
+
+
+@dataclass
+class ModelInputs:
+    """Rows for the graph: x [n, T, F] float32, lengths [n] int64, static [n, S] or None."""
+
+    x: np.ndarray
+    lengths: np.ndarray
+    static: np.ndarray | None = None
+
+    @property
+    def rows(self) -> int:
+        return int(self.x.shape[0])
+
+
+@dataclass
+class ModelOutputs:
+    """z [n, D], anchor_logits [n, C, 2], probability [n, C]."""
+
+    z: np.ndarray
+    anchor_logits: np.ndarray
+    probability: np.ndarray
+
+    def take(self, start: int, stop: int) -> ModelOutputs:
+        return ModelOutputs(self.z[start:stop], self.anchor_logits[start:stop],
+                            self.probability[start:stop])
+
+
+def batch(items: list[ModelInputs]) -> ModelInputs:
+    """Concatenate along rows, zero-padding every x to the longest T (lengths say what counts)."""
+    if len(items) == 1:
+        return items[0]
+    t = max(i.x.shape[1] for i in items)
+    n = sum(i.rows for i in items)
+    x = np.zeros((n, t, items[0].x.shape[2]), dtype=np.float32)
+    r = 0
+    for i in items:
+        x[r : r + i.rows, : i.x.shape[1]] = i.x
+        r += i.rows
+    lengths = np.concatenate([i.lengths for i in items])
+    static = None if items[0].static is None else np.concatenate([i.static for i in items])
+    return ModelInputs(x, lengths, static)
+
+
+def unbatch(out: ModelOutputs, sizes: list[int]) -> list[ModelOutputs]:
+    bounds = np.cumsum([0, *sizes])
+    return [out.take(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+
+
+def concat_outputs(parts: list[ModelOutputs]) -> ModelOutputs:
+    if len(parts) == 1:
+        return parts[0]
+    return ModelOutputs(*(np.concatenate([getattr(p, k) for p in parts])
+                          for k in ("z", "anchor_logits", "probability")))
+
+
+def run_chunked(run: Callable[[ModelInputs], ModelOutputs], inputs: ModelInputs,
+                max_rows: int) -> ModelOutputs:
+    """One ORT call per `max_rows` rows, so a big batch request never exceeds the batch size."""
+    if inputs.rows <= max_rows:
+        return run(inputs)
+    parts = []
+    for a in range(0, inputs.rows, max_rows):
+        s = slice(a, a + max_rows)
+        parts.append(run(ModelInputs(inputs.x[s], inputs.lengths[s],
+                                     None if inputs.static is None else inputs.static[s])))
+    return concat_outputs(parts)
+
+
+class Overloaded(Exception):
+    """The queue is full: the caller should answer 503 with Retry-After."""
+
+
+QueueObserver = Callable[[list[float]], None]  # seconds each request waited in the queue
+
+
+@dataclass
+class _Pending:
+    inputs: ModelInputs
+    future: asyncio.Future[ModelOutputs]
+    enqueued: float
+
+
+class MicroBatcher:
+    """Coalesce `submit` calls into batches of at most `max_batch_size` rows."""
+
+    def __init__(self, run: Callable[[ModelInputs], ModelOutputs], *, max_batch_size: int,
+                 max_queue_delay: float, max_queue_size: int, executor: Executor,
+                 observe: QueueObserver | None = None, name: str = "") -> None:
+        self._run = run
+        self.max_batch_size = max_batch_size
+        self.max_queue_delay = max_queue_delay
+        self._executor = executor
+        self._observe = observe
+        self.name = name
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=max_queue_size)
+        self._carry: deque[_Pending] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(),
+                                                                name=f"batcher-{self.name}")
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize() + len(self._carry)
+
+    async def submit(self, inputs: ModelInputs) -> ModelOutputs:
+        """Queue the rows and wait for their outputs; raises `Overloaded` when the queue is full."""
+        loop = asyncio.get_running_loop()
+        if self._closing or self._task is None:
+            # A request that picked this model just before a reload swapped it out: run it on
+            # this (old) session directly so it still finishes on the model it started with.
+            return await loop.run_in_executor(self._executor, run_chunked, self._run, inputs,
+                                              self.max_batch_size)
+        fut: asyncio.Future[ModelOutputs] = loop.create_future()
+        try:
+            self._queue.put_nowait(_Pending(inputs, fut, time.perf_counter()))
+        except asyncio.QueueFull:
+            raise Overloaded(f"{self.name}: {self._queue.maxsize} requests queued") from None
+        return await fut
+
+    async def close(self) -> None:
+        """Finish everything queued, then stop (new submits run unbatched on this model)."""
+        self._closing = True
+        if self._task is not None:
+            await self._queue.put(_Pending(ModelInputs(np.zeros((0, 0, 0)), np.zeros(0)),
+                                           asyncio.get_running_loop().create_future(), 0.0))
+            await self._task
+
+    def _notify(self, waits: list[float]) -> None:
+        if self._observe is not None:
+            try:
+                self._observe(waits)
+            except Exception:  # metrics must never break inference
+                log.exception("batch observer failed")
+
+    async def _next(self, timeout: float | None) -> _Pending | None:
+        if self._carry:
+            return self._carry.popleft()
+        if timeout is None:
+            return await self._queue.get()
+        if timeout <= 0:
+            try:
+                return self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return None
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    async def _gather(self) -> tuple[list[_Pending], bool]:
+        """The next batch; `True` when the close sentinel was met."""
+        first = await self._next(None)
+        if first.inputs.rows == 0:
+            return [], True
+        items, rows = [first], first.inputs.rows
+        deadline = time.perf_counter() + self.max_queue_delay
+        while rows < self.max_batch_size:
+            nxt = await self._next(deadline - time.perf_counter())
+            if nxt is None:
+                break
+            if nxt.inputs.rows == 0:  # close sentinel: run what we have, then stop
+                return items, True
+            if rows + nxt.inputs.rows > self.max_batch_size:
+                self._carry.appendleft(nxt)
+                break
+            items.append(nxt)
+            rows += nxt.inputs.rows
+        return items, False
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        done = False
+        while not done:
+            items, done = await self._gather()
+            items = [i for i in items if not i.future.done()]  # callers that went away
+            if not items:
+                continue
+            start = time.perf_counter()
+            self._notify([start - i.enqueued for i in items])
+            try:
+                joined = batch([i.inputs for i in items])
+                out = await loop.run_in_executor(self._executor, run_chunked, self._run, joined,
+                                                 self.max_batch_size)
+            except Exception as e:  # the model failed: every caller in the batch learns it
+                log.exception("inference failed", extra={"model": self.name,
+                                                         "rows": sum(i.inputs.rows
+                                                                     for i in items)})
+                for i in items:
+                    if not i.future.done():
+                        i.future.set_exception(e)
+                continue
+            for i, o in zip(items, unbatch(out, [i.inputs.rows for i in items]), strict=True):
+                if not i.future.done():
+                    i.future.set_result(o)
+        # Anything left behind the sentinel (a submit raced the close) runs now.
+        while self._carry or not self._queue.empty():
+            p = await self._next(0)
+            if p is None or p.inputs.rows == 0:
+                continue
+            try:
+                p.future.set_result(await loop.run_in_executor(
+                    self._executor, run_chunked, self._run, p.inputs, self.max_batch_size))
+            except Exception as e:
+                p.future.set_exception(e)

@@ -1,0 +1,95 @@
+"""`scehr serve` and `scehr models list`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+from schemas.contract import TASKS
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    serve = subparsers.add_parser(
+        "serve", help="serve the models over HTTP",
+        description="Start the scoring server (uvicorn). With no options it serves the default "
+        "models of models/index.json on 127.0.0.1:8000. Every SCEHR_* setting also applies.")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1,
+                       help="worker processes; each loads its own models and batcher")
+    serve.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
+    serve.add_argument("--device", choices=["auto", "cuda", "cpu"], help="SCEHR_DEVICE")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                       help="SCEHR_LOG_LEVEL")
+    serve.set_defaults(func=_serve)
+
+    models = subparsers.add_parser("models", help="inspect the model directory")
+    msub = models.add_subparsers(dest="models_command", metavar="ACTION")
+    ls = msub.add_parser("list", help="list the models of index.json")
+    ls.add_argument("--model-dir", type=Path)
+    ls.add_argument("--json", action="store_true", help="print the index entries as JSON")
+    ls.set_defaults(func=_list)
+    models.set_defaults(func=lambda a: models.print_help() or 2)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.logs import uvicorn_log_config
+    from service.registry import ModelLoadError, Registry
+    from service.settings import Settings
+
+    for opt, env in (("model_dir", "SCEHR_MODEL_DIR"), ("device", "SCEHR_DEVICE"),
+                     ("log_level", "SCEHR_LOG_LEVEL")):
+        value = getattr(args, opt)
+        if value is not None:
+            os.environ[env] = str(Path(value).resolve()) if opt == "model_dir" else str(value)
+    os.environ["SCEHR_WORKERS"] = str(args.workers)
+    settings = Settings()
+    # Fail here, with one clear line, before any worker starts.
+    try:
+        Registry(settings, None, None).preflight()  # type: ignore[arg-type]
+    except ModelLoadError as e:
+        print(f"scehr serve: {e}", file=sys.stderr)
+        return 1
+    mp = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if mp:  # stale files of a previous run would be summed into this one's metrics
+        shutil.rmtree(mp, ignore_errors=True)
+        Path(mp).mkdir(parents=True, exist_ok=True)
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler;
+    # a no-op handler here makes a graceful stop exit with status 0, as process managers expect.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    uvicorn.run("service.app:build_app", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_config=uvicorn_log_config(settings.log_level),
+                access_log=False, timeout_graceful_shutdown=30)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from service.registry import read_index
+    from service.settings import Settings
+
+    model_dir = args.model_dir or Settings().model_dir
+    index = read_index(model_dir)
+    if args.json:
+        print(json.dumps(index.model_dump(), indent=2))
+        return 0
+    rows = [("TASK", "VERSION", "DEFAULT", "NAME", "LOSS", "AUROC", "PATH")]
+    for e in sorted(index.models, key=lambda e: (TASKS.index(e.task) if e.task in TASKS else 9,
+                                                 e.version)):
+        extra = e.model_extra or {}
+        auroc = (extra.get("metrics") or {}).get("auroc")
+        if isinstance(auroc, dict):
+            auroc = auroc.get("value")
+        rows.append((e.task, e.version, "*" if index.defaults.get(e.task) == e.version else "",
+                     e.name or "", str(extra.get("loss", "")),
+                     "" if auroc is None else f"{float(auroc):.3f}", e.path))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0

@@ -1,0 +1,41 @@
+"""`Annotated` dependencies shared by the routes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from service.errors import ApiError
+from service.metrics import Metrics
+from service.registry import ModelHandle, ModelNotReady, Registry
+from service.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_registry(request: Request) -> Registry:
+    return request.app.state.registry
+
+
+def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RegistryDep = Annotated[Registry, Depends(get_registry)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+
+def handle_for(registry: Registry, settings: Settings, task: str) -> ModelHandle:
+    """The model serving `task`: 404 when not served, 503 while it loads."""
+    try:
+        return registry.get(task)
+    except ModelNotReady as e:
+        raise ApiError(503, "model_not_ready", headers={"Retry-After": str(settings.retry_after_s)},
+                       message=f"the {task} model is not ready ({e})") from None
+    except KeyError:
+        raise ApiError(404, "model_not_found",
+                       message=f"no {task!r} model is served here") from None

@@ -1,0 +1,73 @@
+"""Request examples for the OpenAPI schema (`examples/mortality_stay.json` when present)."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "examples" / "mortality_stay.json"
+
+
+def _long_form(hours: list[float]) -> dict[str, Any]:
+    obs: list[dict[str, Any]] = []
+    for t in hours:
+        obs += [
+            {"variable": "heart_rate", "time": t, "value": 92, "unit": "bpm"},
+            {"variable": "systolic_bp", "time": t, "value": 118, "unit": "mmHg"},
+            {"variable": "diastolic_bp", "time": t, "value": 64, "unit": "mmHg"},
+            {"variable": "respiratory_rate", "time": t, "value": 20},
+            {"variable": "o2_saturation", "time": t, "value": 96, "unit": "%"},
+            {"variable": "temperature", "time": t, "value": 37.4, "unit": "Cel"},
+        ]
+    obs += [
+        {"variable": "glucose", "time": 2.0, "value": 7.8, "unit": "mmol/L"},
+        {"variable": "gcs_total", "time": 1.0, "value": "14"},
+        {"variable": "gcs_eye", "time": 1.0, "value": 4},
+        {"variable": "fio2", "time": 1.0, "value": 40, "unit": "%"},
+        {"variable": "ph", "time": 3.0, "value": 7.31},
+    ]
+    return {"id": "example-1", "observations": obs,
+            "demographics": {"age": 67, "sex": "female"}}
+
+
+@cache
+def mortality_stay() -> dict[str, Any]:
+    if EXAMPLE_FILE.is_file():
+        try:
+            return json.loads(EXAMPLE_FILE.read_text())
+        except (OSError, json.JSONDecodeError):
+            pass
+    return _long_form([1.0, 6.0, 12.0, 24.0, 36.0, 47.0])
+
+
+def wide_stay() -> dict[str, Any]:
+    return {
+        "id": "example-wide",
+        "wide": {
+            "hours": [0.5, 4.0, 8.0],
+            "columns": {"Heart Rate": [88, 95, None], "Temperature": [36.9, None, 38.2],
+                        "Glascow coma scale total": ["15", None, "13"]},
+            "units": {"Temperature": "Cel"},
+        },
+    }
+
+
+def phenotypes_stay() -> dict[str, Any]:
+    return _long_form([1.0, 12.0, 24.0, 48.0, 72.0, 96.0])
+
+
+def stay_examples(task: str) -> dict[str, dict[str, Any]]:
+    first = mortality_stay() if task == "mortality" else phenotypes_stay()
+    return {
+        "long": {"summary": "Long form: one observation per row", "value": first},
+        "wide": {"summary": "Wide form: the benchmark CSV layout", "value": wide_stay()},
+    }
+
+
+def batch_examples(task: str) -> dict[str, dict[str, Any]]:
+    good = mortality_stay() if task == "mortality" else phenotypes_stay()
+    bad = {"id": "bad", "observations": [{"variable": "heart_rate", "time": -1, "value": 80}]}
+    return {"mixed": {"summary": "Two stays; the second is rejected on its own",
+                      "value": {"stays": [good, wide_stay(), bad]}}}

@@ -1,0 +1,70 @@
+"""JSON logs with a request id; nothing a patient sent ever goes into a log record.
+
+Log calls in the service pass only identifiers, counts, rules and timings as `extra` fields;
+payload values, demographics and caller ids are never logged, at any level.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextvars import ContextVar
+from typing import Any
+
+request_id_var: ContextVar[str | None] = ContextVar("scehr_request_id", default=None)
+
+#: Record attributes every LogRecord has; anything else came in through `extra=`.
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, request_id and extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        rid = request_id_var.get()
+        if rid is not None:
+            out["request_id"] = rid
+        for k, v in vars(record).items():
+            if k not in _STANDARD and not k.startswith("_") and k != "color_message":
+                out[k] = v
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+_HANDLER_FLAG = "_scehr_handler"
+
+
+def configure_logging(level: str) -> None:
+    """JSON handler on the `scehr` logger (idempotent; leaves the root logger alone)."""
+    logger = logging.getLogger("scehr")
+    logger.setLevel(level)
+    if not any(getattr(h, _HANDLER_FLAG, False) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter())
+        setattr(handler, _HANDLER_FLAG, True)
+        logger.addHandler(handler)
+    logger.propagate = False
+
+
+def uvicorn_log_config(level: str) -> dict[str, Any]:
+    """uvicorn's own loggers in the same JSON format (its access log is replaced by ours)."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "service.logs.JsonFormatter"}},
+        "handlers": {"default": {"class": "logging.StreamHandler", "formatter": "json",
+                                 "stream": "ext://sys.stderr"}},
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": level, "propagate": False},
+            "uvicorn.error": {"level": level},
+        },
+    }

@@ -1,0 +1,115 @@
+"""Prometheus metrics of the service; names and labels are part of its public interface.
+
+| name | type | labels |
+| --- | --- | --- |
+| scehr_requests_total | counter | endpoint, model, status |
+| scehr_request_duration_seconds | histogram | endpoint, model, status |
+| scehr_preprocess_seconds | histogram | model |
+| scehr_queue_seconds | histogram | model |
+| scehr_compute_seconds | histogram | model |
+| scehr_batch_size | histogram | model |
+| scehr_validation_errors_total | counter | model, rule |
+| scehr_warnings_total | counter | model, code |
+| scehr_overload_rejections_total | counter | model |
+| scehr_in_flight_requests | gauge | (none) |
+| scehr_model_info | gauge (1 = serving) | task, name, version, provider |
+| scehr_model_reloads_total | counter | model, outcome |
+
+`endpoint` is the route template (`/predict/{task}/batch`), `unmatched` for unknown paths;
+`model` is the task id. When `PROMETHEUS_MULTIPROC_DIR` is set (several uvicorn workers), values
+are written there by every worker and `/metrics` aggregates them: counters and histograms are
+summed, the in-flight gauge is summed over live workers, and `scehr_model_info` carries a `pid`
+label per worker, since each worker holds its own sessions (a reload reaches one worker only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    multiprocess,
+)
+
+disable_created_metrics()  # `_created` series double the exposition for no use here
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                   5.0, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def multiprocess_mode() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+class Metrics:
+    """All metric objects of one app; its own registry, so several apps never collide."""
+
+    def __init__(self) -> None:
+        self.multiprocess = multiprocess_mode()
+        reg = None if self.multiprocess else CollectorRegistry()
+        self._registry = reg
+        self.requests = Counter("scehr_requests", "HTTP requests",
+                                ["endpoint", "model", "status"], registry=reg)
+        self.request_seconds = Histogram(
+            "scehr_request_duration_seconds", "End-to-end request latency",
+            ["endpoint", "model", "status"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.preprocess_seconds = Histogram(
+            "scehr_preprocess_seconds", "Validation and tensorization time per request",
+            ["model"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.queue_seconds = Histogram(
+            "scehr_queue_seconds", "Time a request waited in the batcher queue", ["model"],
+            buckets=LATENCY_BUCKETS, registry=reg)
+        self.compute_seconds = Histogram(
+            "scehr_compute_seconds", "ONNX Runtime time per batch", ["model"],
+            buckets=LATENCY_BUCKETS, registry=reg)
+        self.batch_size = Histogram("scehr_batch_size", "Rows per ONNX Runtime run", ["model"],
+                                    buckets=BATCH_BUCKETS, registry=reg)
+        self.validation_errors = Counter(
+            "scehr_validation_errors", "Validation problems by rule", ["model", "rule"],
+            registry=reg)
+        self.warnings = Counter("scehr_warnings", "Input warnings by code", ["model", "code"],
+                                registry=reg)
+        self.overload = Counter("scehr_overload_rejections",
+                                "Requests refused with 503 because the queue was full",
+                                ["model"], registry=reg)
+        self.in_flight = Gauge("scehr_in_flight_requests", "Requests being handled",
+                               registry=reg, multiprocess_mode="livesum")
+        self.model_info = Gauge("scehr_model_info", "Model served (1) with its provider",
+                                ["task", "name", "version", "provider"], registry=reg,
+                                multiprocess_mode="liveall")
+        self.reloads = Counter("scehr_model_reloads", "Admin reloads by outcome",
+                               ["model", "outcome"], registry=reg)
+
+    def set_model(self, task: str, name: str, version: str, provider: str,
+                  previous: tuple[str, str, str] | None = None) -> None:
+        """Mark a model as served, and the one it replaced (name, version, provider) as not."""
+        if previous is not None and previous != (name, version, provider):
+            labels = (task, *previous)
+            if self.multiprocess:
+                self.model_info.labels(*labels).set(0)
+            else:
+                with contextlib.suppress(KeyError):
+                    self.model_info.remove(*labels)
+        self.model_info.labels(task, name, version, provider).set(1)
+
+    def render(self) -> tuple[bytes, str]:
+        if self.multiprocess:
+            reg = CollectorRegistry()
+            multiprocess.MultiProcessCollector(reg)
+            return generate_latest(reg), CONTENT_TYPE_LATEST
+        assert self._registry is not None
+        return generate_latest(self._registry), CONTENT_TYPE_LATEST
+
+    @staticmethod
+    def process_exit() -> None:
+        """Drop this worker's live gauges from the multiprocess files."""
+        if multiprocess_mode():
+            multiprocess.mark_process_dead(os.getpid())

@@ -1,0 +1,156 @@
+"""Pure ASGI middleware: request id, access log and request metrics; the body-size limit.
+
+Pure ASGI (not BaseHTTPMiddleware) so nothing is buffered and the size limit sees the body as
+it streams: a chunked upload without Content-Length is cut off at the limit too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from schemas.payloads import ErrorBody, Problem
+from service.logs import request_id_var
+from service.metrics import Metrics
+
+log = logging.getLogger("scehr.access")
+
+_RID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_QUIET = {"/livez", "/readyz", "/metrics"}
+
+
+async def send_error(send: Send, status: int, body: ErrorBody,
+                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    data = json.dumps(body.model_dump(mode="json")).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(data)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for k, v in scope.get("headers", []):
+        if k == name:
+            return v.decode("latin-1")
+    return None
+
+
+class RequestContextMiddleware:
+    """X-Request-ID (echoed when well-formed, else generated), metrics and one access-log line.
+
+    The log line holds the method, route template, status, duration and model: never the path's
+    query, the body or any header value other than the request id.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = _header(scope, b"x-request-id")
+        rid = given if given and _RID.match(given) else uuid.uuid4().hex
+        token = request_id_var.set(rid)
+        scope.setdefault("state", {})
+        status = 500
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                started = True
+                message["headers"] = [*message.get("headers", []),
+                                      (b"x-request-id", rid.encode())]
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        t0 = time.perf_counter()
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error")
+            if not started:
+                await send_error(send_with_id, 500, ErrorBody(
+                    error="internal_error", request_id=rid,
+                    detail=[Problem(loc=[], rule="internal_error",
+                                    message="the server failed; the request id is in its logs")]))
+        finally:
+            seconds = time.perf_counter() - t0
+            self.metrics.in_flight.dec()
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or "unmatched"
+            model = scope["state"].get("model") or scope.get("path_params", {}).get("task", "")
+            if not isinstance(model, str) or len(model) > 32 or "/" in model:
+                model = "invalid"
+            self.metrics.requests.labels(endpoint, model, str(status)).inc()
+            self.metrics.request_seconds.labels(endpoint, model, str(status)).observe(seconds)
+            log.log(logging.DEBUG if endpoint in _QUIET else logging.INFO, "request",
+                    extra={"method": scope.get("method"), "endpoint": endpoint,
+                           "status": status, "model": model,
+                           "duration_ms": round(seconds * 1000, 3)})
+            request_id_var.reset(token)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimitMiddleware:
+    """413 for bodies over `max_bytes`, by Content-Length or by counting the streamed chunks."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _error(self) -> ErrorBody:
+        return ErrorBody(error="payload_too_large", request_id=request_id_var.get(), detail=[
+            Problem(loc=["body"], rule="body_too_large", message="the request body is too large",
+                    allowed=f"<= {self.max_bytes} bytes")])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await send_error(send, 413, self._error(), [(b"connection", b"close")])
+            return
+        received = 0
+        exceeded = False
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, exceeded
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    exceeded = True
+                    raise _TooLarge
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if exceeded:  # whatever the app answers after the cut-off (e.g. a 400) is dropped
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except _TooLarge:
+            pass
+        except Exception:
+            if not exceeded:
+                raise
+        if exceeded and not started:
+            await send_error(send, 413, self._error(), [(b"connection", b"close")])

@@ -1,0 +1,31 @@
+"""The loaded models: manifest metadata, the provider really in use, test metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from schemas.payloads import ErrorBody, ModelInfo, ModelList
+from service.deps import RegistryDep
+from service.errors import ApiError
+
+router = APIRouter(tags=["models"])
+
+
+@router.get("/models", response_model=ModelList)
+async def list_models(registry: RegistryDep) -> ModelList:
+    """Models loaded in this worker, and the versions index.json offers."""
+    return ModelList(models=[h.model.info() for h in registry.handles.values()],
+                     available=registry.available())
+
+
+@router.get("/models/{task}", response_model=ModelInfo,
+            responses={404: {"model": ErrorBody}, 503: {"model": ErrorBody}})
+async def get_model(task: str, registry: RegistryDep) -> ModelInfo:
+    """One task's model."""
+    h = registry.handles.get(task)
+    if h is None:
+        if task in registry.state:
+            raise ApiError(503, "model_not_ready",
+                           message=f"the {task} model is {registry.state[task]}")
+        raise ApiError(404, "model_not_found", message=f"no {task!r} model is served here")
+    return h.model.info()

@@ -1,0 +1,95 @@
+"""The one configuration object of the service, read from `SCEHR_*` environment variables.
+
+Every field below is an environment variable with the `SCEHR_` prefix (e.g. `SCEHR_MODEL_DIR`,
+`SCEHR_MAX_BATCH_SIZE`). `scehr serve` sets the ones it takes as options before uvicorn starts,
+so every worker process reads the same values.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from schemas.contract import TASKS
+
+
+def default_model_dir() -> Path:
+    """The repository's `models/` when running from a checkout, else `./models`."""
+    repo = Path(__file__).resolve().parents[1] / "models"
+    return repo if repo.is_dir() else Path.cwd() / "models"
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class Settings(BaseSettings):
+    """Service settings; env prefix `SCEHR_`."""
+
+    model_config = SettingsConfigDict(env_prefix="SCEHR_", protected_namespaces=(),
+                                      extra="ignore")
+
+    model_dir: Path = Field(default_factory=default_model_dir,
+                            description="Folder holding index.json and <task>/<version>/")
+    tasks: Annotated[list[str] | None, NoDecode] = Field(
+        None, description="Tasks to serve (comma-separated); default: every task with a default "
+        "model in index.json")
+    device: Literal["auto", "cuda", "cpu"] = Field(
+        "auto", description="auto: CUDA when ONNX Runtime can really use it, else CPU; cuda: fail "
+        "at start without a working CUDA provider")
+    workers: int = Field(1, ge=1, description="uvicorn worker processes (sizes ORT threads)")
+    intra_op_threads: int | None = Field(
+        None, ge=1, description="ORT intra-op threads per session; default cores // workers")
+    max_batch_size: int = Field(32, ge=1, description="Rows per ONNX run of the micro-batcher; "
+                                "1 turns batching off")
+    max_queue_delay_ms: float = Field(
+        0.0, ge=0, description="How long the batcher waits for more requests once one is "
+        "queued. 0: run what is queued at once; under load batches still form while the "
+        "previous one computes, and a lone request pays no wait")
+    max_queue_size: int = Field(256, ge=1, description="Requests waiting per model before 503")
+    retry_after_s: int = Field(1, ge=0, description="Retry-After sent with overload 503s")
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger bodies get 413")
+    max_batch_stays: int = Field(256, ge=1, description="Stays per batch request")
+    max_observations: int = Field(20_000, ge=1, description="Observations per stay")
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Comma-separated keys for `X-API-Key`; when set, "
+        "predict and admin routes need one; admin routes exist only when set")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _split_tasks(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = [t.strip() for t in v.split(",") if t.strip()] or None
+        for t in v or []:
+            if t not in TASKS:
+                raise ValueError(f"unknown task {t!r}; known: {', '.join(TASKS)}")
+        return v
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [k.strip() for k in v.split(",") if k.strip()]
+        return v
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, v: object) -> object:
+        return v.upper() if isinstance(v, str) else v
+
+    @property
+    def max_queue_delay(self) -> float:
+        return self.max_queue_delay_ms / 1000.0
+
+    @property
+    def ort_threads(self) -> int:
+        """Threads per ORT session: the cores shared out between worker processes."""
+        return self.intra_op_threads or max(1, available_cores() // self.workers)

@@ -1,0 +1,135 @@
+"""The micro-batcher alone: batch/unbatch, coalescing, bounded queue, drain on close."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from service.batcher import (
+    MicroBatcher,
+    ModelInputs,
+    ModelOutputs,
+    Overloaded,
+    batch,
+    run_chunked,
+    unbatch,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def fake_model(calls: list[int], delay: float = 0.0):
+    """Masked mean over valid steps; records the rows of every run."""
+    def run(inp: ModelInputs) -> ModelOutputs:
+        calls.append(inp.rows)
+        if delay:
+            time.sleep(delay)
+        valid = np.arange(inp.x.shape[1])[None, :] < inp.lengths[:, None]
+        z = (inp.x * valid[..., None]).sum(1) / np.maximum(inp.lengths, 1)[:, None]
+        return ModelOutputs(z, np.stack([z[:, :1], -z[:, :1]], -1), z[:, :1])
+    return run
+
+
+def item(t: int, seed: int, rows: int = 1) -> ModelInputs:
+    rng = np.random.default_rng(seed)
+    return ModelInputs(rng.normal(size=(rows, t, 3)).astype(np.float32),
+                       np.full(rows, t, dtype=np.int64))
+
+
+def test_batch_pads_to_longest_and_unbatch_splits() -> None:
+    a, b = item(3, 0), item(5, 1, rows=2)
+    joined = batch([a, b])
+    assert joined.x.shape == (3, 5, 3)
+    assert (joined.x[0, 3:] == 0).all() and joined.lengths.tolist() == [3, 5, 5]
+    out = fake_model([])(joined)
+    parts = unbatch(out, [1, 2])
+    assert [p.z.shape[0] for p in parts] == [1, 2]
+    np.testing.assert_array_equal(parts[0].z, fake_model([])(a).z)
+
+
+def test_run_chunked_respects_max_rows() -> None:
+    calls: list[int] = []
+    out = run_chunked(fake_model(calls), item(4, 0, rows=10), 4)
+    assert calls == [4, 4, 2] and out.z.shape == (10, 3)
+
+
+async def test_concurrent_submits_coalesce_and_match_unbatched() -> None:
+    calls: list[int] = []
+    with ThreadPoolExecutor(1) as ex:
+        b = MicroBatcher(fake_model(calls), max_batch_size=16, max_queue_delay=0.05,
+                         max_queue_size=64, executor=ex)
+        b.start()
+        items = [item(2 + i % 4, i) for i in range(8)]
+        outs = await asyncio.gather(*(b.submit(i) for i in items))
+        await b.close()
+    assert max(calls) > 1, calls  # at least one real batch
+    ref = fake_model([])
+    for i, o in zip(items, outs, strict=True):
+        np.testing.assert_array_equal(o.z, ref(i).z)
+
+
+async def test_max_batch_size_one_never_batches() -> None:
+    calls: list[int] = []
+    with ThreadPoolExecutor(1) as ex:
+        b = MicroBatcher(fake_model(calls), max_batch_size=1, max_queue_delay=0.01,
+                         max_queue_size=64, executor=ex)
+        b.start()
+        await asyncio.gather(*(b.submit(item(3, i)) for i in range(5)))
+        await b.close()
+    assert calls == [1] * 5
+
+
+async def test_full_queue_raises_overloaded() -> None:
+    gate = threading.Event()
+    calls: list[int] = []
+
+    def slow(inp: ModelInputs) -> ModelOutputs:
+        gate.wait(5)
+        return fake_model(calls)(inp)
+
+    with ThreadPoolExecutor(1) as ex:
+        b = MicroBatcher(slow, max_batch_size=1, max_queue_delay=0, max_queue_size=2,
+                         executor=ex)
+        b.start()
+        first = asyncio.ensure_future(b.submit(item(2, 0)))
+        await asyncio.sleep(0.05)  # the first is computing, the queue is empty
+        queued = [asyncio.ensure_future(b.submit(item(2, i))) for i in (1, 2)]
+        await asyncio.sleep(0)
+        with pytest.raises(Overloaded):
+            await b.submit(item(2, 3))
+        gate.set()
+        await asyncio.gather(first, *queued)
+        await b.close()
+
+
+async def test_close_drains_queue_then_runs_stragglers_directly() -> None:
+    calls: list[int] = []
+    with ThreadPoolExecutor(1) as ex:
+        b = MicroBatcher(fake_model(calls, delay=0.02), max_batch_size=4, max_queue_delay=0.2,
+                         max_queue_size=8, executor=ex)
+        b.start()
+        pending = [asyncio.ensure_future(b.submit(item(2, i))) for i in range(3)]
+        await asyncio.sleep(0)
+        await b.close()
+        assert all(p.done() for p in pending)
+        late = await b.submit(item(2, 9))  # after close: still answered, unbatched
+        assert late.z.shape == (1, 3)
+
+
+async def test_model_error_reaches_every_caller() -> None:
+    def broken(inp: ModelInputs) -> ModelOutputs:
+        raise RuntimeError("boom")
+
+    with ThreadPoolExecutor(1) as ex:
+        b = MicroBatcher(broken, max_batch_size=8, max_queue_delay=0.02, max_queue_size=8,
+                         executor=ex)
+        b.start()
+        res = await asyncio.gather(*(b.submit(item(2, i)) for i in range(3)),
+                                   return_exceptions=True)
+        await b.close()
+    assert all(isinstance(r, RuntimeError) for r in res)

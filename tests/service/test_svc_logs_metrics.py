@@ -1,0 +1,136 @@
+"""JSON logs with request ids and no patient values; metric names and labels."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from service.logs import JsonFormatter
+from service.settings import Settings
+from tests.service.conftest import serve
+
+pytestmark = pytest.mark.anyio
+REPO = Path(__file__).resolve().parents[2]
+
+SECRETS = ["123.4567", "38.7654", "87.65", "MRN-77-SECRET", "9.8765", "250.125", "66.6061",
+           "Winks-Secret"]
+
+
+def secret_stay() -> dict:
+    return {
+        "id": "MRN-77-SECRET",
+        "observations": [
+            {"variable": "heart_rate", "time": 1.0, "value": 123.4567},
+            {"variable": "temperature", "time": 2.0, "value": 38.7654, "unit": "Cel"},
+            {"variable": "glucose", "time": 3.0, "value": 9.8765, "unit": "mmol/L"},
+            {"variable": "heart_rate", "time": 4.0, "value": 666.6061},  # dropped
+        ],
+        "demographics": {"age": 87.65, "sex": "male"},
+    }
+
+
+async def test_no_patient_values_in_logs_at_debug(
+        make_settings: Callable[..., Settings]) -> None:
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(JsonFormatter())
+    handler.setLevel(logging.DEBUG)
+    loggers = [logging.getLogger(), logging.getLogger("scehr")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.DEBUG)
+    try:
+        async with serve(make_settings(log_level="DEBUG", api_keys="k")) as c:
+            h = {"X-API-Key": "k"}
+            for explain in ("basic", "full"):
+                r = await c.post("/predict/mortality", json=secret_stay(),
+                                 params={"explain": explain}, headers=h)
+                assert r.status_code == 200
+            bad = {**secret_stay(), "demographics": {"age": 250.125}}
+            assert (await c.post("/predict/mortality", json=bad, headers=h)).status_code == 422
+            wrong = {"observations": [{"variable": "gcs_eye", "time": 1, "value": "Winks-Secret"}]}
+            assert (await c.post("/predict/mortality", json=wrong, headers=h)).status_code == 422
+            r = await c.post("/predict/phenotypes/batch", headers=h,
+                             json={"stays": [secret_stay(), wrong, bad]})
+            assert r.status_code == 200
+            await c.post("/predict/mortality", json=secret_stay(), headers={"X-API-Key": "no"})
+    finally:
+        for lg, lvl in zip(loggers, levels, strict=True):
+            lg.removeHandler(handler)
+            lg.setLevel(lvl)
+    text = buf.getvalue()
+    assert '"logger": "scehr.access"' in text and '"status": 422' in text  # logs were captured
+    for s in SECRETS:
+        assert s not in text, s
+
+
+async def test_request_id_echoed_or_generated(client) -> None:
+    r = await client.get("/livez", headers={"x-request-id": "abc-123"})
+    assert r.headers["x-request-id"] == "abc-123"
+    r = await client.get("/livez")
+    assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
+    r = await client.get("/livez", headers={"x-request-id": "bad id\twith spaces" * 10})
+    assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
+
+
+def test_json_formatter_one_object_per_line() -> None:
+    rec = logging.LogRecord("scehr.x", logging.INFO, __file__, 1, "hello %s", ("w",), None)
+    rec.task = "mortality"
+    out = json.loads(JsonFormatter().format(rec))
+    assert out["msg"] == "hello w" and out["task"] == "mortality" and out["level"] == "INFO"
+
+
+async def test_metric_names_and_labels(client) -> None:
+    await client.post("/predict/mortality", json=secret_stay())
+    await client.post("/predict/mortality", json={"observations": [
+        {"variable": "pulse", "time": 1, "value": 1}]})
+    await client.post("/predict/mortality", json={"observations": "x"})
+    text = (await client.get("/metrics")).text
+    for line in (
+        'scehr_requests_total{endpoint="/predict/mortality",model="mortality",status="200"} 1.0',
+        'scehr_requests_total{endpoint="/predict/mortality",model="mortality",status="422"} 2.0',
+        'scehr_validation_errors_total{model="mortality",rule="unknown_variable"} 1.0',
+        'scehr_validation_errors_total{model="mortality",rule="list_type"} 1.0',
+        'scehr_warnings_total{code="value_dropped",model="mortality"} 1.0',
+        'scehr_model_info{name="fixture-mortality-cbce",provider="CPUExecutionProvider",'
+        'task="mortality",version="v1"} 1.0',
+        "scehr_in_flight_requests 1.0",  # the /metrics request itself
+    ):
+        assert line in text, line
+    for name in ("scehr_request_duration_seconds_bucket", "scehr_queue_seconds_bucket",
+                 "scehr_compute_seconds_bucket", "scehr_batch_size_bucket",
+                 "scehr_preprocess_seconds_bucket"):
+        assert re.search(rf'{name}{{.*model="mortality"', text), name
+    assert "_created" not in text
+
+
+def test_multiprocess_metrics(tmp_path: Path, model_dir: Path) -> None:
+    """With PROMETHEUS_MULTIPROC_DIR set, /metrics aggregates the files (own process here)."""
+    script = f"""
+import asyncio, sys
+sys.path.insert(0, {str(REPO)!r})
+from tests.service.conftest import serve, stay
+from service.settings import Settings
+async def main():
+    async with serve(Settings(model_dir={str(model_dir)!r}, device="cpu", tasks="mortality")) as c:
+        assert (await c.post("/predict/mortality", json=stay())).status_code == 200
+        print((await c.get("/metrics")).text)
+asyncio.run(main())
+"""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    assert 'scehr_requests_total{endpoint="/predict/mortality",model="mortality",status="200"}' \
+        in out
+    assert re.search(r'scehr_model_info{.*pid="\d+".*} 1.0', out)
+    assert list(tmp_path.glob("*.db"))

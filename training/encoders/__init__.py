@@ -1,0 +1,21 @@
+"""Encoders Φ and the registry that rebuilds them by name from a manifest or checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from training.encoders.base import Encoder
+from training.encoders.channelwise_gru import ChannelwiseGRU
+from training.encoders.lstm import BenchmarkLSTM
+
+ENCODERS: dict[str, type[Encoder]] = {"lstm": BenchmarkLSTM, "cwgru": ChannelwiseGRU}
+
+
+def build_encoder(name: str, n_features: int, n_static: int = 0, **hparams: Any) -> Encoder:
+    """Build the encoder registered as `name`; `hparams` as returned by `Encoder.hparams()`."""
+    if name not in ENCODERS:
+        raise ValueError(f"unknown encoder {name!r}; valid names: {', '.join(sorted(ENCODERS))}")
+    return ENCODERS[name](n_features, n_static, **hparams)
+
+
+__all__ = ["ENCODERS", "BenchmarkLSTM", "ChannelwiseGRU", "Encoder", "build_encoder"]

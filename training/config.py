@@ -1,0 +1,73 @@
+"""One training configuration: defaults per task, a TOML file, then command-line overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The paper's encoders per task (DESIGN.md section 2).
+ENCODER_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
+    ("lstm", "mortality"): {"units": 16, "depth": 2, "bidirectional": True, "dropout": 0.3},
+    ("lstm", "phenotypes"): {"units": 256, "depth": 1, "bidirectional": False, "dropout": 0.3},
+}
+
+
+@dataclass
+class TrainConfig:
+    """Everything that determines a run; written resolved to `<run>/config.json`."""
+
+    task: str = "mortality"
+    data: str = ""
+    out: str = ""
+    encoder: str = "lstm"
+    encoder_hparams: dict[str, Any] = field(default_factory=dict)
+    loss: str = "cbce"
+    lam: float = 0.0
+    temperature: float = 0.1
+    loss_params: dict[str, Any] = field(default_factory=dict)
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    epochs: int = 100
+    patience: int = 10
+    clip_grad: float = 5.0
+    seed: int = 0
+    threads: int = 2
+    n_boot: int = 1000
+    train_prevalence: float | None = None
+    max_train_stays: int | None = None
+    calibration_fraction: float = 0.1
+    tsne: bool = True
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.task not in ("mortality", "phenotypes"):
+            raise ValueError(f"task must be 'mortality' or 'phenotypes', not {self.task!r}")
+        if not self.encoder_hparams:
+            self.encoder_hparams = dict(ENCODER_PRESETS.get((self.encoder, self.task), {}))
+        if not self.lam >= 0:  # also rejects NaN
+            raise ValueError("lam must be >= 0")
+        if self.train_prevalence is not None and not 0 < self.train_prevalence < 1:
+            raise ValueError("train_prevalence must be in (0, 1)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig:
+    """Defaults, then the TOML file's keys, then non-None overrides (the command line)."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"config file {p} does not exist")
+        values.update(tomllib.loads(p.read_text()))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}; known: {sorted(known)}")
+    return TrainConfig(**values)

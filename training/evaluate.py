@@ -1,0 +1,117 @@
+"""Re-evaluate a finished run directory: test metrics, bootstrap CIs and plots, from its files.
+
+Reads `predictions.npz` (written by training.run.train_run), so a run can be re-scored with more
+bootstrap replicates without touching data or model. With `recompute=True`, or when the
+predictions file is missing, the checkpoint is reloaded and the splits re-read from the data
+folder named in its config, which also checks that `model.pt` reproduces the saved predictions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.bootstrap import bootstrap_metrics
+from training.config import TrainConfig
+from training.metrics import task_metrics
+from training.plots import plot_pr_curves, plot_reliability, plot_roc_curves
+
+
+def load_run_config(run_dir: Path) -> TrainConfig:
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
+    return TrainConfig(**json.loads(path.read_text()))
+
+
+def load_predictions(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
+    """{"val": {...}, "test": {...}, ...}: y, probability, anchor_logits, z, stays per split."""
+    with np.load(run_dir / "predictions.npz") as f:
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for key in f.files:
+            split, _, name = key.partition("_")
+            out.setdefault(split, {})[name] = f[key]
+    return out
+
+
+def predictions_from_checkpoint(run_dir: Path, cfg: TrainConfig) -> dict[str, dict[str, Any]]:
+    """Re-predict val and test with `model.pt` on the splits the run was trained with."""
+    from training.fit import load_checkpoint, predict, prepare
+
+    model, crit, _ = load_checkpoint(run_dir / "model.pt")
+    data = prepare(cfg)
+    out: dict[str, dict[str, Any]] = {}
+    for split in ("val", "test"):
+        ts = getattr(data, split)
+        out[split] = {**predict(model, crit, ts), "stays": np.array(ts.stays)}
+    return out
+
+
+def _label_names(run_dir: Path, saved: dict[str, Any]) -> list[str] | None:
+    per_label = saved.get("test", {}).get("per_label_auroc")
+    if per_label:
+        return list(per_label)
+    if (run_dir / "model.pt").is_file():
+        import torch
+
+        return list(torch.load(run_dir / "model.pt", map_location="cpu",
+                               weights_only=False)["label_names"])
+    return None
+
+
+def evaluate_run(
+    run_dir: Path, n_boot: int = 1000, recompute: bool = False, plots: bool = True,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """Test (and val) metrics, test CIs with `n_boot` replicates; writes `evaluation.json`."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    saved_path = run_dir / "metrics.json"
+    saved = json.loads(saved_path.read_text()) if saved_path.is_file() else {}
+    have_npz = (run_dir / "predictions.npz").is_file()
+    source = "checkpoint" if recompute or not have_npz else "predictions.npz"
+    preds = predictions_from_checkpoint(run_dir, cfg) if source == "checkpoint" \
+        else load_predictions(run_dir)
+    names = _label_names(run_dir, saved)
+    test, val = preds["test"], preds["val"]
+    out: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "task": cfg.task,
+        "source": source,
+        "val": task_metrics(cfg.task, val["y"], val["probability"], names),
+        "test": task_metrics(cfg.task, test["y"], test["probability"], names),
+        "test_ci": bootstrap_metrics(cfg.task, test["y"], test["probability"], n_boot=n_boot,
+                                     seed=cfg.seed if seed is None else seed),
+    }
+    if source == "checkpoint" and have_npz:
+        old = load_predictions(run_dir)["test"]
+        out["max_abs_diff_vs_saved_predictions"] = float(
+            np.max(np.abs(old["probability"] - test["probability"])))
+        out["same_test_stays"] = bool(np.array_equal(old["stays"], test["stays"]))
+    headline = out["test"]["headline"]
+    if saved:
+        out["saved_test_headline"] = saved["test"][headline]
+        new, old_v = out["test"][headline], saved["test"][headline]
+        out["matches_saved"] = (new is None and old_v is None) or (
+            new is not None and old_v is not None and abs(new - old_v) < 1e-9)
+    if plots:
+        _plots(run_dir, cfg, test, out["test_ci"])
+    from training.fit import save_json
+
+    save_json(run_dir / "evaluation.json", out)
+    return out
+
+
+def _plots(run_dir: Path, cfg: TrainConfig, test: dict[str, np.ndarray],
+           ci: dict[str, Any]) -> None:
+    name = f"{cfg.encoder}+{cfg.loss}" + (f"+SCR(λ={cfg.lam:g})" if cfg.lam else "")
+    models = {name: (test["y"], test["probability"])}
+    roc_key = "auroc" if cfg.task == "mortality" else "micro_auroc"
+    plot_roc_curves(run_dir / "roc.png", models, cis={name: ci[roc_key]},
+                    title=f"{cfg.task}: test ROC")
+    plot_pr_curves(run_dir / "pr.png", models, cis={name: ci["auprc"]} if "auprc" in ci
+                   else None, title=f"{cfg.task}: test precision-recall")
+    plot_reliability(run_dir / "calibration.png", models, title=f"{cfg.task}: reliability")

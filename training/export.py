@@ -1,0 +1,263 @@
+"""Export a run to `models/<task>/<version>/`: ONNX graph, manifest, model card; validated.
+
+Every export is checked: `onnx.checker`, then ONNX Runtime against PyTorch within
+`PARITY_ATOL` for batch sizes 1, 7 and 256 and several lengths; a failure raises and nothing
+is registered in `models/index.json`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from schemas.contract import CONTRACT_VERSION, ONNX_OPSET, PARITY_ATOL
+from schemas.featureset import TASK_FEATURE_SETS
+from schemas.manifest import (
+    Calibration,
+    ClassCard,
+    EncoderSpec,
+    LossSpec,
+    Manifest,
+    OnnxSpec,
+    OperatingPoint,
+    PrototypeSpec,
+    Provenance,
+    SplitInfo,
+    sha256_file,
+)
+from training.calibration import (
+    IsotonicCalibrator,
+    TemperatureCalibrator,
+    brier,
+    expected_calibration_error,
+    operating_points,
+)
+from training.fit import load_checkpoint
+from training.metrics import auroc
+from training.model_card import write_model_card
+from training.onnx_graph import ScoringModel, export_onnx, validate_parity
+
+MIN_PROTOTYPE = 20
+
+
+def code_version() -> str:
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, cwd=Path(__file__).parent, timeout=5)
+        if out.returncode == 0:
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown"
+
+
+def prototypes(z: np.ndarray, y: np.ndarray, seed: int = 0, k_max: int = 4) -> list[dict]:
+    """Class-conditional k-means centres of training embeddings, with what they stand for.
+
+    Centres are fitted within each outcome (k <= k_max); every training stay is then assigned
+    to its nearest centre by cosine similarity, as the service does at request time, giving each
+    prototype a count and an observed outcome rate. A prototype nearest to fewer than 20 stays
+    is dropped (and its stays reassigned), so no prototype can stand for one patient.
+    """
+    from sklearn.cluster import KMeans
+
+    centres: list[tuple[int, np.ndarray]] = []
+    for label in (0, 1):
+        zs = z[y == label]
+        k = min(k_max, len(zs) // (2 * MIN_PROTOTYPE))
+        if k >= 1:
+            km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(zs)
+            centres += [(label, c) for c in km.cluster_centers_]
+    zn = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+    while centres:
+        c = np.stack([v for _, v in centres])
+        cn = c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-12)
+        nearest = (zn @ cn.T).argmax(axis=1)
+        counts = np.bincount(nearest, minlength=len(centres))
+        if counts.min() >= MIN_PROTOTYPE:
+            return [{"label": lab, "centroid": v.tolist(), "count": int(counts[i]),
+                     "outcome_rate": float(y[nearest == i].mean())}
+                    for i, (lab, v) in enumerate(centres)]
+        centres.pop(int(counts.argmin()))
+    return []
+
+
+def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray],
+                    val: tuple[np.ndarray, np.ndarray, np.ndarray], where: str) -> Calibration:
+    """Fit temperature (on the margin) and isotonic maps on `cal`; keep the better on `val`.
+
+    Each triple is (y, p, margin). The choice and the reported ECE use the validation split,
+    which the maps never saw, so neither number is an in-sample figure.
+    """
+    (yc, pc, mc), (yv, pv, mv) = cal, val
+    before = expected_calibration_error(yv, pv)
+    if len(np.unique(yc)) < 2:
+        return Calibration(method="none", fitted_on=where, ece_before=before, ece_after=before)
+    temp = TemperatureCalibrator(input="margin").fit(mc, yc)
+    iso = IsotonicCalibrator().fit(pc, yc)
+    p_temp, p_iso = temp.transform(mv), iso.transform(pv)
+    if brier(yv, p_temp) <= brier(yv, p_iso):
+        return Calibration(method="temperature", input="margin",
+                           temperature=float(temp.to_dict()["temperature"]), fitted_on=where,
+                           ece_before=before, ece_after=expected_calibration_error(yv, p_temp))
+    d = iso.to_dict()
+    return Calibration(method="isotonic", input="probability", x=list(map(float, d["x"])),
+                       y=list(map(float, d["y"])), fitted_on=where, ece_before=before,
+                       ece_after=expected_calibration_error(yv, p_iso))
+
+
+def _points(y: np.ndarray, p: np.ndarray) -> tuple[list[OperatingPoint], float]:
+    rows = operating_points(y, p, thresholds=[0.1, 0.2, 0.3, 0.5])
+    pts = []
+    for r in rows:
+        if r.get("sensitivity") is None:
+            continue
+        name = (f"sensitivity>={r['target_sensitivity']:g}" if r.get("target_sensitivity")
+                else f"threshold={r['threshold']:g}")
+        pts.append(OperatingPoint(threshold=float(r["threshold"]),
+                                  sensitivity=float(r["sensitivity"]),
+                                  ppv=float(r["ppv"] or 0.0),
+                                  specificity=float(r["specificity"] or 0.0),
+                                  alert_rate=float(r["alert_rate"]), name=name))
+    target = [o for o in pts if o.name == "sensitivity>=0.8"]
+    return pts, (target[0].threshold if target else 0.5)
+
+
+def subgroup_auroc(y: np.ndarray, p: np.ndarray, static_raw: np.ndarray) -> dict[str, Any]:
+    """Test AUROC by sex and age band (mortality), with counts; None where undefined."""
+    age, male = static_raw[:, 0], static_raw[:, 1]
+    groups = {
+        "sex=female": male == 0, "sex=male": male == 1,
+        "age<50": age < 50, "age 50-69": (age >= 50) & (age < 70),
+        "age 70-79": (age >= 70) & (age < 80), "age>=80": age >= 80,
+    }
+    out = {}
+    for name, m in groups.items():
+        a = auroc(y[m], p[m]) if m.sum() > 1 else float("nan")
+        out[name] = {"n": int(m.sum()), "positives": int(y[m].sum()),
+                     "auroc": None if np.isnan(a) else float(a)}
+    return out
+
+
+def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: str | None = None,
+               make_default: bool = True, reproduce: str | None = None,
+               limitations: list[str] | None = None, data_description: str | None = None
+               ) -> Path:
+    """Export, validate and register one run; returns the model folder."""
+    model, crit, ck = load_checkpoint(run_dir / "model.pt")
+    cfg = ck["config"]
+    task = cfg["task"]
+    fs = TASK_FEATURE_SETS[task]
+    out.mkdir(parents=True, exist_ok=True)
+    onnx_path = out / "model.onnx"
+    scoring = ScoringModel(model.encoder, model.head, crit.probability).eval()
+    uses_static = bool(ck["encoder"]["uses_static"])
+    dynamic = task == "phenotypes"
+    export_onnx(scoring, onnx_path, n_features=ck["n_features"],
+                n_static=ck["n_static"] if uses_static else 0, seq_len=48,
+                dynamic_length=dynamic, opset=ONNX_OPSET)
+    parity = validate_parity(scoring, onnx_path, atol=PARITY_ATOL)
+
+    preds = dict(np.load(run_dir / "predictions.npz"))
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    labels = ck["label_names"]
+    u, v = model.head.anchors()
+    cal_split = "calib" if "calib_y" in preds else "val"
+    classes = []
+    where = ("calibration split (10% of training stays, held out of training and early "
+             "stopping); chosen and scored on validation") if cal_split == "calib" else "validation"
+
+    def triple(split: str, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lg = preds[f"{split}_anchor_logits"][:, c]
+        return preds[f"{split}_y"][:, c], preds[f"{split}_probability"][:, c], lg[:, 0] - lg[:, 1]
+
+    for c, label in enumerate(labels):
+        calib = fit_calibration(triple(cal_split, c), triple("val", c), where)
+        pts, thr = _points(preds["val_y"][:, c], preds["val_probability"][:, c])
+        protos = prototypes(preds["train_z"], preds["train_y"][:, c])
+        classes.append(ClassCard(label=label, calibration=calib, operating_points=pts,
+                                 default_threshold=thr,
+                                 prototypes=[PrototypeSpec(**p) for p in protos]))
+    prov = _provenance(Path(cfg["data"]), metrics, preds, data_description or "")
+    version = version or out.name
+    manifest = Manifest(
+        contract_version=CONTRACT_VERSION,
+        name=name or f"scehr-{task}-{cfg['encoder']}-{cfg['loss']}",
+        version=version, task=task, label_names=labels,
+        loss=LossSpec(name=cfg["loss"], lam=cfg["lam"], temperature=cfg["temperature"],
+                      params=cfg["loss_params"]),
+        encoder=EncoderSpec(**ck["encoder"]),
+        feature_set=fs.to_dict(), normalizer=ck["normalizer"],
+        static=ck["static"] if uses_static else None,
+        coverage=ck["coverage"],
+        anchors={"u": u.tolist(), "v": v.tolist()},
+        classes=classes,
+        metrics={"test": metrics["test"], "test_ci": metrics["test_ci"],
+                 "val": metrics["val"],
+                 **({"subgroups": subgroup_auroc(preds["test_y"][:, 0],
+                                                 preds["test_probability"][:, 0],
+                                                 preds["test_static_raw"])}
+                    if task == "mortality" else {})},
+        provenance=prov,
+        onnx=OnnxSpec(sha256=sha256_file(onnx_path), opset=ONNX_OPSET,
+                      inputs=["x", "lengths", *(["static"] if uses_static else [])],
+                      outputs=["z", "anchor_logits", "probability"], dynamic_length=dynamic,
+                      parity_max_abs_error={k: float(e) for k, e in parity.items()}),
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        code_version=code_version(),
+        notes=[f"trained by: scehr train --config {run_dir}/config.json",
+               "not for clinical use without local validation"],
+    )
+    (out / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+    command = reproduce or (f"scehr train --config {run_dir / 'config.json'}\n"
+                            f"scehr export {run_dir} --out {out}")
+    write_model_card(out, manifest, command, limitations)
+    register(out, manifest, make_default)
+    return out
+
+
+def _provenance(data: Path, metrics: dict, preds: dict[str, np.ndarray], description: str
+                ) -> Provenance:
+    info: dict[str, Any] = {}
+    for candidate in (data / "provenance.json", data.parent / "provenance.json"):
+        if candidate.is_file():
+            info = json.loads(candidate.read_text())
+            break
+    splits = {}
+    for s in ("val", "test", "calib"):
+        if f"{s}_y" in preds:
+            splits[s] = SplitInfo(n=len(preds[f"{s}_y"]),
+                                  prevalence=preds[f"{s}_y"].mean(axis=0).round(4).tolist())
+    splits["train"] = SplitInfo(n=int(metrics["n"]["train"]),
+                                prevalence=[round(float(x), 4)
+                                            for x in metrics["train_prevalence"]])
+    return Provenance(dataset=str(info.get("source", data.name)),
+                      description=description,
+                      splits=splits, source=str(info.get("converter", "")))
+
+
+def register(folder: Path, manifest: Manifest, make_default: bool) -> None:
+    """Add (or replace) the model in `<models>/index.json`; optionally make it the default."""
+    root = folder.parent.parent
+    index_path = root / "index.json"
+    index = json.loads(index_path.read_text()) if index_path.is_file() else {}
+    index.setdefault("defaults", {})
+    models = [m for m in index.get("models", [])
+              if not (m["task"] == manifest.task and m["version"] == manifest.version)]
+    test_ci = manifest.metrics.get("test_ci", {})
+    models.append({
+        "task": manifest.task, "version": manifest.version, "name": manifest.name,
+        "path": folder.relative_to(root).as_posix(), "loss": manifest.loss.name,
+        "encoder": manifest.encoder.name, "feature_set": manifest.feature_set["name"],
+        "metrics": {k: {kk: test_ci[k].get(kk) for kk in ("value", "low", "high")}
+                    for k in test_ci},
+    })
+    index["models"] = sorted(models, key=lambda m: (m["task"], m["version"]))
+    if make_default or manifest.task not in index["defaults"]:
+        index["defaults"][manifest.task] = manifest.version
+    index_path.write_text(json.dumps(index, indent=2) + "\n")

@@ -1,0 +1,97 @@
+"""MODEL_CARD.md beside each exported model, written from its manifest (numbers, not prose)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from schemas.manifest import Manifest
+
+
+def _ci(d: dict | None) -> str:
+    if not d or d.get("value") is None:
+        return "n/a"
+    return f"{d['value']:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
+
+
+def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] | None = None
+                     ) -> Path:
+    """Intended use, data, metrics with CIs, calibration, operating points, subgroups, limits."""
+    never = [k for k, v in m.coverage.items() if v == 0.0]
+    lines = [
+        f"# Model card: {m.name} {m.version}",
+        "",
+        "**Not for clinical use without local validation.** A research artifact of scehr.",
+        "",
+        "## Intended use",
+        f"Task `{m.task}`: "
+        + ("in-hospital mortality risk from the first 48 hours of an ICU stay."
+           if m.task == "mortality" else
+           "25 acute and chronic phenotypes (HCUP CCS groups of the mimic3-benchmarks) "
+           "from the ICU time series of a stay."),
+        "Users: clinical-informatics teams evaluating risk scores, and researchers reproducing "
+        "SCEHR. Scores support review and triage; they are not diagnoses.",
+        "",
+        "## Model",
+        f"- Encoder `{m.encoder.name}` {m.encoder.hparams}, embedding size {m.encoder.out_dim}",
+        f"- Loss `{m.loss.name}` + SCR with λ = {m.loss.lam:g} (τ = {m.loss.temperature:g})",
+        f"- Feature set `{m.feature_set['name']}` ({m.feature_set['n_features']} features, "
+        f"time step {m.feature_set['timestep']:g} h)",
+        f"- ONNX opset {m.onnx.opset}, sha256 `{m.onnx.sha256}`; parity with PyTorch: max abs "
+        f"error {max(m.onnx.parity_max_abs_error.values(), default=0):.2e}",
+        "",
+        "## Data",
+        f"{m.provenance.dataset}. {m.provenance.description}",
+        "",
+        "| split | stays | prevalence |",
+        "|---|---:|---|",
+    ]
+    for s, info in m.provenance.splits.items():
+        prev = ", ".join(f"{p:.3f}" for p in info.prevalence[:3])
+        lines.append(f"| {s} | {info.n} | {prev}{' ...' if len(info.prevalence) > 3 else ''} |")
+    ci = m.metrics.get("test_ci", {})
+    lines += ["", "## Test metrics (95% bootstrap CI)", "", "| metric | value [95% CI] |",
+              "|---|---|"]
+    lines += [f"| {k} | {_ci(v)} |" for k, v in ci.items()]
+    test = m.metrics.get("test", {})
+    if "per_label_auroc" in test:
+        lines += ["", "### Per-label test AUROC", "", "| phenotype | prevalence | AUROC |",
+                  "|---|---:|---:|"]
+        prevs = test.get("prevalence", [None] * len(m.label_names))
+        for name, prev in zip(m.label_names, prevs, strict=False):
+            a = test["per_label_auroc"].get(name) if isinstance(test["per_label_auroc"], dict) \
+                else None
+            lines.append(f"| {name} | {prev if prev is None else f'{prev:.3f}'} | "
+                         f"{'not evaluable (too rare in test)' if a is None else f'{a:.3f}'} |")
+    if "subgroups" in m.metrics:
+        lines += ["", "## Subgroup test AUROC", "", "| group | stays | deaths | AUROC |",
+                  "|---|---:|---:|---:|"]
+        for g, r in m.metrics["subgroups"].items():
+            a = "n/a" if r["auroc"] is None else f"{r['auroc']:.3f}"
+            lines.append(f"| {g} | {r['n']} | {r['positives']} | {a} |")
+    lines += ["", "## Calibration", "", "| class | method | fitted on | ECE before | ECE after |",
+              "|---|---|---|---:|---:|"]
+    for c in m.classes[:25]:
+        cal = c.calibration
+        lines.append(f"| {c.label} | {cal.method} | {cal.fitted_on} | "
+                     f"{cal.ece_before or 0:.4f} | {cal.ece_after or 0:.4f} |")
+    if m.task == "mortality":
+        lines += ["", "## Operating points (validation data)", "",
+                  "| point | threshold | sensitivity | PPV | specificity | alert rate |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for o in m.classes[0].operating_points:
+            lines.append(f"| {o.name} | {o.threshold:.3f} | {o.sensitivity:.3f} | {o.ppv:.3f} | "
+                         f"{o.specificity:.3f} | {o.alert_rate:.3f} |")
+        lines.append(f"\nDefault alert threshold: {m.classes[0].default_threshold:.3f} "
+                     "(sensitivity >= 0.8 on validation).")
+    lines += ["", "## Channels never seen in training", "",
+              (", ".join(f"`{c}`" for c in never) if never else "none") + ". The service "
+              "treats these as not observed (their normal value) whatever a request sends, "
+              "and says so in a warning."]
+    lines += ["", "## Limitations", ""] + [f"- {x}" for x in (extra or [])] + [
+        "- Trained on one data source; performance elsewhere must be checked locally.",
+        "- Probabilities are the model's own read-out; the calibrated probability is a "
+        "separate map fitted on held-out data.",
+        "", "## Reproduce", "", "```bash", command, "```", ""]
+    path = folder / "MODEL_CARD.md"
+    path.write_text("\n".join(lines))
+    return path

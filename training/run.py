@@ -1,0 +1,123 @@
+"""One training run end to end, written to a run directory.
+
+`<run>/config.json` (resolved), `epochs.csv`, `model.pt`, `predictions.npz` (validation and
+test: y, probability, anchor logits, z), `metrics.json` (test metrics with bootstrap CIs) and
+PNG plots (ROC, PR, calibration, learning curves, t-SNE with the anchors).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.bootstrap import bootstrap_metrics
+from training.config import TrainConfig
+from training.embedding_quality import embedding_quality, embedding_quality_multilabel
+from training.fit import (
+    FitResult,
+    Prepared,
+    fit,
+    predict,
+    prepare,
+    save_checkpoint,
+    save_json,
+)
+from training.metrics import task_metrics
+from training.plots import (
+    plot_embedding_tsne,
+    plot_learning_curves,
+    plot_pr_curves,
+    plot_reliability,
+    plot_roc_curves,
+)
+
+
+def default_run_dir(cfg: TrainConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{cfg.task}-{cfg.encoder}-{cfg.loss}-lam{cfg.lam:g}-s{cfg.seed}-{stamp}"
+
+
+def train_run(cfg: TrainConfig, data: Prepared | None = None) -> dict[str, Any]:
+    """Train, select on validation, evaluate on test; returns the final metrics dict."""
+    run_dir = Path(cfg.out) if cfg.out else default_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.out = str(run_dir)
+    save_json(run_dir / "config.json", cfg.to_dict())
+    t0 = time.perf_counter()
+    data = data if data is not None else prepare(cfg)
+    res = fit(cfg, data, run_dir)
+    save_checkpoint(run_dir / "model.pt", cfg, res, data)
+    splits = ("val", "test", "calib") if data.calib is not None else ("val", "test")
+    preds = {s: predict(res.model, res.criterion, getattr(data, s)) for s in splits}
+    train = predict(res.model, res.criterion, data.train)  # for prototypes at export
+    np.savez_compressed(
+        run_dir / "predictions.npz",
+        **{f"{s}_{k}": v for s, p in preds.items() for k, v in p.items()},
+        train_z=train["z"], train_y=train["y"],
+        test_static_raw=data.raw["test"].static_raw,
+        test_stays=np.array(data.test.stays), val_stays=np.array(data.val.stays),
+    )
+    final = summarize(cfg, res, data, preds, time.perf_counter() - t0)
+    save_json(run_dir / "metrics.json", final)
+    make_plots(run_dir, cfg, res, preds, data)
+    return final
+
+
+def summarize(cfg: TrainConfig, res: FitResult, data: Prepared,
+              preds: dict[str, dict[str, np.ndarray]], wall: float) -> dict[str, Any]:
+    test = preds["test"]
+    y, p = test["y"], test["probability"]
+    return {
+        "run_dir": cfg.out,
+        "task": cfg.task,
+        "encoder": cfg.encoder,
+        "loss": cfg.loss,
+        "lam": cfg.lam,
+        "batch_size": cfg.batch_size,
+        "seed": cfg.seed,
+        "best_epoch": res.best_epoch,
+        "epochs_run": len(res.history),
+        "val": task_metrics(cfg.task, preds["val"]["y"], preds["val"]["probability"],
+                            data.label_names),
+        "test": task_metrics(cfg.task, y, p, data.label_names),
+        "test_ci": bootstrap_metrics(cfg.task, y, p, n_boot=cfg.n_boot, seed=cfg.seed),
+        "n": {s: len(getattr(data, s)) for s in ("train", "val", "test")},
+        "train_prevalence": data.train.y.numpy().mean(axis=0).tolist(),
+        "train_seconds": res.train_seconds,
+        "train_stays_per_second": res.stays_per_second,
+        "wall_seconds": wall,
+    }
+
+
+def embedding_report(cfg: TrainConfig, data: Prepared, res: FitResult,
+                     preds: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Separation score, intra-class spread and linear-probe AUROC of test embeddings."""
+    from training.fit import predict as _predict
+
+    train = _predict(res.model, res.criterion, data.train)
+    if cfg.task == "mortality":
+        return embedding_quality(train["z"], train["y"][:, 0], preds["test"]["z"],
+                                 preds["test"]["y"][:, 0])
+    return embedding_quality_multilabel(train["z"], train["y"], preds["test"]["z"],
+                                        preds["test"]["y"], data.label_names)
+
+
+def make_plots(run_dir: Path, cfg: TrainConfig, res: FitResult,
+               preds: dict[str, dict[str, np.ndarray]], data: Prepared) -> None:
+    test = preds["test"]
+    name = f"{cfg.encoder}+{cfg.loss}" + (f"+SCR(λ={cfg.lam:g})" if cfg.lam else "")
+    models = {name: (test["y"], test["probability"])}
+    plot_roc_curves(run_dir / "roc.png", models, title=f"{cfg.task}: test ROC")
+    plot_pr_curves(run_dir / "pr.png", models, title=f"{cfg.task}: test precision-recall")
+    plot_reliability(run_dir / "calibration.png", models, title=f"{cfg.task}: reliability")
+    plot_learning_curves(run_dir / "learning_curves.png", res.history,
+                         best_epoch=res.best_epoch, title=f"{cfg.task}: learning curves")
+    if cfg.tsne and cfg.task == "mortality":
+        u, v = res.model.head.anchors()
+        plot_embedding_tsne(run_dir / "tsne.png", test["z"], test["y"][:, 0],
+                            anchors={"u (positive)": u[0].numpy(), "v (negative)": v[0].numpy()},
+                            class_names={0: "survived", 1: "died"},
+                            title="test embeddings with the learned anchors")

@@ -56,10 +56,9 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
     if "per_label_auroc" in test:
         lines += ["", "### Per-label test AUROC", "", "| phenotype | prevalence | AUROC |",
                   "|---|---:|---:|"]
-        prevs = test.get("prevalence", [None] * len(m.label_names))
-        for name, prev in zip(m.label_names, prevs, strict=False):
-            a = test["per_label_auroc"].get(name) if isinstance(test["per_label_auroc"], dict) \
-                else None
+        prevs, aurocs = test.get("prevalence", {}), test["per_label_auroc"]
+        for name in m.label_names:
+            prev, a = prevs.get(name), aurocs.get(name)
             lines.append(f"| {name} | {prev if prev is None else f'{prev:.3f}'} | "
                          f"{'not evaluable (too rare in test)' if a is None else f'{a:.3f}'} |")
     if "subgroups" in m.metrics:

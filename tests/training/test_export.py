@@ -1,0 +1,106 @@
+"""Train -> export -> serve, end to end on tiny synthetic models of both tasks.
+
+The exported folder must hold a valid manifest (contract, sha256, calibration, prototypes of
+at least 20 stays, operating points), a model card and an index entry; and the service must
+score the example payloads with exactly PyTorch's probabilities for the same tensors.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from schemas.featureset import TASK_FEATURE_SETS
+from schemas.ingest import ingest
+from schemas.manifest import load_manifest, sha256_file
+from schemas.payloads import StayPayload
+from schemas.tensorize import Normalizer, StaticImputer, discretize
+from service.settings import Settings
+from tests.service.conftest import serve
+from training.config import TrainConfig
+from training.data.synthetic import write_synthetic
+from training.export import export_run, prototypes
+from training.fit import load_checkpoint
+from training.run import train_run
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = {"units": 4, "depth": 1, "bidirectional": False, "dropout": 0.0}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("export")
+    data = write_synthetic(root / "data", "both", n_train=240, n_test=80, prevalence=0.3, seed=1)
+    out = root / "models"
+    for task, loss in (("mortality", "cbce"), ("phenotypes", "csce")):
+        cfg = TrainConfig(task=task, data=str(data), out=str(root / f"run-{task}"),
+                          encoder="lstm", encoder_hparams=dict(TINY), loss=loss, lam=0.01,
+                          batch_size=32, epochs=2, seed=0, threads=1, n_boot=20, tsne=False,
+                          progress=False)
+        train_run(cfg)
+        export_run(root / f"run-{task}", out / task / "0.1.0")
+    return out
+
+
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+def test_export_writes_a_valid_manifest_card_and_index(models: Path, task: str) -> None:
+    folder = models / task / "0.1.0"
+    m = load_manifest(folder / "manifest.json")
+    assert m.task == task and m.onnx.sha256 == sha256_file(folder / "model.onnx")
+    assert max(m.onnx.parity_max_abs_error.values()) <= 1e-5
+    assert m.onnx.dynamic_length == (task == "phenotypes")
+    assert len(m.classes) == len(m.label_names) == (1 if task == "mortality" else 25)
+    assert np.array(m.anchors["u"]).shape == (len(m.label_names), 4)
+    assert all(p.count >= 20 for c in m.classes for p in c.prototypes)
+    assert m.classes[0].operating_points and m.metrics["test_ci"]
+    assert m.provenance.splits["train"].n > 0 and "calib" in m.provenance.splits
+    card = (folder / "MODEL_CARD.md").read_text()
+    assert "not for clinical use" in card.lower() and "scehr export" in card
+    index = json.loads((models / "index.json").read_text())
+    assert index["defaults"][task] == "0.1.0"
+
+
+def test_prototypes_never_stand_for_fewer_than_20_stays() -> None:
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(300, 3))
+    y = (rng.random(300) < 0.1).astype(float)  # ~30 positives
+    protos = prototypes(z, y)
+    assert protos and all(p["count"] >= 20 for p in protos)
+    assert sum(p["count"] for p in protos) == 300
+    rates = [p["outcome_rate"] for p in protos]
+    assert all(0.0 <= r <= 1.0 for r in rates)
+
+
+def torch_probability(run_dir: Path, payload: dict) -> np.ndarray:
+    """PyTorch's probability for one payload, tensorized the way the service does it."""
+    model, crit, ck = load_checkpoint(run_dir / "model.pt")
+    fs = TASK_FEATURE_SETS[ck["config"]["task"]]
+    r = ingest([StayPayload.model_validate(payload)], fs)
+    x, lengths = discretize(r.observations, fs, r.end_hours)
+    x = Normalizer.from_dict(ck["normalizer"]).transform(x, lengths)
+    static = StaticImputer.from_dict(ck["static"]).transform(r.static_raw)
+    with torch.no_grad():
+        _, logits = model(torch.from_numpy(x), torch.from_numpy(lengths),
+                          torch.from_numpy(static))
+        return crit.probability(logits).numpy()[0]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+async def test_service_scores_exported_models_like_pytorch(models: Path, task: str) -> None:
+    payload = json.loads((REPO / "examples" / f"{task}_stay.json").read_text())
+    expected = torch_probability(models.parent / f"run-{task}", payload)
+    async with serve(Settings(model_dir=models, device="cpu")) as client:
+        r = await client.post(f"/predict/{task}", json=payload)
+    assert r.status_code == 200, r.text
+    got = np.array([c["probability"] for c in r.json()["results"]])
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

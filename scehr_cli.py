@@ -15,7 +15,8 @@ import sys
 #: module -> (extra that provides its dependencies, the top-level commands it registers)
 COMMAND_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "training.data.cli": ("train", ("data",)),
-    "training.cli": ("train", ("train", "evaluate", "grid", "imbalance", "compare", "export")),
+    "training.cli": ("train", ("train", "evaluate", "grid", "imbalance", "compare", "embedding",
+                               "export")),
     "service.cli": ("serve", ("serve", "models")),
 }
 

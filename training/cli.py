@@ -99,6 +99,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_embedding(args: argparse.Namespace) -> int:
+    from training.experiments import embedding_study
+
+    report = embedding_study(Path(args.run_dir), label=args.label)
+    print(json.dumps(report, indent=2, default=float))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from training.export import export_run
 
@@ -142,6 +150,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--docs", help="also write the markdown report here")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("embedding", help="embedding study of a run: separation, spread, "
+                       "linear probe, t-SNE with the anchors")
+    p.add_argument("run_dir")
+    p.add_argument("--label", type=int, default=0, help="class whose anchors are drawn")
+    p.set_defaults(func=cmd_embedding)
 
     p = sub.add_parser("export", help="export a run to ONNX + manifest under models/")
     p.add_argument("run_dir")

@@ -15,7 +15,6 @@ import numpy as np
 
 from training.bootstrap import bootstrap_metrics
 from training.config import TrainConfig
-from training.embedding_quality import embedding_quality, embedding_quality_multilabel
 from training.fit import (
     FitResult,
     Prepared,
@@ -90,19 +89,6 @@ def summarize(cfg: TrainConfig, res: FitResult, data: Prepared,
         "train_stays_per_second": res.stays_per_second,
         "wall_seconds": wall,
     }
-
-
-def embedding_report(cfg: TrainConfig, data: Prepared, res: FitResult,
-                     preds: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
-    """Separation score, intra-class spread and linear-probe AUROC of test embeddings."""
-    from training.fit import predict as _predict
-
-    train = _predict(res.model, res.criterion, data.train)
-    if cfg.task == "mortality":
-        return embedding_quality(train["z"], train["y"][:, 0], preds["test"]["z"],
-                                 preds["test"]["y"][:, 0])
-    return embedding_quality_multilabel(train["z"], train["y"], preds["test"]["z"],
-                                        preds["test"]["y"], data.label_names)
 
 
 def make_plots(run_dir: Path, cfg: TrainConfig, res: FitResult,

@@ -36,9 +36,11 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("export")
     data = write_synthetic(root / "data", "both", n_train=240, n_test=80, prevalence=0.3, seed=1)
     out = root / "models"
-    for task, loss in (("mortality", "cbce"), ("phenotypes", "csce")):
+    # mortality: an LSTM that also reads demographics (the `static` input); phenotypes: without.
+    for task, loss, static in (("mortality", "cbce", True), ("phenotypes", "csce", False)):
         cfg = TrainConfig(task=task, data=str(data), out=str(root / f"run-{task}"),
-                          encoder="lstm", encoder_hparams=dict(TINY), loss=loss, lam=0.01,
+                          encoder="lstm", encoder_hparams={**TINY, "static": static},
+                          loss=loss, lam=0.01,
                           batch_size=32, epochs=2, seed=0, threads=1, n_boot=20, tsne=False,
                           progress=False)
         train_run(cfg)
@@ -53,6 +55,7 @@ def test_export_writes_a_valid_manifest_card_and_index(models: Path, task: str) 
     assert m.task == task and m.onnx.sha256 == sha256_file(folder / "model.onnx")
     assert max(m.onnx.parity_max_abs_error.values()) <= 1e-5
     assert m.onnx.dynamic_length == (task == "phenotypes")
+    assert ("static" in m.onnx.inputs) == m.encoder.uses_static == (task == "mortality")
     assert len(m.classes) == len(m.label_names) == (1 if task == "mortality" else 25)
     assert np.array(m.anchors["u"]).shape == (len(m.label_names), 4)
     assert all(p.count >= 20 for c in m.classes for p in c.prototypes)

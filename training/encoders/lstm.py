@@ -78,6 +78,7 @@ class BenchmarkLSTM(Encoder):
         depth: int = 2,
         bidirectional: bool = True,
         dropout: float = 0.3,
+        static: bool = False,
     ) -> None:
         super().__init__()
         if depth < 1:
@@ -86,10 +87,12 @@ class BenchmarkLSTM(Encoder):
             raise ValueError(f"bidirectional layers split units in two; units={units} is odd")
         self.n_features, self.units, self.depth = n_features, units, depth
         self.bidirectional, self.dropout = bidirectional, dropout
-        self.out_dim, self.uses_static = units, False  # n_static accepted for the registry only
+        # The paper's LSTM sees no demographics; `static=True` appends them to every time step.
+        self.uses_static = bool(static and n_static > 0)
+        self.n_static, self.out_dim = (n_static if self.uses_static else 0), units
         self.in_drop = nn.ModuleList(LockedDropout(dropout) for _ in range(depth))
         self.inner = nn.ModuleList()
-        n_in = n_features
+        n_in = n_features + self.n_static
         for _ in range(depth - 1):
             if bidirectional:
                 self.inner.append(_BiLayer(n_in, units // 2))
@@ -110,6 +113,10 @@ class BenchmarkLSTM(Encoder):
     def forward(self, x: Tensor, lengths: Tensor, static: Tensor | None = None) -> Tensor:
         lengths = clamp_lengths(lengths, x.shape[1])
         h = x
+        if self.uses_static:
+            if static is None:
+                raise ValueError("this encoder was built with static=True: pass `static`")
+            h = torch.cat([x, static.unsqueeze(1).expand(-1, x.shape[1], -1)], dim=-1)
         for drop, layer in zip(self.in_drop, self.inner, strict=False):
             h = layer(drop(h), lengths) if isinstance(layer, _BiLayer) else layer(drop(h))[0]
         out, _ = self.final(self.in_drop[-1](h))
@@ -121,4 +128,5 @@ class BenchmarkLSTM(Encoder):
             "depth": self.depth,
             "bidirectional": self.bidirectional,
             "dropout": self.dropout,
+            "static": self.uses_static,
         }

@@ -104,3 +104,22 @@ def test_hparams_round_trip_and_gradients() -> None:
 def test_rejects_odd_bidirectional_units() -> None:
     with pytest.raises(ValueError, match="odd"):
         BenchmarkLSTM(F, units=7, depth=2, bidirectional=True)
+
+
+def test_static_demographics_are_read_when_enabled() -> None:
+    torch.manual_seed(0)
+    x, lengths = _ragged()
+    static = torch.randn(5, 4)
+    plain = BenchmarkLSTM(F, 4, units=6, depth=2).eval()
+    assert not plain.uses_static and "static" in plain.hparams()
+    enc = BenchmarkLSTM(F, 4, units=6, depth=2, static=True).eval()
+    assert enc.uses_static and enc.hparams()["static"] is True
+    with torch.no_grad():
+        z = enc(x, lengths, static)
+        other = enc(x, lengths, static + 1.0)
+        alone = torch.cat([enc(x[i : i + 1, : lengths[i]], lengths[i : i + 1], static[i : i + 1])
+                           for i in range(5)])
+    assert not torch.allclose(z, other)  # the demographics change z
+    torch.testing.assert_close(z, alone, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="static=True"):
+        enc(x, lengths)

@@ -70,6 +70,19 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _metrics(metrics: dict) -> str:
+    """'auroc 0.826 [0.807, 0.842]; ...' from an index entry's metrics."""
+    parts = []
+    for name, m in metrics.items():
+        if isinstance(m, dict) and m.get("value") is not None:
+            ci = (f" [{m['low']:.3f}, {m['high']:.3f}]" if m.get("low") is not None
+                  and m.get("high") is not None else "")
+            parts.append(f"{name} {m['value']:.3f}{ci}")
+        elif isinstance(m, (int, float)):
+            parts.append(f"{name} {m:.3f}")
+    return "; ".join(parts)
+
+
 def _list(args: argparse.Namespace) -> int:
     from service.registry import read_index
     from service.settings import Settings
@@ -79,16 +92,15 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(index.model_dump(), indent=2))
         return 0
-    rows = [("TASK", "VERSION", "DEFAULT", "NAME", "LOSS", "AUROC", "PATH")]
+    rows = [("TASK", "VERSION", "DEFAULT", "NAME", "ENCODER", "LOSS", "FEATURE SET",
+             "TEST METRICS (95% CI)", "PATH")]
     for e in sorted(index.models, key=lambda e: (TASKS.index(e.task) if e.task in TASKS else 9,
                                                  e.version)):
         extra = e.model_extra or {}
-        auroc = (extra.get("metrics") or {}).get("auroc")
-        if isinstance(auroc, dict):
-            auroc = auroc.get("value")
         rows.append((e.task, e.version, "*" if index.defaults.get(e.task) == e.version else "",
-                     e.name or "", str(extra.get("loss", "")),
-                     "" if auroc is None else f"{float(auroc):.3f}", e.path))
+                     e.name or "", str(extra.get("encoder", "")), str(extra.get("loss", "")),
+                     str(extra.get("feature_set", "")), _metrics(extra.get("metrics") or {}),
+                     e.path))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.featureset import BENCHMARK_STAY, FeatureSet
+from schemas.manifest import sha256_file
 from schemas.tensorize import Observations, clean
 from training.data.layout import DEMOGRAPHICS_FILE, TASK_DIRS, split_groups
 from training.data.phenotypes import (
@@ -49,7 +50,6 @@ from training.data.phenotypes import (
     label_matrix,
     load_ccs_definitions,
 )
-from training.data.physionet2012 import _sha256
 from training.data.writer import write_json, write_listfile, write_task_listfiles, write_timeseries
 
 CONVERTER_VERSION = "1"
@@ -249,7 +249,7 @@ def convert_eicu_demo(src: str | Path, out: str | Path, *, ccs_definitions: str 
     provenance = {
         "source": "eICU Collaborative Research Database Demo v2.0.1 (ODbL) + YAIB hourly grid",
         "source_dir": str(src.resolve()),
-        "source_sha256": {name: _sha256(src / name) for name in SOURCES},
+        "source_sha256": {name: sha256_file(src / name) for name in SOURCES},
         "converter": "training.data.eicu_demo", "converter_version": CONVERTER_VERSION,
         "seed": seed, "limit_patients": limit_patients,
         "split": {"by": "uniquepid", "test_fraction": TEST_FRACTION,

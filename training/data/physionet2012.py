@@ -29,7 +29,6 @@ Age, sex (Gender 0 = female, 1 = male), height, weight and ICU type go to `demog
 
 from __future__ import annotations
 
-import hashlib
 import io
 import tarfile
 import time
@@ -42,6 +41,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from schemas.featureset import BENCHMARK_48H, FeatureSet
+from schemas.manifest import sha256_file
 from schemas.tensorize import Observations, clean
 from training.data.layout import DEMOGRAPHICS_FILE, TASK_DIRS, split_groups
 from training.data.reader import _split_file
@@ -289,14 +289,6 @@ def _concat(sets: list[SetData]) -> tuple[Observations, list[str], pd.DataFrame,
     return obs, names, demo, np.concatenate([s.labels for s in sets])
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def convert_physionet2012(src: str | Path, out: str | Path, *, limit: int | None = None,
                           seed: int = 0, val_fraction: float = 0.15,
                           progress: bool | None = None) -> dict[str, Any]:
@@ -334,7 +326,7 @@ def convert_physionet2012(src: str | Path, out: str | Path, *, limit: int | None
     provenance = {
         "source": "PhysioNet/CinC Challenge 2012 (physionet.org challenge-2012 v1.0.0, ODC-By)",
         "source_dir": str(src.resolve()),
-        "source_sha256": {p.name: _sha256(p) for p in sorted(src.glob("*")) if p.is_file()
+        "source_sha256": {p.name: sha256_file(p) for p in sorted(src.glob("*")) if p.is_file()
                           and (p.name.startswith("set-") or p.name.startswith("Outcomes-"))},
         "converter": "training.data.physionet2012", "converter_version": CONVERTER_VERSION,
         "task": TASK_DIRS["mortality"], "label": "In-hospital_death",

@@ -27,6 +27,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-boot", type=int, dest="n_boot")
     p.add_argument("--train-prevalence", type=float, dest="train_prevalence")
     p.add_argument("--max-train-stays", type=int, dest="max_train_stays")
+    p.add_argument("--encoder-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="encoder hyper-parameter override, repeatable (e.g. units=32)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
 
 
@@ -36,9 +38,11 @@ _TRAIN_KEYS = ("task", "data", "out", "encoder", "loss", "lam", "batch_size", "l
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from training.config import load_config
+    from training.config import load_config, parse_param
 
-    cfg = load_config(args.config, **{k: getattr(args, k, None) for k in _TRAIN_KEYS})
+    params = dict(parse_param(p) for p in getattr(args, "encoder_param", []))
+    cfg = load_config(args.config, encoder_params=params,
+                      **{k: getattr(args, k, None) for k in _TRAIN_KEYS})
     if not cfg.data:
         raise ValueError("--data is required (a benchmark-layout folder, see `scehr data`)")
     if not Path(cfg.data).is_dir():

@@ -57,8 +57,24 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig:
-    """Defaults, then the TOML file's keys, then non-None overrides (the command line)."""
+def parse_param(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` with a TOML value (`units=32`, `static=true`); bare words stay strings."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.strip(), value
+
+
+def load_config(path: str | Path | None = None, encoder_params: dict[str, Any] | None = None,
+                **overrides: Any) -> TrainConfig:
+    """Defaults, then the TOML file's keys, then non-None overrides (the command line).
+
+    `encoder_params` update the encoder's hyper-parameters (the file's, or the task preset).
+    """
     values: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -66,6 +82,11 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig
             raise FileNotFoundError(f"config file {p} does not exist")
         values.update(tomllib.loads(p.read_text()))
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if encoder_params:
+        preset = ENCODER_PRESETS.get(
+            (values.get("encoder", "lstm"), values.get("task", "mortality")), {})
+        values["encoder_hparams"] = {**(values.get("encoder_hparams") or preset),
+                                     **encoder_params}
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = sorted(set(values) - known)
     if unknown:

@@ -72,7 +72,8 @@ def prototypes(z: np.ndarray, y: np.ndarray, seed: int = 0, k_max: int = 4) -> l
         k = min(k_max, len(zs) // (2 * MIN_PROTOTYPE))
         if k >= 1:
             km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(zs)
-            centres += [(label, c) for c in km.cluster_centers_]
+            # 5 decimals keep manifests small; counts below use the rounded centres.
+            centres += [(label, np.round(c, 5)) for c in km.cluster_centers_]
     zn = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
     while centres:
         c = np.stack([v for _, v in centres])

@@ -117,3 +117,20 @@ def test_shipped_configs_load() -> None:
     assert (paper.lr, paper.patience, paper.epochs) == (1e-3, 10, 100)
     phen = load_config(REPO / "configs/phenotypes_eicu.toml")
     assert phen.task == "phenotypes" and phen.encoder_hparams["units"] == 64
+
+
+def test_encoder_params_override_the_file_or_the_preset(tmp_path: Path) -> None:
+    from training.config import parse_param
+
+    assert parse_param("units=32") == ("units", 32)
+    assert parse_param("static=true") == ("static", True)
+    assert parse_param("name=abc") == ("name", "abc")
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_param("units")
+    cfg = load_config(None, encoder_params={"units": 32}, task="mortality")
+    assert cfg.encoder_hparams == {"units": 32, "depth": 2, "bidirectional": True,
+                                   "dropout": 0.3}
+    path = tmp_path / "c.toml"
+    path.write_text('task = "phenotypes"\n[encoder_hparams]\nunits = 64\ndepth = 1\n')
+    cfg = load_config(path, encoder_params={"static": True})
+    assert cfg.encoder_hparams == {"units": 64, "depth": 1, "static": True}

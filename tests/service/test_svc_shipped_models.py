@@ -1,0 +1,51 @@
+"""The default models shipped in models/ load, warm up and score the example payloads.
+
+This is what `./scripts/serve` serves on a fresh machine, so it is tested as shipped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from schemas.manifest import load_manifest, sha256_file
+from service.settings import Settings
+from tests.service.conftest import serve
+
+pytestmark = pytest.mark.anyio
+REPO = Path(__file__).resolve().parents[2]
+MODELS = REPO / "models"
+INDEX = json.loads((MODELS / "index.json").read_text())
+
+
+def test_every_task_has_a_shipped_default_with_card_and_valid_manifest() -> None:
+    assert set(INDEX["defaults"]) == {"mortality", "phenotypes"}
+    for entry in INDEX["models"]:
+        folder = MODELS / entry["path"]
+        m = load_manifest(folder / "manifest.json")
+        assert m.task == entry["task"] and m.version == entry["version"]
+        assert m.onnx.sha256 == sha256_file(folder / "model.onnx")
+        assert (folder / "MODEL_CARD.md").is_file()
+        assert m.metrics["test_ci"], "shipped models report test metrics with CIs"
+        assert (folder / "model.onnx").stat().st_size < 2_000_000, "keep artifacts small"
+
+
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+async def test_shipped_default_scores_the_example(task: str) -> None:
+    payload = json.loads((REPO / "examples" / f"{task}_stay.json").read_text())
+    async with serve(Settings(model_dir=MODELS, device="cpu")) as client:
+        r: httpx.Response = await client.post(f"/predict/{task}", json=payload)
+        models = (await client.get(f"/models/{task}")).json()
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"]["version"] == INDEX["defaults"][task]
+    n = 1 if task == "mortality" else 25
+    assert len(body["results"]) == n
+    for c in body["results"]:
+        assert 0.0 <= c["probability"] <= 1.0 and 0.0 <= c["calibrated_probability"] <= 1.0
+        e = c["explanation"]
+        assert e["nearer_anchor"] == ("positive" if e["margin"] > 0 else "negative")
+    assert "provider" in json.dumps(models)

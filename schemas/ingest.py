@@ -4,35 +4,72 @@ Errors (unknown variable or category, missing or unconvertible unit, time outsid
 empty payload, too many observations) name the field path and the rule. Values outside the
 benchmark's outlier bounds are dropped and values between an outlier and a valid bound are
 clipped; each is a warning, or an error with `strict=True`.
+
+Two paths give the same result. The fast one (`_convert`) reads a stay column by column:
+variable and unit look-ups go through memoized dicts with C-level `map`, times and values
+become numpy arrays, categories map through a memo of `Variable.category_index`, and the time
+checks are vectorised. It only decides *whether* every row is acceptable: as problems are
+rare, a stay with any bad (or unusual) row is read again row by row (`_add`, the original
+implementation), which names each problem in payload order. Field paths (`loc`) are built on
+demand, for the few rows a notice or problem names. `tests/schemas/test_ingest_equivalence.py`
+holds both paths to the frozen per-row reference in `tests/oracles/ingest_reference.py`.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
+from operator import attrgetter, itemgetter
+from typing import Any
 
 import numpy as np
 
 from schemas.featureset import STATIC_FIELDS, FeatureSet
-from schemas.payloads import Notice, Problem, StayPayload
-from schemas.tensorize import Observations, clean
-from schemas.variables import CategoryError, UnitError
+from schemas.payloads import Notice, Observation, Problem, StayPayload, WideTable
+from schemas.tensorize import Observations, cleaning_masks
+from schemas.variables import CategoryError, UnitError, identity
 
 DEFAULT_MAX_OBSERVATIONS = 20_000
+#: Memo entries per feature set and kind (bounded: the keys come from requests).
+_MEMO_LIMIT = 4096
+
+Loc = list[str | int]
 
 
-@dataclass
+def _long_loc(row: int) -> Loc:
+    return ["observations", row]
+
+
+def _empty(dtype: type) -> np.ndarray:
+    return np.zeros(0, dtype=dtype)
+
+
+@dataclass(eq=False)
 class StayIngest:
-    """One stay's observations in canonical form, or the problems that stopped it."""
+    """One stay's observations in canonical form, or the problems that stopped it.
 
-    channel: list[int] = field(default_factory=list)
-    time: list[float] = field(default_factory=list)
-    value: list[float] = field(default_factory=list)
-    loc: list[list[str | int]] = field(default_factory=list)
+    `channel` (int64), `time` and `value` (float64) hold one entry per accepted observation;
+    `source` is each one's row number in the payload's reading order and `locate` turns a row
+    number into its field path (see `loc`).
+    """
+
+    channel: np.ndarray = field(default_factory=lambda: _empty(np.int64))
+    time: np.ndarray = field(default_factory=lambda: _empty(np.float64))
+    value: np.ndarray = field(default_factory=lambda: _empty(np.float64))
+    source: np.ndarray = field(default_factory=lambda: _empty(np.int64))
     static: list[float] = field(default_factory=lambda: [np.nan] * len(STATIC_FIELDS))
     problems: list[Problem] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
     end_hours: float = 0.0
+    locate: Callable[[int], Loc] = field(default=_long_loc, repr=False, compare=False)
+
+    @property
+    def loc(self) -> list[Loc]:
+        """Field path of each observation, e.g. `["observations", 12]` (built on demand)."""
+        return [self.locate(r) for r in self.source.tolist()]
 
 
 @dataclass
@@ -46,8 +83,267 @@ class IngestResult:
     end_hours: np.ndarray  # [len(ok)]
 
 
-def _hours(t: float | datetime, admission: datetime | None, loc: list[str | int],
-           out: StayIngest) -> float | None:
+# ---------------------------------------------------------------- look-up tables
+
+
+@dataclass(eq=False)
+class _Tables:
+    """A feature set's look-ups, built once, and memos of what requests spelled.
+
+    `pairs[variable][unit]` (both exactly as sent) is a pair id whose channel and converter
+    sit in preallocated arrays (id 0: a pair `_add` rejects), so that two C-level dict
+    look-ups per row do the variable and unit checks. The memos are bounded: once full, new
+    spellings take the per-row path.
+    """
+
+    fs: FeatureSet
+    index: dict[str, int]  # id, benchmark name, lower-case benchmark name -> channel
+    categorical: np.ndarray  # bool [C]
+    pairs: dict[str, dict[str | None, int]] = field(default_factory=dict)
+    n_pairs: int = 0
+    pair_channel: np.ndarray = field(default_factory=lambda: _pair_slots())
+    pair_converter: np.ndarray = field(default_factory=lambda: _pair_slots())
+    n_accepted: int = 0
+    converters: list[Callable[[float], float]] = field(default_factory=lambda: [identity])
+    categories: list[dict[str | float, float]] = field(default_factory=list)  # per channel
+    n_categories: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _pair_slots() -> np.ndarray:
+    return np.zeros(_MEMO_LIMIT + 1, dtype=np.int64)
+
+
+def _channel_index(fs: FeatureSet) -> dict[str, int]:
+    idx: dict[str, int] = {}
+    for i, v in enumerate(fs.variables):
+        idx[v.id] = i
+        idx[v.benchmark_name] = i
+        idx[v.benchmark_name.lower()] = i
+    return idx
+
+
+@lru_cache(maxsize=32)
+def _tables(fs: FeatureSet) -> _Tables:
+    """One per feature set (equal feature sets share theirs): the memos fill up across calls."""
+    return _Tables(fs, _channel_index(fs),
+                   np.array([v.is_categorical for v in fs.variables], dtype=bool),
+                   categories=[{} for _ in fs.variables])
+
+
+def _resolve(t: _Tables, variable: str, unit: str | None
+             ) -> tuple[int, Callable[[float], float] | None] | None:
+    """Channel and converter (None: as is) of a row as `_add` decides; None: a problem."""
+    ch = t.index.get(variable)
+    if ch is None:
+        ch = t.index.get(variable.strip().lower())
+    if ch is None:
+        return None
+    var = t.fs.variables[ch]
+    if var.is_categorical:
+        return (ch, None) if unit in (None, "") else None
+    if unit is None or unit == "":
+        return None if var.unit_required else (ch, None)
+    key = unit.strip().lower()
+    for u in var.units:
+        if key in (s.lower() for s in u.spellings):
+            return ch, None if u.is_identity else u.to_canonical
+    return None
+
+
+def _pair_id(t: _Tables, variable: str, unit: str | None) -> int:
+    """Resolve a (variable, unit) pair missing from the memo; remember it if there is room."""
+    resolved = _resolve(t, variable, unit)
+    with t.lock:
+        known = t.pairs.get(variable, {})
+        if unit in known:
+            return known[unit]
+        if t.n_pairs >= _MEMO_LIMIT:
+            return 0
+        pid = 0
+        if resolved is not None:
+            ch, f = resolved
+            if f is not None and f not in t.converters:
+                t.converters.append(f)
+            t.n_accepted += 1
+            pid = t.n_accepted
+            t.pair_channel[pid] = ch
+            t.pair_converter[pid] = 0 if f is None else t.converters.index(f)
+        # Only after the arrays are written: readers never see a half-made pair.
+        t.pairs.setdefault(variable, {})[unit] = pid
+        t.n_pairs += 1
+        return pid
+
+
+def _categories(t: _Tables, chans: list[int], values: list[str | float]
+                ) -> list[float] | None:
+    """`category_index` of each (channel, value), memoized; None if any fails."""
+    numbers = list(map(dict.get, map(t.categories.__getitem__, chans), values))
+    if None in numbers:
+        numbers = [_category(t, c, v) if x is None else x
+                   for x, c, v in zip(numbers, chans, values, strict=True)]
+        if None in numbers:
+            return None
+    return numbers
+
+
+def _category(t: _Tables, channel: int, value: str | float) -> float | None:
+    try:
+        number = float(t.fs.variables[channel].category_index(value))
+    except Exception:  # the per-row path reports it, or raises it again
+        return None
+    with t.lock:
+        if t.n_categories < _MEMO_LIMIT and value not in t.categories[channel]:
+            t.categories[channel][value] = number
+            t.n_categories += 1
+    return number
+
+
+# ---------------------------------------------------------------- the fast path
+
+
+@dataclass
+class _Rows:
+    """A payload's rows in reading order, column-wise, as the per-row checks would see them."""
+
+    variable: Iterable[str]
+    unit: Iterable[str | None]
+    time: Iterable[float | datetime]
+    value: list[float | str]
+    locate: Callable[[int], Loc]
+
+
+class _Column:
+    """One field of every observation, read afresh on each pass: no list is built for it."""
+
+    def __init__(self, fields: list[dict[str, Any]], name: str) -> None:
+        self.fields, self.get = fields, itemgetter(name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return map(self.get, self.fields)
+
+
+_DICT, _VALUE = attrgetter("__dict__"), itemgetter("value")
+
+
+def _long_rows(obs: list[Observation]) -> _Rows:
+    """Reads the models' field dicts, in C: faster than attribute access."""
+    fields = list(map(_DICT, obs))
+    return _Rows(_Column(fields, "variable"), _Column(fields, "unit"), _Column(fields, "time"),
+                 list(map(_VALUE, fields)), _long_loc)
+
+
+def _wide_rows(w: WideTable) -> _Rows | None:
+    """Non-null cells column by column; None if a column's length is wrong (a problem)."""
+    n = len(w.hours)
+    names: list[str] = []
+    units: list[str | None] = []
+    times: list[float | datetime] = []
+    values: list[float | str] = []
+    rows: list[int] = []
+    for name, col in w.columns.items():
+        if len(col) != n:
+            return None
+        if None in col:
+            idx = [r for r, v in enumerate(col) if v is not None]
+            values += [col[r] for r in idx]
+            times += [w.hours[r] for r in idx]
+        else:
+            idx = list(range(n))
+            values += col
+            times += w.hours
+        names += [name] * len(idx)
+        units += [w.units.get(name)] * len(idx)
+        rows += idx
+    return _Rows(names, units, times, values, lambda i: ["wide", "columns", names[i], rows[i]])
+
+
+def _channels(rows: _Rows, t: _Tables) -> tuple[np.ndarray, np.ndarray] | None:
+    """Channel and converter index (0: as is) per row; None if any pair is rejected."""
+    n = len(rows.value)
+    try:  # map(dict.get, units_by_variable, units): both look-ups in C, no key tuples
+        pid = np.fromiter(map(dict.get, map(t.pairs.get, rows.variable), rows.unit), np.intp, n)
+    except TypeError:  # a variable or a unit not in the memo yet (None)
+        pids = [_pair_id(t, v, u) for v, u in zip(rows.variable, rows.unit, strict=True)]
+        pid = np.fromiter(pids, np.intp, n)
+    if np.count_nonzero(pid) < n:  # count_nonzero: a quarter of .all()'s overhead
+        return None
+    return t.pair_channel[pid], t.pair_converter[pid]
+
+
+def _hours(times: Iterable[float | datetime], n: int,
+           admission: datetime | None) -> np.ndarray | None:
+    """Hours since admission; None where a timestamp cannot be placed (a problem)."""
+    try:
+        return np.fromiter(times, np.float64, n)
+    except TypeError:  # ISO timestamps among the times
+        pass
+    if admission is None:
+        return None
+    naive = admission.tzinfo is None
+    hours: list[float] = []
+    for t in times:
+        if isinstance(t, datetime):
+            if (t.tzinfo is None) != naive:
+                return None
+            hours.append((t - admission).total_seconds() / 3600.0)
+        else:
+            hours.append(float(t))
+    return np.array(hours, dtype=np.float64)
+
+
+def _values(values: list[float | str], ch: np.ndarray, conv: np.ndarray,
+            t: _Tables) -> np.ndarray | None:
+    """Canonical numbers: category indices, converted units; None on any bad value."""
+    cat_rows = t.categorical[ch].nonzero()[0].tolist()  # .nonzero(): 4x cheaper than flatnonzero
+    if cat_rows:
+        cat_values = [values[i] for i in cat_rows]
+        if not set(map(type, cat_values)) <= {str, float}:
+            return None  # e.g. a bool, which the memo would take for 0.0 or 1.0
+        numbers = _categories(t, ch[cat_rows].tolist(), cat_values)
+        if numbers is None:
+            return None
+        values = values.copy()
+        for i, number in zip(cat_rows, numbers, strict=True):
+            values[i] = number
+    # numpy infers float64 only when every value is a number: a string left here is a string
+    # for a continuous variable (`float()` would parse "80"; the per-row path rejects it).
+    out = np.array(values)
+    if out.dtype != np.float64 or out.ndim != 1:
+        return None
+    at = conv.nonzero()[0]
+    if len(at):
+        # Value by value, with the very function `Variable.convert` calls: exact for any one.
+        f = t.converters
+        out[at] = [f[k](v) for k, v in zip(conv[at].tolist(), out[at].tolist(), strict=True)]
+    return out
+
+
+def _convert(rows: _Rows, fs: FeatureSet, admission: datetime | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(channel, hours, value) of every row, or None if any row would raise a problem."""
+    t = _tables(fs)
+    found = _channels(rows, t)
+    if found is None:
+        return None
+    ch, conv = found
+    hours = _hours(rows.time, len(rows.value), admission)
+    if hours is None:
+        return None
+    if len(hours) and (hours.min() < 0 or (fs.window_hours is None
+                                           and hours.max() > fs.max_hours)):
+        return None
+    value = _values(rows.value, ch, conv, t)
+    if value is None:
+        return None
+    return ch, hours, value
+
+
+# ---------------------------------------------------------------- the per-row path
+
+
+def _hours_of(t: float | datetime, admission: datetime | None, loc: Loc,
+              out: StayIngest) -> float | None:
     if isinstance(t, datetime):
         if admission is None:
             out.problems.append(Problem(
@@ -65,9 +361,20 @@ def _hours(t: float | datetime, admission: datetime | None, loc: list[str | int]
     return float(t)
 
 
-def _add(out: StayIngest, fs: FeatureSet, loc: list[str | int], variable: str,
+@dataclass
+class _Accepted:
+    """Rows the per-row path accepted, with their field paths."""
+
+    channel: list[int] = field(default_factory=list)
+    time: list[float] = field(default_factory=list)
+    value: list[float] = field(default_factory=list)
+    loc: list[Loc] = field(default_factory=list)
+
+
+def _add(out: StayIngest, acc: _Accepted, fs: FeatureSet, loc: Loc, variable: str,
          t: float | datetime, value: float | str, unit: str | None,
          admission: datetime | None, index: dict[str, int]) -> None:
+    """Check one row: accept it into `acc` or append its first problem to `out`."""
     ch = index.get(variable)
     if ch is None:
         ch = index.get(variable.strip().lower())
@@ -79,7 +386,7 @@ def _add(out: StayIngest, fs: FeatureSet, loc: list[str | int], variable: str,
         ))
         return
     var = fs.variables[ch]
-    hours = _hours(t, admission, [*loc, "time"], out)
+    hours = _hours_of(t, admission, [*loc, "time"], out)
     if hours is None:
         return
     if hours < 0:
@@ -122,49 +429,23 @@ def _add(out: StayIngest, fs: FeatureSet, loc: list[str | int], variable: str,
             out.problems.append(Problem(loc=[*loc, "unit"], rule=rule, message=str(e),
                                         allowed=", ".join(var.unit_names())))
             return
-    out.channel.append(ch)
-    out.time.append(hours)
-    out.value.append(number)
-    out.loc.append(loc)
+    acc.channel.append(ch)
+    acc.time.append(hours)
+    acc.value.append(number)
+    acc.loc.append(loc)
 
 
-def _index(fs: FeatureSet) -> dict[str, int]:
-    idx: dict[str, int] = {}
-    for i, v in enumerate(fs.variables):
-        idx[v.id] = i
-        idx[v.benchmark_name] = i
-        idx[v.benchmark_name.lower()] = i
-    return idx
-
-
-def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
-                max_observations: int = DEFAULT_MAX_OBSERVATIONS) -> StayIngest:
-    """Check one stay and convert it to canonical units, category indices and hours."""
-    out = StayIngest()
-    index = _index(fs)
+def _add_rows(stay: StayPayload, fs: FeatureSet, out: StayIngest) -> None:
+    """The per-row path: every row checked in payload order, each problem named."""
+    acc = _Accepted()
+    index = _tables(fs).index
     adm = stay.admission_time
-    n_given = 0
     if stay.observations is not None:
-        n_given = len(stay.observations)
-        if n_given > max_observations:
-            out.problems.append(Problem(
-                loc=["observations"], rule="too_many_observations",
-                message=f"{n_given} observations; the limit is {max_observations}",
-                allowed=f"<= {max_observations}",
-            ))
-            return out
         for i, o in enumerate(stay.observations):
-            _add(out, fs, ["observations", i], o.variable, o.time, o.value, o.unit, adm, index)
+            _add(out, acc, fs, ["observations", i], o.variable, o.time, o.value, o.unit, adm,
+                 index)
     elif stay.wide is not None:
         w = stay.wide
-        n_given = sum(v is not None for col in w.columns.values() for v in col)
-        if n_given > max_observations:
-            out.problems.append(Problem(
-                loc=["wide", "columns"], rule="too_many_observations",
-                message=f"{n_given} observations; the limit is {max_observations}",
-                allowed=f"<= {max_observations}",
-            ))
-            return out
         for name, col in w.columns.items():
             if len(col) != len(w.hours):
                 out.problems.append(Problem(
@@ -175,8 +456,38 @@ def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
             unit = w.units.get(name)
             for r, v in enumerate(col):
                 if v is not None:
-                    _add(out, fs, ["wide", "columns", name, r], name, w.hours[r], v, unit, adm,
-                         index)
+                    _add(out, acc, fs, ["wide", "columns", name, r], name, w.hours[r], v, unit,
+                         adm, index)
+    out.channel = np.array(acc.channel, dtype=np.int64)
+    out.time = np.array(acc.time, dtype=np.float64)
+    out.value = np.array(acc.value, dtype=np.float64)
+    out.source = np.arange(len(acc.loc), dtype=np.int64)
+    out.locate = acc.loc.__getitem__
+
+
+# ---------------------------------------------------------------- one stay, many stays
+
+
+def _count(stay: StayPayload) -> int:
+    if stay.observations is not None:
+        return len(stay.observations)
+    if stay.wide is not None:
+        return sum(len(col) - col.count(None) for col in stay.wide.columns.values())
+    return 0
+
+
+def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
+                max_observations: int = DEFAULT_MAX_OBSERVATIONS) -> StayIngest:
+    """Check one stay and convert it to canonical units, category indices and hours."""
+    n_given = _count(stay)
+    if n_given > max_observations:
+        return StayIngest(problems=[Problem(
+            loc=["observations"] if stay.observations is not None else ["wide", "columns"],
+            rule="too_many_observations",
+            message=f"{n_given} observations; the limit is {max_observations}",
+            allowed=f"<= {max_observations}",
+        )])
+    out = _read(stay, fs)
     if n_given == 0:
         out.problems.append(Problem(loc=["observations" if stay.wide is None else "wide"],
                                     rule="empty_payload", message="the stay has no observations"))
@@ -193,38 +504,63 @@ def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
     return out
 
 
+def _read(stay: StayPayload, fs: FeatureSet) -> StayIngest:
+    """Column-wise when every row is acceptable, else row by row (naming each problem)."""
+    rows = None
+    if stay.observations is not None:
+        rows = _long_rows(stay.observations)
+    elif stay.wide is not None:
+        rows = _wide_rows(stay.wide)
+    converted = None if rows is None else _convert(rows, fs, stay.admission_time)
+    if rows is None or converted is None:
+        out = StayIngest()
+        _add_rows(stay, fs, out)
+        return out
+    channel, time, value = converted
+    return StayIngest(channel=channel, time=time, value=value, source=np.arange(len(channel)),
+                      locate=rows.locate)
+
+
 def _apply_cleaning(out: StayIngest, fs: FeatureSet, strict: bool) -> None:
-    obs = Observations(np.zeros(len(out.channel)), out.channel, out.time, out.value, 1)
-    kept, rep = clean(obs, fs)
-    for rows, code, verb in ((rep.dropped_rows, "value_dropped", "dropped (outside outlier "
-                              "bounds)"), (rep.clipped_rows, "value_clipped",
-                                           "clipped to the valid range")):
-        for r in rows:
-            var = fs.variables[out.channel[r]]
-            rng = var.ranges
-            allowed = None if rng is None else f"{rng.valid_low:g} to {rng.valid_high:g}"
-            if strict:
-                out.problems.append(Problem(loc=out.loc[r], rule=code.replace("value_", "out_of_"
-                                            "range_"), message=f"{var.id} value {verb}",
-                                            allowed=allowed))
-            else:
-                out.notices.append(Notice(code=code, loc=out.loc[r], variable=var.id,
-                                          message=f"{var.id} value {verb}; valid: {allowed}"))
+    """The benchmark rule (`cleaning_masks`, as `clean` applies it), each change named."""
+    drop, clip, clipped = cleaning_masks(out.channel, out.value, fs)
+    dropped, clipped_rows = drop.nonzero()[0], clip.nonzero()[0]
+    for rows, code, verb in ((dropped, "value_dropped", "dropped (outside outlier bounds)"),
+                             (clipped_rows, "value_clipped", "clipped to the valid range")):
+        for r in rows.tolist():
+            _report_cleaning(out, fs, r, code, verb, strict)
     if strict and out.problems:
         return
-    keep = np.ones(len(out.channel), dtype=bool)
-    keep[rep.dropped_rows] = False
-    out.channel = kept.channel.tolist()
-    out.time = kept.time.tolist()
-    out.value = kept.value.tolist()
-    out.loc = [loc for loc, k in zip(out.loc, keep, strict=True) if k]
+    if len(dropped):
+        keep = ~drop
+        out.channel, out.time, out.source = out.channel[keep], out.time[keep], out.source[keep]
+        clipped = clipped[keep]
+    out.value = clipped
+
+
+def _report_cleaning(out: StayIngest, fs: FeatureSet, row: int, code: str, verb: str,
+                     strict: bool) -> None:
+    var = fs.variables[out.channel[row]]
+    rng = var.ranges
+    allowed = None if rng is None else f"{rng.valid_low:g} to {rng.valid_high:g}"
+    loc = out.locate(int(out.source[row]))
+    if strict:
+        out.problems.append(Problem(loc=loc, rule=code.replace("value_", "out_of_range_"),
+                                    message=f"{var.id} value {verb}", allowed=allowed))
+    else:
+        out.notices.append(Notice(code=code, loc=loc, variable=var.id,
+                                  message=f"{var.id} value {verb}; valid: {allowed}"))
 
 
 def _window_notices(out: StayIngest, fs: FeatureSet) -> None:
-    last = max(out.time, default=0.0)
+    last = float(out.time.max()) if len(out.time) else 0.0
+    if last == 0.0:  # Python's max keeps the first of 0.0 and -0.0, and messages show the sign
+        last = max(out.time.tolist(), default=0.0)
     if fs.window_hours is not None:
         out.end_hours = fs.window_hours
-        after = sum(t > fs.window_hours + 1e-6 for t in out.time)
+        after = 0
+        if last > fs.window_hours + 1e-6:
+            after = int(np.count_nonzero(out.time > fs.window_hours + 1e-6))
         if after:
             out.notices.append(Notice(
                 code="observations_after_window",
@@ -238,11 +574,11 @@ def _window_notices(out: StayIngest, fs: FeatureSet) -> None:
             ))
     else:
         out.end_hours = min(last, fs.max_hours)
-    seen = set(out.channel)
-    for i, v in enumerate(fs.variables):
-        if i not in seen:
-            out.notices.append(Notice(code="channel_not_observed", variable=v.id,
-                                      message=f"{v.id} not observed: its normal value is used"))
+    seen = np.bincount(out.channel, minlength=fs.n_channels)
+    for i in (seen == 0).nonzero()[0].tolist():
+        v = fs.variables[i]
+        out.notices.append(Notice(code="channel_not_observed", variable=v.id,
+                                  message=f"{v.id} not observed: its normal value is used"))
 
 
 def ingest(stays: list[StayPayload], fs: FeatureSet, *, strict: bool = False,
@@ -250,16 +586,22 @@ def ingest(stays: list[StayPayload], fs: FeatureSet, *, strict: bool = False,
     """Ingest many stays; the ones without problems are stacked into one `Observations`."""
     parts = [ingest_stay(s, fs, strict=strict, max_observations=max_observations) for s in stays]
     ok = [i for i, p in enumerate(parts) if not p.problems]
-    counts = [len(parts[i].channel) for i in ok]
-    stay_idx = np.repeat(np.arange(len(ok)), counts)
+    good = [parts[i] for i in ok]
     obs = Observations(
-        stay_idx,
-        np.fromiter((c for i in ok for c in parts[i].channel), np.int64, sum(counts)),
-        np.fromiter((t for i in ok for t in parts[i].time), np.float64, sum(counts)),
-        np.fromiter((v for i in ok for v in parts[i].value), np.float64, sum(counts)),
+        np.arange(len(ok)).repeat([len(p.channel) for p in good]),
+        _stack([p.channel for p in good], np.int64),
+        _stack([p.time for p in good], np.float64),
+        _stack([p.value for p in good], np.float64),
         len(ok),
     )
-    static = np.array([parts[i].static for i in ok], dtype=np.float64).reshape(
+    static = np.array([p.static for p in good], dtype=np.float64).reshape(
         len(ok), len(STATIC_FIELDS))
-    end = np.array([parts[i].end_hours for i in ok], dtype=np.float64)
+    end = np.array([p.end_hours for p in good], dtype=np.float64)
     return IngestResult(parts, ok, obs, static, end)
+
+
+def _stack(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+    """One array, always a copy: the result never shares memory with a `StayIngest`."""
+    if len(arrays) == 1:
+        return arrays[0].copy()  # the common one-stay request: a third of concatenate's cost
+    return np.concatenate(arrays) if arrays else _empty(dtype)

@@ -11,6 +11,7 @@ many stays at once with numpy; no per-observation Python loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -60,29 +61,41 @@ class CleaningReport:
     clipped_rows: np.ndarray
 
 
+@lru_cache(maxsize=32)
+def _cleaning_bounds(fs: FeatureSet) -> np.ndarray:
+    """[4, C]: outlier low, valid low, valid high, outlier high; +-inf where unbounded."""
+    inf = np.inf
+    bounds = np.tile(np.array([[-inf], [-inf], [inf], [inf]]), (1, fs.n_channels))
+    for i, v in enumerate(fs.variables):
+        if v.ranges is not None and not v.is_categorical:
+            r = v.ranges
+            bounds[:, i] = (r.outlier_low, r.valid_low, r.valid_high, r.outlier_high)
+    bounds.flags.writeable = False
+    return bounds
+
+
+def cleaning_masks(channel: np.ndarray, value: np.ndarray, fs: FeatureSet
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The benchmark rule per row: (drop, clip, value clipped to the valid bounds).
+
+    `drop`: outside the outlier bounds; `clip`: kept but outside the valid bounds.
+    """
+    lo_out, lo_val, hi_val, hi_out = _cleaning_bounds(fs).take(channel, axis=1)
+    drop = (value < lo_out) | (value > hi_out)
+    clip = ~drop & ((value < lo_val) | (value > hi_val))
+    return drop, clip, value.clip(lo_val, hi_val)
+
+
 def clean(obs: Observations, fs: FeatureSet) -> tuple[Observations, CleaningReport]:
     """Apply the benchmark rule: drop outside the outlier bounds, clip to the valid bounds.
 
     Categorical channels are validated by category membership instead and pass unchanged.
     """
     c = fs.n_channels
-    inf = np.inf
-    lo_out = np.full(c, -inf)
-    lo_val = np.full(c, -inf)
-    hi_val = np.full(c, inf)
-    hi_out = np.full(c, inf)
-    for i, v in enumerate(fs.variables):
-        if v.ranges is not None and not v.is_categorical:
-            r = v.ranges
-            lo_out[i], lo_val[i], hi_val[i], hi_out[i] = (
-                r.outlier_low, r.valid_low, r.valid_high, r.outlier_high,
-            )
-    ch, val = obs.channel, obs.value
-    drop = (val < lo_out[ch]) | (val > hi_out[ch])
-    clip = ~drop & ((val < lo_val[ch]) | (val > hi_val[ch]))
-    clipped_values = np.clip(val, lo_val[ch], hi_val[ch])
+    drop, clip, clipped_values = cleaning_masks(obs.channel, obs.value, fs)
     kept = obs.take(~drop)
     kept.value = clipped_values[~drop]
+    ch = obs.channel
     report = CleaningReport(
         dropped=np.bincount(ch[drop], minlength=c),
         clipped=np.bincount(ch[clip], minlength=c),

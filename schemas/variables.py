@@ -15,13 +15,22 @@ from typing import Literal
 Kind = Literal["continuous", "categorical"]
 
 
+def identity(v: float) -> float:
+    """The conversion of a unit that already is canonical (ingest skips calling it)."""
+    return v
+
+
 @dataclass(frozen=True)
 class Unit:
     """An accepted unit: its spellings and the conversion into the canonical unit."""
 
     name: str
     spellings: tuple[str, ...]
-    to_canonical: Callable[[float], float] = field(repr=False, default=lambda v: v)
+    to_canonical: Callable[[float], float] = field(repr=False, default=identity)
+
+    @property
+    def is_identity(self) -> bool:
+        return self.to_canonical is identity
 
 
 @dataclass(frozen=True)
@@ -110,7 +119,7 @@ class CategoryError(ValueError):
     """A categorical value that is neither a benchmark string nor a documented alias."""
 
 
-def _unit(name: str, *spellings: str, f: Callable[[float], float] = lambda v: v) -> Unit:
+def _unit(name: str, *spellings: str, f: Callable[[float], float] = identity) -> Unit:
     return Unit(name, (name, *spellings), f)
 
 

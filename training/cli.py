@@ -115,7 +115,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from training.export import export_run
 
     out = export_run(Path(args.run_dir), Path(args.out), version=args.version,
-                     name=args.name, make_default=not args.no_default)
+                     name=args.name, make_default=not args.no_default,
+                     reproduce=args.reproduce.replace("\\n", "\n") if args.reproduce else None,
+                     limitations=args.limitation, data_description=args.data_description)
     print(f"exported {out}")
     return 0
 
@@ -167,4 +169,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--version", help="default: the folder name of --out")
     p.add_argument("--name", help="model name (default scehr-<task>-<encoder>-<loss>)")
     p.add_argument("--no-default", action="store_true", help="do not make it the task default")
+    p.add_argument("--reproduce", help="commands for the model card (default: train + export "
+                   "of this run); '\\n' separates lines")
+    p.add_argument("--limitation", action="append", default=[],
+                   help="a limitation for the model card (repeatable)")
+    p.add_argument("--data-description", help="one paragraph on the training data")
     p.set_defaults(func=cmd_export)

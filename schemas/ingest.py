@@ -330,8 +330,7 @@ def _convert(rows: _Rows, fs: FeatureSet, admission: datetime | None
     hours = _hours(rows.time, len(rows.value), admission)
     if hours is None:
         return None
-    if len(hours) and (hours.min() < 0 or (fs.window_hours is None
-                                           and hours.max() > fs.max_hours)):
+    if len(hours) and hours.min() < 0:
         return None
     value = _values(rows.value, ch, conv, t)
     if value is None:
@@ -393,13 +392,6 @@ def _add(out: StayIngest, acc: _Accepted, fs: FeatureSet, loc: Loc, variable: st
         out.problems.append(Problem(
             loc=[*loc, "time"], rule="time_negative",
             message="time must be >= 0 hours since ICU admission", allowed=">= 0",
-        ))
-        return
-    if fs.window_hours is None and hours > fs.max_hours:
-        out.problems.append(Problem(
-            loc=[*loc, "time"], rule="time_outside_window",
-            message=f"time is after the model's maximum of {fs.max_hours:g} h",
-            allowed=f"0 to {fs.max_hours:g} hours",
         ))
         return
     if var.is_categorical:
@@ -500,7 +492,7 @@ def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
     if out.problems:
         return out
     _apply_cleaning(out, fs, strict)
-    _window_notices(out, fs)
+    _window_notices(out, fs, stay.end_hours)
     return out
 
 
@@ -552,7 +544,12 @@ def _report_cleaning(out: StayIngest, fs: FeatureSet, row: int, code: str, verb:
                                   message=f"{var.id} value {verb}; valid: {allowed}"))
 
 
-def _window_notices(out: StayIngest, fs: FeatureSet) -> None:
+def _window_notices(out: StayIngest, fs: FeatureSet, stay_end: float | None) -> None:
+    """The window end (fixed, or the stay's end capped at the maximum) and what falls outside.
+
+    Whole-stay sets end where training ended them: the stay's length (`end_hours`, the
+    benchmark's `period_length`) capped at `max_hours`; rows after the end are ignored.
+    """
     last = float(out.time.max()) if len(out.time) else 0.0
     if last == 0.0:  # Python's max keeps the first of 0.0 and -0.0, and messages show the sign
         last = max(out.time.tolist(), default=0.0)
@@ -573,7 +570,19 @@ def _window_notices(out: StayIngest, fs: FeatureSet) -> None:
                 f"{fs.window_hours:g} h window: later hours carry forward the last values",
             ))
     else:
-        out.end_hours = min(last, fs.max_hours)
+        if stay_end is None:
+            out.notices.append(Notice(
+                code="stay_end_unknown",
+                message="no `end_hours` given: the window ends at the last observation "
+                f"({last:.1f} h); training used the stay's length",
+            ))
+        out.end_hours = min(last if stay_end is None else stay_end, fs.max_hours)
+        after = int(np.count_nonzero(out.time > out.end_hours + 1e-6))
+        if after:
+            out.notices.append(Notice(
+                code="observations_after_window",
+                message=f"{after} observations after the {out.end_hours:g} h window are ignored",
+            ))
     seen = np.bincount(out.channel, minlength=fs.n_channels)
     for i in (seen == 0).nonzero()[0].tolist():
         v = fs.variables[i]

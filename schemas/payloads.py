@@ -61,6 +61,13 @@ class StayPayload(BaseModel):
 
     id: str | None = Field(default=None, max_length=128, description="Caller's id, echoed back")
     admission_time: datetime | None = None
+    end_hours: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        default=None,
+        description="Hours from ICU admission to the end of the stay (or of the data so far). "
+        "Whole-stay models (phenotypes) read the time series up to it, capped at their maximum, "
+        "as in training; without it they stop at the last observation, with a warning. "
+        "Fixed-window models (mortality) ignore it.",
+    )
     observations: list[Observation] | None = None
     wide: WideTable | None = None
     demographics: Demographics | None = None
@@ -104,6 +111,7 @@ class Notice(BaseModel):
         "channel_not_seen_in_training",
         "stay_shorter_than_window",
         "observations_after_window",
+        "stay_end_unknown",
     ]
     message: str
     loc: list[str | int] | None = None

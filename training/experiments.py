@@ -321,11 +321,14 @@ def embedding_study(run_dir: Path, label: int = 0, max_points: int = 2000) -> di
     cfg = load_run_config(run_dir)
     preds = load_predictions(run_dir)
     model, crit, ck = load_checkpoint(run_dir / "model.pt")
+    names = list(ck["label_names"])
+    if not 0 <= label < len(names):
+        raise ValueError(f"--label {label} is out of range: the run has {len(names)} "
+                         f"label(s), 0 to {len(names) - 1}")
     train = preds.get("train")
     if train is None or "z" not in train:
         train = predict(model, crit, prepare(cfg).train)
     test = preds["test"]
-    names = list(ck["label_names"])
     if cfg.task == "mortality":
         report = embedding_quality(train["z"], train["y"][:, 0], test["z"], test["y"][:, 0])
     else:

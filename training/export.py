@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -88,22 +88,43 @@ def prototypes(z: np.ndarray, y: np.ndarray, seed: int = 0, k_max: int = 4) -> l
     return []
 
 
-def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray],
-                    val: tuple[np.ndarray, np.ndarray, np.ndarray], where: str) -> Calibration:
-    """Fit temperature (on the margin) and isotonic maps on `cal`; keep the better on `val`.
+#: Losses whose probability ignores the negative anchor (p = σ(uᵀz)): v is never trained, so
+#: their temperature map is fitted on logit(p) = uᵀz instead of the margin uᵀz − vᵀz.
+POSITIVE_ANCHOR_ONLY = frozenset({"bce", "focal"})
+NO_HOLDOUT = ("not calibrated: the run has no calibration split held out of training and "
+              "early stopping (calibration_fraction = 0 or too few stays)")
+
+
+def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+                    val: tuple[np.ndarray, np.ndarray, np.ndarray], where: str,
+                    temperature_input: Literal["margin", "probability"] = "margin"
+                    ) -> Calibration:
+    """Fit temperature and isotonic maps on `cal`; keep the best of them and none on `val`.
 
     Each triple is (y, p, margin). The choice and the reported ECE use the validation split,
-    which the maps never saw, so neither number is an in-sample figure.
+    which the maps never saw, so neither number is an in-sample figure. With no held-out `cal`
+    (None) nothing is fitted: validation chose the epoch, so it cannot also fit the map and
+    measure its effect. The temperature map is σ(margin / T), or σ(logit(p) / T) with
+    `temperature_input="probability"`; the isotonic map interpolates p.
     """
-    (yc, pc, mc), (yv, pv, mv) = cal, val
+    yv, pv, mv = val
     before = expected_calibration_error(yv, pv)
+    if cal is None:
+        return Calibration(method="none", fitted_on=NO_HOLDOUT, ece_before=before,
+                           ece_after=before)
+    yc, pc, mc = cal
     if len(np.unique(yc)) < 2:
         return Calibration(method="none", fitted_on=where, ece_before=before, ece_after=before)
-    temp = TemperatureCalibrator(input="margin").fit(mc, yc)
+    by_margin = temperature_input == "margin"
+    temp = TemperatureCalibrator(input=temperature_input).fit(mc if by_margin else pc, yc)
     iso = IsotonicCalibrator().fit(pc, yc)
-    p_temp, p_iso = temp.transform(mv), iso.transform(pv)
-    if brier(yv, p_temp) <= brier(yv, p_iso):
-        return Calibration(method="temperature", input="margin",
+    p_temp, p_iso = temp.transform(mv if by_margin else pv), iso.transform(pv)
+    best = min(brier(yv, pv), brier(yv, p_temp), brier(yv, p_iso))
+    if best == brier(yv, pv):  # neither map beats the model's own probability on validation
+        return Calibration(method="none", fitted_on=f"{where}; no map beat the model's own "
+                           "probability (validation Brier)", ece_before=before, ece_after=before)
+    if best == brier(yv, p_temp):
+        return Calibration(method="temperature", input=temperature_input,
                            temperature=float(temp.to_dict()["temperature"]), fitted_on=where,
                            ece_before=before, ece_after=expected_calibration_error(yv, p_temp))
     d = iso.to_dict()
@@ -168,17 +189,20 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     metrics = json.loads((run_dir / "metrics.json").read_text())
     labels = ck["label_names"]
     u, v = model.head.anchors()
-    cal_split = "calib" if "calib_y" in preds else "val"
+    has_calib = "calib_y" in preds and len(preds["calib_y"]) > 0
     classes = []
-    where = ("calibration split (10% of training stays, held out of training and early "
-             "stopping); chosen and scored on validation") if cal_split == "calib" else "validation"
+    where = (f"calibration split ({cfg.get('calibration_fraction', 0.1):.0%} of training stays, "
+             "held out of training and early stopping); chosen and scored on validation")
+    temperature_input: Literal["margin", "probability"] = (
+        "probability" if cfg["loss"] in POSITIVE_ANCHOR_ONLY else "margin")
 
     def triple(split: str, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         lg = preds[f"{split}_anchor_logits"][:, c]
         return preds[f"{split}_y"][:, c], preds[f"{split}_probability"][:, c], lg[:, 0] - lg[:, 1]
 
     for c, label in enumerate(labels):
-        calib = fit_calibration(triple(cal_split, c), triple("val", c), where)
+        calib = fit_calibration(triple("calib", c) if has_calib else None, triple("val", c),
+                                where, temperature_input)
         pts, thr = _points(preds["val_y"][:, c], preds["val_probability"][:, c])
         protos = prototypes(preds["train_z"], preds["train_y"][:, c])
         classes.append(ClassCard(label=label, calibration=calib, operating_points=pts,

@@ -27,7 +27,7 @@ from training.data.splits import SplitArrays, load_split
 from training.encoders import build_encoder
 from training.heads import AnchorHead
 from training.losses import CombinedLoss, build_loss
-from training.metrics import task_metrics
+from training.metrics import headline_metric, task_metrics
 
 
 class AnchorModel(nn.Module):
@@ -100,6 +100,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     """Load the three splits (cached arrays) and fit normalisation on the training split."""
     fs = TASK_FEATURE_SETS[cfg.task]
     raw = {s: load_split(cfg.data, cfg.task, s, fs) for s in ("train", "val", "test")}
+    check_splits(raw, cfg.task)
     train = raw["train"]
     if cfg.train_prevalence is not None:
         if cfg.task != "mortality":
@@ -113,8 +114,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
         # Held out of training and of early stopping: the calibration map is fitted here.
         perm = np.random.default_rng(cfg.seed + 1).permutation(len(train.stays))
         k = round(cfg.calibration_fraction * len(perm))
-        raw["calib"] = train.subset(np.sort(perm[:k]))
-        train = train.subset(np.sort(perm[k:]))
+        if 0 < k < len(perm):  # too few stays for a hold-out: no calibration split
+            raw["calib"] = train.subset(np.sort(perm[:k]))
+            train = train.subset(np.sort(perm[k:]))
     raw["train"] = train
     norm = Normalizer.fit(train.x, train.lengths, fs)
     imp = StaticImputer.fit(train.static_raw)
@@ -125,6 +127,22 @@ def prepare(cfg: TrainConfig) -> Prepared:
         normalizer=norm, static_imputer=imp, label_names=list(train.label_names),
         coverage=cov, raw=raw,
     )
+
+
+def check_splits(raw: dict[str, SplitArrays], task: str) -> None:
+    """Refuse, with a clear message, splits that training cannot use.
+
+    An empty split would fail deep inside training or evaluation; a validation split whose
+    labels are all equal leaves the selection metric undefined, so no epoch could be chosen.
+    """
+    for name, split in raw.items():
+        if len(split) == 0:
+            raise ValueError(f"the {name} split of {task} is empty ({split.split_source or name}"
+                             "): training needs stays in train, val and test")
+    y = raw["val"].y
+    if y.min() == y.max():
+        raise ValueError(f"every validation label of {task} is {y.flat[0]:g}: the validation "
+                         f"{headline_metric(task)} is undefined, so no epoch can be selected")
 
 
 def build_model(cfg: TrainConfig, n_features: int, n_static: int, n_classes: int) -> AnchorModel:
@@ -183,7 +201,9 @@ def fit(cfg: TrainConfig, data: Prepared, run_dir: Path | None = None) -> FitRes
     best_val, best_epoch, best_state, bad = -math.inf, -1, None, 0
     history: list[dict[str, float]] = []
     seen, t_train = 0, 0.0
-    bar = tqdm(range(cfg.epochs), desc="epochs", disable=not cfg.progress, unit="ep")
+    # disable=None: a bar on a terminal, silence in log files and CI.
+    bar = tqdm(range(cfg.epochs), desc="epochs", disable=None if cfg.progress else True,
+               unit="ep")
     for epoch in bar:
         model.train()
         t0 = time.perf_counter()
@@ -203,7 +223,8 @@ def fit(cfg: TrainConfig, data: Prepared, run_dir: Path | None = None) -> FitRes
             sums["cce"] += parts["cce"].item()
             sums["scr"] += parts["scr"].item()
             n_batches += 1
-            bar.set_postfix(loss=f"{sums['loss'] / n_batches:.4f}", best=f"{best_val:.4f}")
+            bar.set_postfix(loss=f"{sums['loss'] / n_batches:.4f}", best=f"{best_val:.4f}",
+                            refresh=False)
         t_train += time.perf_counter() - t0
         seen += len(perm)
         val = predict(model, crit, data.val)

@@ -13,6 +13,10 @@ def _ci(d: dict | None) -> str:
     return f"{d['value']:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
 
 
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
+
+
 def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] | None = None
                      ) -> Path:
     """Intended use, data, metrics with CIs, calibration, operating points, subgroups, limits."""
@@ -40,7 +44,9 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
         f"error {max(m.onnx.parity_max_abs_error.values(), default=0):.2e}",
         "",
         "## Data",
-        f"{m.provenance.dataset}. {m.provenance.description}",
+        f"Source: {m.provenance.dataset}.",
+        "",
+        m.provenance.description,
         "",
         "| split | stays | prevalence |",
         "|---|---:|---|",
@@ -49,9 +55,13 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
         prev = ", ".join(f"{p:.3f}" for p in info.prevalence[:3])
         lines.append(f"| {s} | {info.n} | {prev}{' ...' if len(info.prevalence) > 3 else ''} |")
     ci = m.metrics.get("test_ci", {})
-    lines += ["", "## Test metrics (95% bootstrap CI)", "", "| metric | value [95% CI] |",
-              "|---|---|"]
-    lines += [f"| {k} | {_ci(v)} |" for k, v in ci.items()]
+    lines += ["", "## Test metrics (95% bootstrap CI)", "",
+              "Percentile intervals over resampled test stays; a resample where a metric is "
+              "undefined (e.g. a rare label without positives) is skipped, so the interval is "
+              "conditional on the resamples counted.", "",
+              "| metric | value [95% CI] | resamples counted |", "|---|---|---:|"]
+    lines += [f"| {k} | {_ci(v)} | {v.get('n_valid', 'n/a')} of {v.get('n_boot', 'n/a')} |"
+              for k, v in ci.items()]
     test = m.metrics.get("test", {})
     if "per_label_auroc" in test:
         lines += ["", "### Per-label test AUROC", "", "| phenotype | prevalence | AUROC |",
@@ -62,7 +72,9 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
             lines.append(f"| {name} | {prev if prev is None else f'{prev:.3f}'} | "
                          f"{'not evaluable (too rare in test)' if a is None else f'{a:.3f}'} |")
     if "subgroups" in m.metrics:
-        lines += ["", "## Subgroup test AUROC", "", "| group | stays | deaths | AUROC |",
+        lines += ["", "## Subgroup test AUROC", "",
+                  "Sex and age from the stay's demographics; n/a where a group has one class.",
+                  "", "| group | stays | deaths | AUROC |",
                   "|---|---:|---:|---:|"]
         for g, r in m.metrics["subgroups"].items():
             a = "n/a" if r["auroc"] is None else f"{r['auroc']:.3f}"
@@ -72,16 +84,22 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
     for c in m.classes[:25]:
         cal = c.calibration
         lines.append(f"| {c.label} | {cal.method} | {cal.fitted_on} | "
-                     f"{cal.ece_before or 0:.4f} | {cal.ece_after or 0:.4f} |")
+                     f"{_num(cal.ece_before)} | {_num(cal.ece_after)} |")
     if m.task == "mortality":
         lines += ["", "## Operating points (validation data)", "",
+                  "Thresholds apply to the model's own probability (not the calibrated one).",
+                  "",
                   "| point | threshold | sensitivity | PPV | specificity | alert rate |",
                   "|---|---:|---:|---:|---:|---:|"]
         for o in m.classes[0].operating_points:
             lines.append(f"| {o.name} | {o.threshold:.3f} | {o.sensitivity:.3f} | {o.ppv:.3f} | "
                          f"{o.specificity:.3f} | {o.alert_rate:.3f} |")
-        lines.append(f"\nDefault alert threshold: {m.classes[0].default_threshold:.3f} "
-                     "(sensitivity >= 0.8 on validation).")
+        names = {o.name: o.threshold for o in m.classes[0].operating_points}
+        thr = m.classes[0].default_threshold
+        why = ("the lowest-alert threshold reaching sensitivity >= 0.8 on validation"
+               if names.get("sensitivity>=0.8") == thr else "0.5: no validation operating "
+               "point reached sensitivity 0.8")
+        lines.append(f"\nDefault alert threshold: {thr:.3f} ({why}).")
     lines += ["", "## Channels never seen in training", "",
               (", ".join(f"`{c}`" for c in never) if never else "none") + ". The service "
               "treats these as not observed (their normal value) whatever a request sends, "

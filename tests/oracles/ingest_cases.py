@@ -96,6 +96,9 @@ def random_stay(rng: np.random.Generator, *, bad: float = 0.02, max_hours: float
     variables = list(VARIABLES) if rng.random() < 0.7 else list(
         rng.choice(np.array(VARIABLES, dtype=object), int(rng.integers(1, 6)), replace=False))
     stay: dict[str, Any] = {"id": f"s{int(rng.integers(1_000_000))}"}
+    if rng.random() < 0.5:  # the stay's length: whole-stay windows end there, capped
+        stay["end_hours"] = _pick(rng, [float(rng.uniform(0.5, max_hours)), max_hours + 50.0,
+                                        1.0])
     if rng.random() < 0.5:
         stay["demographics"] = _pick(rng, [{}, {"age": float(rng.uniform(18, 100))},
                                            {"sex": "male"}, {"age": 70, "sex": "female"}])

@@ -87,13 +87,6 @@ def _add(out: StayIngest, fs: FeatureSet, loc: list[str | int], variable: str,
             message="time must be >= 0 hours since ICU admission", allowed=">= 0",
         ))
         return
-    if fs.window_hours is None and hours > fs.max_hours:
-        out.problems.append(Problem(
-            loc=[*loc, "time"], rule="time_outside_window",
-            message=f"time is after the model's maximum of {fs.max_hours:g} h",
-            allowed=f"0 to {fs.max_hours:g} hours",
-        ))
-        return
     if var.is_categorical:
         if unit not in (None, ""):
             out.problems.append(Problem(loc=[*loc, "unit"], rule="unit_not_accepted",
@@ -188,7 +181,7 @@ def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
     if out.problems:
         return out
     _apply_cleaning(out, fs, strict)
-    _window_notices(out, fs)
+    _window_notices(out, fs, stay.end_hours)
     return out
 
 
@@ -219,7 +212,7 @@ def _apply_cleaning(out: StayIngest, fs: FeatureSet, strict: bool) -> None:
     out.loc = [loc for loc, k in zip(out.loc, keep, strict=True) if k]
 
 
-def _window_notices(out: StayIngest, fs: FeatureSet) -> None:
+def _window_notices(out: StayIngest, fs: FeatureSet, stay_end: float | None) -> None:
     last = max(out.time, default=0.0)
     if fs.window_hours is not None:
         out.end_hours = fs.window_hours
@@ -236,7 +229,19 @@ def _window_notices(out: StayIngest, fs: FeatureSet) -> None:
                 f"{fs.window_hours:g} h window: later hours carry forward the last values",
             ))
     else:
-        out.end_hours = min(last, fs.max_hours)
+        if stay_end is None:
+            out.notices.append(Notice(
+                code="stay_end_unknown",
+                message="no `end_hours` given: the window ends at the last observation "
+                f"({last:.1f} h); training used the stay's length",
+            ))
+        out.end_hours = min(last if stay_end is None else stay_end, fs.max_hours)
+        after = sum(t > out.end_hours + 1e-6 for t in out.time)
+        if after:
+            out.notices.append(Notice(
+                code="observations_after_window",
+                message=f"{after} observations after the {out.end_hours:g} h window are ignored",
+            ))
     seen = set(out.channel)
     for i, v in enumerate(fs.variables):
         if i not in seen:

@@ -102,6 +102,8 @@ def test_embedding_study_reports_metrics(grid: tuple[Path, dict]) -> None:
     out = exp.embedding_study(run_dir, max_points=60)
     assert {"separation", "intra_class_spread", "linear_probe_auroc"} <= set(out)
     assert (run_dir / "embedding.json").is_file() and (run_dir / "embedding_tsne.png").is_file()
+    with pytest.raises(ValueError, match="out of range"):  # a clean CLI error, not IndexError
+        exp.embedding_study(run_dir, label=1)
 
 
 def test_baseline_beats_chance(data_dir: Path) -> None:

@@ -107,3 +107,90 @@ async def test_service_scores_exported_models_like_pytorch(models: Path, task: s
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_no_held_out_split_means_no_calibration(tmp_path: Path) -> None:
+    """Validation chose the epoch, so it may not also fit the calibration map (nor score it)."""
+    data = write_synthetic(tmp_path / "data", "mortality", n_train=160, n_test=60,
+                           prevalence=0.3, seed=2)
+    cfg = TrainConfig(task="mortality", data=str(data), out=str(tmp_path / "run"),
+                      encoder="lstm", encoder_hparams=dict(TINY), loss="bce", lam=0.0,
+                      batch_size=32, epochs=1, seed=0, threads=1, n_boot=10, tsne=False,
+                      progress=False, calibration_fraction=0.0)
+    train_run(cfg)
+    export_run(tmp_path / "run", tmp_path / "models" / "mortality" / "0.0.1")
+    m = load_manifest(tmp_path / "models" / "mortality" / "0.0.1" / "manifest.json")
+    cal = m.classes[0].calibration
+    assert cal.method == "none" and "no calibration split" in cal.fitted_on
+    assert cal.ece_after == cal.ece_before and "calib" not in m.provenance.splits
+
+
+def test_temperature_of_a_positive_anchor_loss_ignores_the_untrained_negative_anchor() -> None:
+    """For BCE/focal p = σ(uᵀz) and v is never trained: the map must rank stays as p does."""
+    from service.explain import calibrate
+    from training.export import POSITIVE_ANCHOR_ONLY, fit_calibration
+
+    assert {"bce", "focal"} <= POSITIVE_ANCHOR_ONLY and "cbce" not in POSITIVE_ANCHOR_ONLY
+    rng = np.random.default_rng(0)
+
+    def split(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        u, v = rng.normal(0, 2, n), rng.normal(0, 0.5, n)  # v: an untrained anchor's logit
+        y = (rng.random(n) < 1 / (1 + np.exp(-u / 2))).astype(float)  # over-confident p
+        return y, 1 / (1 + np.exp(-u)), u - v
+
+    cal, val = split(60), split(4000)
+    c = fit_calibration(cal, val, "test", temperature_input="probability")
+    assert c.method == "temperature" and c.input == "probability"
+    assert c.temperature == pytest.approx(2.0, rel=0.5)
+    out = calibrate(c, val[1], val[2])
+    order = np.argsort(val[1])
+    assert np.all(np.diff(out[order]) >= 0)  # same ranking as the model's probability
+
+
+def wide_payload(csv: Path, end_hours: float, age: float, sex_male: float) -> dict:
+    """A benchmark timeseries CSV as the API's wide form, with the stay's length."""
+    import pandas as pd
+
+    from schemas.variables import VARIABLES
+
+    table = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    columns: dict[str, list] = {}
+    for v in VARIABLES:
+        cells = table[v.benchmark_name].tolist()
+        if v.is_categorical:
+            columns[v.benchmark_name] = [c or None for c in cells]
+        else:
+            columns[v.benchmark_name] = [float(c) if c else None for c in cells]
+    units = {v.benchmark_name: v.unit for v in VARIABLES if v.unit_required}
+    demo: dict = {}
+    if not np.isnan(age):
+        demo["age"] = age
+    if not np.isnan(sex_male):
+        demo["sex"] = "male" if sex_male == 1 else "female"
+    return {"end_hours": end_hours, "demographics": demo,
+            "wide": {"hours": table["Hours"].astype(float).tolist(), "columns": columns,
+                     "units": units}}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+async def test_served_probabilities_equal_the_evaluated_ones(models: Path, task: str) -> None:
+    """Test stays sent as the API's wide form score exactly as training evaluated them."""
+    import pandas as pd
+
+    folder = "in-hospital-mortality" if task == "mortality" else "phenotyping"
+    split = models.parent / "data" / folder / "test"
+    listing = pd.read_csv(split / "listfile.csv").head(12)
+    demo = pd.read_csv(split / "demographics.csv").set_index("stay")
+    ends = listing["period_length"] if task == "phenotypes" else [48.0] * len(listing)
+    stays = [wide_payload(split / s, float(e), *demo.loc[s, ["age", "sex_male"]])
+             for s, e in zip(listing["stay"], ends, strict=True)]
+    saved = np.load(models.parent / f"run-{task}" / "predictions.npz")
+    row = {s: i for i, s in enumerate(saved["test_stays"].tolist())}
+    expected = saved["test_probability"][[row[s] for s in listing["stay"]]]
+    async with serve(Settings(model_dir=models, device="cpu")) as client:
+        r = await client.post(f"/predict/{task}/batch", json={"stays": stays})
+    assert r.status_code == 200, r.text
+    items = r.json()["items"]
+    got = np.array([[c["probability"] for c in it["prediction"]["results"]] for it in items])
+    np.testing.assert_allclose(got, expected, atol=1e-5)

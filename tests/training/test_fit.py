@@ -134,3 +134,27 @@ def test_encoder_params_override_the_file_or_the_preset(tmp_path: Path) -> None:
     path.write_text('task = "phenotypes"\n[encoder_hparams]\nunits = 64\ndepth = 1\n')
     cfg = load_config(path, encoder_params={"static": True})
     assert cfg.encoder_hparams == {"units": 64, "depth": 1, "static": True}
+
+
+@pytest.mark.parametrize("case", ["empty", "one_class"])
+def test_unusable_validation_split_is_a_clear_error(data_dir: Path, tmp_path: Path,
+                                                    case: str) -> None:
+    """An empty split, or validation labels all equal (nothing to select on), fail up front."""
+    import shutil
+
+    import pandas as pd
+
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data, ignore=shutil.ignore_patterns(".scehr-cache"))
+    val = data / "in-hospital-mortality" / "val_listfile.csv"
+    table = pd.read_csv(val)
+    table = table.iloc[:0] if case == "empty" else table[table["y_true"] == 0]
+    table.to_csv(val, index=False)
+    match = "val split of mortality is empty" if case == "empty" else "no epoch can be selected"
+    with pytest.raises(ValueError, match=match):
+        prepare(tiny_cfg(data, tmp_path / "r"))
+
+
+def test_too_few_training_stays_for_a_calibration_split(data_dir: Path, tmp_path: Path) -> None:
+    data = prepare(tiny_cfg(data_dir, tmp_path / "r", max_train_stays=4))
+    assert data.calib is None and len(data.train) == 4

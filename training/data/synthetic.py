@@ -299,8 +299,10 @@ def example_payload(task: str = "mortality", seed: int = 7) -> dict[str, Any]:
         if h % 12 == 0:
             add("ph", t, round(7.36 + rng.normal(0, 0.03), 2))
             add("capillary_refill_rate", t, "0.0")
-    return {"id": f"example-{task}-1", "demographics": {"age": 71, "sex": "female"},
-            "observations": obs}
+    stay: dict[str, Any] = {"id": f"example-{task}-1"}
+    if task != "mortality":
+        stay["end_hours"] = float(hours)  # the stay's length: where phenotypes read up to
+    return {**stay, "demographics": {"age": 71, "sex": "female"}, "observations": obs}
 
 
 def payload_json(payload: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Literal
@@ -39,7 +40,7 @@ from training.calibration import (
 )
 from training.fit import load_checkpoint
 from training.metrics import auroc
-from training.model_card import write_model_card
+from training.model_card import MIN_POSITIVES, write_model_card
 from training.onnx_graph import ScoringModel, export_onnx, validate_parity
 
 MIN_PROTOTYPE = 20
@@ -166,6 +167,28 @@ def subgroup_auroc(y: np.ndarray, p: np.ndarray, static_raw: np.ndarray) -> dict
     return out
 
 
+def float32_lists(a: np.ndarray) -> list:
+    """Nested lists of the shortest decimals that read back as the same float32 values."""
+    a = np.asarray(a, dtype=np.float32)
+    flat = [float(np.format_float_scientific(x, unique=True)) for x in a.ravel()]
+    return np.array(flat, dtype=np.float64).reshape(a.shape).tolist()
+
+
+_NUMBER_LIST = re.compile(r"\[\s+(-?[\d.eE+-]+(?:,\s+-?[\d.eE+-]+)*)\s+\]")
+
+
+def manifest_json(manifest: Manifest) -> str:
+    """Indented JSON with every list of numbers on one line: readable, and about half the size."""
+    text = manifest.model_dump_json(indent=2)
+    return _NUMBER_LIST.sub(lambda m: "[" + re.sub(r",\s+", ", ", m.group(1)) + "]", text) + "\n"
+
+
+def too_rare(test: dict[str, Any]) -> list[str]:
+    """Labels with fewer than MIN_POSITIVES positive test stays: flagged, not evaluated."""
+    n = int(test.get("n", 0))
+    return [k for k, p in test.get("prevalence", {}).items() if round(p * n) < MIN_POSITIVES]
+
+
 def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: str | None = None,
                make_default: bool = True, reproduce: str | None = None,
                limitations: list[str] | None = None, data_description: str | None = None
@@ -220,10 +243,12 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         feature_set=fs.to_dict(), normalizer=ck["normalizer"],
         static=ck["static"] if uses_static else None,
         coverage=ck["coverage"],
-        anchors={"u": u.tolist(), "v": v.tolist()},
+        anchors={"u": float32_lists(u.numpy()), "v": float32_lists(v.numpy())},
         classes=classes,
         metrics={"test": metrics["test"], "test_ci": metrics["test_ci"],
                  "val": metrics["val"],
+                 **({"too_rare_to_evaluate": too_rare(metrics["test"])}
+                    if task == "phenotypes" else {}),
                  **({"subgroups": subgroup_auroc(preds["test_y"][:, 0],
                                                  preds["test_probability"][:, 0],
                                                  preds["test_static_raw"])}
@@ -238,7 +263,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         notes=[f"trained by: scehr train --config {run_dir}/config.json",
                "not for clinical use without local validation"],
     )
-    (out / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+    (out / "manifest.json").write_text(manifest_json(manifest))
     command = reproduce or (f"scehr train --config {run_dir / 'config.json'}\n"
                             f"scehr export {run_dir} --out {out}")
     write_model_card(out, manifest, command, limitations)

@@ -13,8 +13,12 @@ def _ci(d: dict | None) -> str:
     return f"{d['value']:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
 
 
-def _num(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.4f}"
+#: Positive test stays below which a label's AUROC is flagged as not evaluable.
+MIN_POSITIVES = 10
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
 
 
 def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] | None = None
@@ -64,13 +68,23 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
               for k, v in ci.items()]
     test = m.metrics.get("test", {})
     if "per_label_auroc" in test:
-        lines += ["", "### Per-label test AUROC", "", "| phenotype | prevalence | AUROC |",
-                  "|---|---:|---:|"]
+        n = int(test.get("n", 0))
+        lines += ["", "### Per-label test AUROC", "",
+                  f"A phenotype with fewer than {MIN_POSITIVES} positive test stays is flagged "
+                  "too rare to evaluate: its AUROC is shown in brackets only.", "",
+                  "| phenotype | prevalence | positive test stays | AUROC |",
+                  "|---|---:|---:|---:|"]
         prevs, aurocs = test.get("prevalence", {}), test["per_label_auroc"]
         for name in m.label_names:
             prev, a = prevs.get(name), aurocs.get(name)
-            lines.append(f"| {name} | {prev if prev is None else f'{prev:.3f}'} | "
-                         f"{'not evaluable (too rare in test)' if a is None else f'{a:.3f}'} |")
+            pos = round((prev or 0.0) * n)
+            if a is None:
+                shown = "not evaluable (no positives or no negatives)"
+            elif pos < MIN_POSITIVES:
+                shown = f"too rare to evaluate ({a:.3f})"
+            else:
+                shown = f"{a:.3f}"
+            lines.append(f"| {name} | {_num(prev, 3)} | {pos} | {shown} |")
     if "subgroups" in m.metrics:
         lines += ["", "## Subgroup test AUROC", "",
                   "Sex and age from the stay's demographics; n/a where a group has one class.",
@@ -79,12 +93,16 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
         for g, r in m.metrics["subgroups"].items():
             a = "n/a" if r["auroc"] is None else f"{r['auroc']:.3f}"
             lines.append(f"| {g} | {r['n']} | {r['positives']} | {a} |")
-    lines += ["", "## Calibration", "", "| class | method | fitted on | ECE before | ECE after |",
-              "|---|---|---|---:|---:|"]
+    places = sorted({c.calibration.fitted_on.split("; no map")[0] for c in m.classes})
+    lines += ["", "## Calibration", "",
+              "Maps fitted on: " + "; ".join(places) + ". For each class the best of a "
+              "temperature map, an isotonic map and no map by validation Brier score; ECE "
+              "(10 bins) on validation, which the maps never saw.", "",
+              "| class | method | ECE before | ECE after |", "|---|---|---:|---:|"]
     for c in m.classes[:25]:
         cal = c.calibration
-        lines.append(f"| {c.label} | {cal.method} | {cal.fitted_on} | "
-                     f"{_num(cal.ece_before)} | {_num(cal.ece_after)} |")
+        lines.append(f"| {c.label} | {cal.method} | {_num(cal.ece_before)} | "
+                     f"{_num(cal.ece_after)} |")
     if m.task == "mortality":
         lines += ["", "## Operating points (validation data)", "",
                   "Thresholds apply to the model's own probability (not the calibrated one).",

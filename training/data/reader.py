@@ -69,6 +69,13 @@ def read_listfile(path: Path, task: str) -> pd.DataFrame:
         if list(table.columns[:2]) != ["stay", "period_length"] or len(table.columns) < 3:
             raise ValueError(f"{path}: expected columns stay,period_length,<phenotype labels> "
                              f"(phenotyping listfile); found {','.join(table.columns[:4])}...")
+        bad = ~(pd.to_numeric(table["period_length"], errors="coerce") > 0)
+        if bad.any():
+            raise ValueError(f"{path}: period_length must be a positive number of hours "
+                             f"(row of stay {table['stay'][bad.idxmax()]!r})")
+    if table["stay"].duplicated().any():
+        raise ValueError(f"{path}: stay {table['stay'][table['stay'].duplicated()].iloc[0]!r} "
+                         "is listed twice")
     return table.reset_index(drop=True)
 
 
@@ -114,6 +121,10 @@ def resolve_split(tdir: Path, task: str, split: str, *, seed: int = 0,
     for folder in (tdir, tdir / "train"):
         tr, va = folder / "train_listfile.csv", folder / "val_listfile.csv"
         if tr.is_file() and va.is_file():
+            shared = set(read_listfile(tr, task)["stay"]) & set(read_listfile(va, task)["stay"])
+            if shared:
+                raise ValueError(f"{tr} and {va} share {len(shared)} stays (e.g. "
+                                 f"{sorted(shared)[0]!r}): validation would leak into training")
             path = tr if split == "train" else va
             return SplitSpec(read_listfile(path, task), tdir / "train",
                              "train_listfile.csv/val_listfile.csv", [path])

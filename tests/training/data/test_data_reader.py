@@ -191,3 +191,21 @@ def test_header_only_files(tmp_path: Path) -> None:
     _write(f, [])
     obs, rep = read_timeseries([f, f], FS, progress=False)
     assert len(obs) == 0 and obs.n_stays == 2 and rep.n_rows == 0
+
+
+def test_listfile_errors_name_the_file_and_the_rule(tmp_path: Path) -> None:
+    from training.data.reader import read_listfile
+
+    p = tmp_path / "listfile.csv"
+    p.write_text("stay,period_length,A\ns1,,0\n")
+    with pytest.raises(ValueError, match="period_length must be a positive number"):
+        read_listfile(p, "phenotypes")
+    p.write_text("stay,y_true\ns1,0\ns1,1\n")
+    with pytest.raises(ValueError, match="listed twice"):
+        read_listfile(p, "mortality")
+    task = tmp_path / "in-hospital-mortality"
+    (task / "train").mkdir(parents=True)
+    (task / "train_listfile.csv").write_text("stay,y_true\na,0\nb,1\n")
+    (task / "val_listfile.csv").write_text("stay,y_true\nb,1\nc,0\n")
+    with pytest.raises(ValueError, match="share 1 stays"):
+        resolve_split(task, "mortality", "train")

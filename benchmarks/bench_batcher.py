@@ -1,34 +1,54 @@
 """64 concurrent clients sending single-stay requests: micro-batcher on vs off.
 
     .venv/bin/python benchmarks/bench_batcher.py [--clients 64] [--seconds 8] [--task mortality]
+        [--device cpu]
 
-Off = SCEHR_MAX_BATCH_SIZE=1. Prints throughput and p50/p99 latency of both, ORT time alone
-(one batch of 32 vs 32 single runs, in-process), and where the server's time goes per request
-(from its own /metrics: preprocess, queue, ORT compute, the rest = HTTP + FastAPI + pydantic +
-response serialization).
+Off = SCEHR_MAX_BATCH_SIZE=1, on = 32 (queue delay 0, the default, in both). Prints throughput
+and p50/p99 latency of both; where the server's time goes per request (from its own /metrics:
+validate+tensorize, queue, ORT compute, the rest = HTTP + FastAPI + pydantic + read-outs +
+response serialization) and its CPU time per request (from /proc); ORT time alone, in-process
+(one batch of 32 vs 32 single runs). Outputs must agree (batched vs single ORT runs, and the
+servers' probabilities with the batcher on vs off, within 1e-5) or the script exits non-zero;
+timings are only printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import sys
 import time
 
 import numpy as np
-from common import Conn, dumps, full_stay, metric_sums, model_dir, pct, post, server
+from common import (
+    Conn,
+    describe,
+    dumps,
+    full_stay,
+    loadavg,
+    metric_sums,
+    model_dir,
+    pct,
+    post,
+    server,
+)
 
 from schemas.payloads import StayPayload
-from service.batcher import ModelInputs
+from service.batcher import ModelInputs, concat_outputs
 from service.pipeline import prepare
 from service.registry import load_model, read_index, resolve
 from service.settings import Settings
 
+TOL = 1e-5
+
 
 async def load(port: int, bodies: list[bytes], clients: int, seconds: float,
-               path: str) -> tuple[list[float], int, int, float]:
+               path: str) -> tuple[list[float], int, float, dict[int, bytes]]:
     lat: list[float] = []
     errors = 0
+    replies: dict[int, bytes] = {}  # last reply per body, to compare the two servers
     stop = time.perf_counter() + seconds
 
     async def client(k: int) -> None:
@@ -37,9 +57,10 @@ async def load(port: int, bodies: list[bytes], clients: int, seconds: float,
         i = k
         while time.perf_counter() < stop:
             t0 = time.perf_counter()
-            status, _ = await conn.send(post(path, bodies[i % len(bodies)]))
+            status, reply = await conn.send(post(path, bodies[i % len(bodies)]))
             if status == 200:
                 lat.append(time.perf_counter() - t0)
+                replies[i % len(bodies)] = reply
             else:
                 errors += 1
             i += clients
@@ -47,7 +68,7 @@ async def load(port: int, bodies: list[bytes], clients: int, seconds: float,
 
     t0 = time.perf_counter()
     await asyncio.gather(*(client(k) for k in range(clients)))
-    return lat, errors, len(lat), time.perf_counter() - t0
+    return lat, errors, time.perf_counter() - t0, replies
 
 
 async def scrape(port: int) -> str:
@@ -57,25 +78,30 @@ async def scrape(port: int) -> str:
     return body.decode()
 
 
-def ort_alone(models, task: str, stays: list[dict], reps: int = 20) -> tuple[float, float]:
-    """Per-stay ORT ms: one batch of len(stays) vs len(stays) runs of batch 1 (best of reps)."""
-    folder = resolve(models, read_index(models), task)
-    m = load_model(folder, task, Settings(model_dir=models, device="cpu"))
-    prep = prepare(m.spec, [StayPayload.model_validate(s) for s in stays])
+def ort_alone(model, stays: list[dict], reps: int = 20) -> tuple[float, float, float]:
+    """Per-stay ORT ms, one batch of len(stays) vs len(stays) runs of batch 1 (best of reps),
+    and the largest difference between the two paths' probabilities."""
+    prep = prepare(model.spec, [StayPayload.model_validate(s) for s in stays])
     x = prep.inputs
     n = x.rows
     singles = [ModelInputs(x.x[i : i + 1], x.lengths[i : i + 1],
                            None if x.static is None else x.static[i : i + 1]) for i in range(n)]
+    diff = float(np.abs(model.run(x).probability
+                        - concat_outputs([model.run(s) for s in singles]).probability).max())
     best_b = best_1 = np.inf
     for _ in range(reps):
         t0 = time.perf_counter()
-        m.run(x)
+        model.run(x)
         best_b = min(best_b, time.perf_counter() - t0)
         t0 = time.perf_counter()
         for s in singles:
-            m.run(s)
+            model.run(s)
         best_1 = min(best_1, time.perf_counter() - t0)
-    return best_b / n * 1e3, best_1 / n * 1e3
+    return best_b / n * 1e3, best_1 / n * 1e3, diff
+
+
+def probabilities(reply: bytes) -> list[float]:
+    return [c["probability"] for c in json.loads(reply)["results"]]
 
 
 def main() -> None:
@@ -83,22 +109,31 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--task", default="mortality")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
+                    help="SCEHR_DEVICE of the server and of the in-process session")
     args = ap.parse_args()
+    load_before = loadavg()
     models, which = model_dir()
+    model = load_model(resolve(models, read_index(models), args.task), args.task,
+                       Settings(model_dir=models, device=args.device))
     stays = [full_stay(i) for i in range(256)]
     bodies = [dumps(s) for s in stays]
     path = f"/predict/{args.task}"
-    print(f"models: {which}; task {args.task}; CPU provider; {os.cpu_count()} cores; "
-          f"{args.clients} clients x {args.seconds:g} s; one full 48 h stay per request "
+    print(f"models: {which}; {describe(model)}; {os.cpu_count()} cores; load average before: "
+          f"{load_before}")
+    print(f"{args.clients} clients x {args.seconds:g} s; one full 48 h stay per request "
           f"(~{np.mean([len(s['observations']) for s in stays]):.0f} observations)")
-    results = {}
+    results, replies = {}, {}
     for label, size in (("batcher on (max 32)", 32), ("batcher off (max 1)", 1)):
-        with server(models, max_batch_size=size, max_queue_size=1024) as port:
-            asyncio.run(load(port, bodies, args.clients, 1.0, path))  # warm
-            before = asyncio.run(scrape(port))
-            lat, errors, n, wall = asyncio.run(load(port, bodies, args.clients, args.seconds,
-                                                    path))
-            after = asyncio.run(scrape(port))
+        with server(models, device=args.device, max_batch_size=size, max_queue_size=1024) as srv:
+            asyncio.run(load(srv.port, bodies, args.clients, 1.0, path))  # warm
+            before = asyncio.run(scrape(srv.port))
+            cpu0, client0 = srv.cpu_seconds(), time.process_time()
+            lat, errors, wall, replies[label] = asyncio.run(
+                load(srv.port, bodies, args.clients, args.seconds, path))
+            cpu1, client1 = srv.cpu_seconds(), time.process_time()
+            after = asyncio.run(scrape(srv.port))
+        n = len(lat)
         rps = n / wall
         results[label] = rps
         print(f"{label}: {rps:7.1f} req/s  p50 {pct(lat, 50) * 1e3:6.1f} ms  "
@@ -119,11 +154,22 @@ def main() -> None:
               f"{pre:.2f} + queue {queue:.2f} + other {total - pre - queue:.2f} ms; ORT "
               f"{comp_s / max(runs, 1) * 1e3:.2f} ms per run, mean batch "
               f"{rows / max(runs, 1):.1f} rows, ORT per request {comp_s / req_n * 1e3:.3f} ms")
+        print(f"    CPU per request: server {(cpu1 - cpu0) / n * 1e3:.2f} ms "
+              f"({(cpu1 - cpu0) / wall:.2f} cores busy), load generator "
+              f"{(client1 - client0) / n * 1e3:.2f} ms ({(client1 - client0) / wall:.2f} cores)")
     on, off = results["batcher on (max 32)"], results["batcher off (max 1)"]
-    print(f"throughput ratio on/off = {on / off:.2f} (target >= 1.5 where ORT time matters)")
-    b, one = ort_alone(models, args.task, stays[:32])
-    print(f"ORT alone per stay: batch of 32 {b:.3f} ms vs batch 1 {one:.3f} ms "
-          f"({one / b:.1f}x)")
+    print(f"throughput ratio on/off = {on / off:.2f} (target >= 1.5)")
+    b, one, diff = ort_alone(model, stays[:32])
+    print(f"ORT alone per stay (in-process): batch of 32 {b:.3f} ms vs batch 1 {one:.3f} ms "
+          f"({one / b:.1f}x); max |p(batch) - p(single)| = {diff:.1e}")
+    a, z = replies["batcher on (max 32)"], replies["batcher off (max 1)"]
+    common = sorted(a.keys() & z.keys())
+    served = max(float(np.abs(np.subtract(probabilities(a[i]), probabilities(z[i]))).max())
+                 for i in common)
+    print(f"servers on vs off: max |p| difference over {len(common)} stays = {served:.1e}")
+    if diff > TOL or served > TOL or not common:
+        print(f"outputs differ by more than {TOL:g}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
-"""Latency at concurrency 1 for a full 48-hour stay, next to raw ORT time for batch 1.
+"""Latency at concurrency 1 for one full stay, next to raw ORT time for batch 1.
 
-    .venv/bin/python benchmarks/bench_latency.py [--requests 300] [--task mortality]
+    .venv/bin/python benchmarks/bench_latency.py [--requests 300] [--task mortality] [--hours 48]
+        [--device cpu]
 
-Also prints an in-process profile of one request's stages (median over the same stays), to
-show where the time goes when the model itself is small.
+One keep-alive connection sends `--requests` single-stay requests one after another (stays of
+`--hours` hours; phenotypes stays carry `end_hours`). Also prints the server's own mean ORT
+time per request (from /metrics, same requests) and an in-process profile of one request's
+stages (medians over the same stays, ORT batch 1 included), to show where the time goes.
+Timings are only printed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,18 @@ import os
 import time
 
 import numpy as np
-from common import Conn, dumps, full_stay, model_dir, pct, post, server
+from common import (
+    Conn,
+    describe,
+    dumps,
+    full_stay,
+    loadavg,
+    metric_sums,
+    model_dir,
+    pct,
+    post,
+    server,
+)
 
 from schemas.payloads import StayPayload
 from service.pipeline import predictions, prepare
@@ -23,9 +38,7 @@ from service.registry import load_model, read_index, resolve
 from service.settings import Settings
 
 
-def stage_profile(models, task: str, bodies: list[bytes]) -> dict[str, list[float]]:
-    folder = resolve(models, read_index(models), task)
-    m = load_model(folder, task, Settings(model_dir=models, device="cpu"))
+def stage_profile(m, bodies: list[bytes]) -> dict[str, list[float]]:
     st: dict[str, list[float]] = {k: [] for k in ("json.loads", "pydantic StayPayload",
                                                   "ingest+tensorize", "ORT batch 1",
                                                   "read-outs", "response JSON")}
@@ -48,37 +61,58 @@ def stage_profile(models, task: str, bodies: list[bytes]) -> dict[str, list[floa
     return st
 
 
+async def scrape(conn: Conn) -> str:
+    return (await conn.send(b"GET /metrics HTTP/1.1\r\nHost: b\r\n\r\n"))[1].decode()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--task", default="mortality")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
+                    help="SCEHR_DEVICE of the server and of the in-process session")
+    ap.add_argument("--hours", type=int, default=48)
     args = ap.parse_args()
+    load_before = loadavg()
     models, which = model_dir()
-    bodies = [dumps(full_stay(i)) for i in range(50)]
+    stays = [full_stay(i, args.hours) for i in range(50)]
+    if args.task == "phenotypes":
+        for s in stays:
+            s["end_hours"] = float(args.hours)
+    bodies = [dumps(s) for s in stays]
+    n_obs = np.mean([len(s["observations"]) for s in stays])
+    del stays  # as in bench_parity.py: keep this process's heap small for the in-process profile
     path = f"/predict/{args.task}"
 
-    async def run(port: int) -> list[float]:
+    async def run(port: int) -> tuple[list[float], float]:
         conn = await Conn.open(port)
         for b in bodies[:20]:
             await conn.send(post(path, b))
+        before = await scrape(conn)
         lat = []
         for i in range(args.requests):
             t0 = time.perf_counter()
             status, _ = await conn.send(post(path, bodies[i % len(bodies)]))
             lat.append(time.perf_counter() - t0)
             assert status == 200
+        after = await scrape(conn)
         conn.close()
-        return lat
+        (s1, c1), (s0, c0) = (metric_sums(t, "scehr_compute_seconds", args.task)
+                              for t in (after, before))
+        return lat, (s1 - s0) / (c1 - c0) * 1e3
 
-    with server(models) as port:
-        lat = asyncio.run(run(port))
-    st = stage_profile(models, args.task, bodies * 4)
-    n_obs = np.mean([len(json.loads(b)["observations"]) for b in bodies])
-    print(f"models: {which}; task {args.task}; CPU provider; {os.cpu_count()} cores; "
-          f"{args.requests} sequential requests, full 48 h stays (~{n_obs:.0f} observations, "
-          f"{np.mean([len(b) for b in bodies]) / 1e3:.0f} kB)")
+    with server(models, device=args.device) as srv:
+        lat, server_ort = asyncio.run(run(srv.port))
+    m = load_model(resolve(models, read_index(models), args.task), args.task,
+                   Settings(model_dir=models, device=args.device))
+    st = stage_profile(m, bodies * 4)
+    print(f"models: {which}; {describe(m)}; {os.cpu_count()} cores; load average before: "
+          f"{load_before}")
+    print(f"{args.requests} sequential requests, full {args.hours} h stays (~{n_obs:.0f} "
+          f"observations, {np.mean([len(b) for b in bodies]) / 1e3:.0f} kB)")
     print(f"end to end (loopback HTTP): p50 {pct(lat, 50) * 1e3:.2f} ms  "
           f"p99 {pct(lat, 99) * 1e3:.2f} ms")
+    print(f"ORT inside the server:      mean {server_ort:.3f} ms per request (batch 1)")
     ort = st["ORT batch 1"]
     print(f"raw ORT, batch 1:           p50 {pct(ort, 50):.3f} ms  p99 {pct(ort, 99):.3f} ms")
     total = sum(np.median(v) for v in st.values())

@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,11 @@ def model_dir() -> tuple[Path, str]:
     """The repo's models/ when it has an index, else fresh fixture models (and which)."""
     real = REPO / "models"
     if (real / "index.json").is_file():
-        return real, "real models from models/index.json"
+        from service.registry import read_index
+
+        defaults = read_index(real).defaults
+        return real, "default models of models/index.json (" + ", ".join(
+            f"{t} {v}" for t, v in sorted(defaults.items())) + ")"
     from tests.service.fixture_model import write_model_dir
 
     d = Path(tempfile.mkdtemp(prefix="scehr-bench-"))
@@ -40,7 +45,8 @@ def model_dir() -> tuple[Path, str]:
 
 
 def full_stay(seed: int, hours: int = 48) -> dict[str, Any]:
-    """A complete 48-hour stay: hourly vitals, 4-hourly GCS/FiO2/temperature, labs (~370 obs)."""
+    """A complete stay of `hours` hours (default 48): hourly vitals, 4-hourly GCS/FiO2/
+    temperature, labs (386 observations, 24 kB of JSON for 48 h; ~8 per hour)."""
     rng = np.random.default_rng(seed)
     obs: list[dict[str, Any]] = []
 
@@ -79,23 +85,54 @@ def full_stay(seed: int, hours: int = 48) -> dict[str, Any]:
                              "sex": "male" if seed % 2 else "female"}}
 
 
+def loadavg() -> str:
+    """The 1-, 5- and 15-minute load averages (call it before timing anything)."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+_PROFILED = """import cProfile, sys
+from scehr_cli import main
+prof = cProfile.Profile()
+try:
+    prof.runcall(main, sys.argv[2:])
+finally:
+    prof.dump_stats(sys.argv[1])
+"""
+
+
+@dataclass
+class Server:
+    port: int
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server process has used so far (Linux /proc)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def server(models: Path, **settings: Any) -> Iterator[int]:
-    """`scehr serve` on a free loopback port until ready; SIGTERM on exit. Yields the port."""
+def server(models: Path, profile: Path | None = None, device: str = "cpu",
+           **settings: Any) -> Iterator[Server]:
+    """`scehr serve` on a free loopback port until ready; SIGTERM on exit. With `profile`,
+    the server runs under cProfile (wall-clock timer: a per-thread CPU timer would halve the
+    server's speed) and writes its statistics there when it stops."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCEHR_")}
     env.update({f"SCEHR_{k.upper()}": str(v) for k, v in settings.items()})
     log = open(tempfile.mkstemp(prefix="scehr-bench-", suffix=".log")[1], "w")  # noqa: SIM115
     exe = Path(sys.executable).parent / "scehr"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "scehr_cli"]
+    if profile is not None:
+        cmd = [sys.executable, "-c", _PROFILED, str(profile)]
     proc = subprocess.Popen([*cmd, "serve", "--port", str(port), "--model-dir", str(models),
-                             "--device", "cpu"], stdout=log, stderr=log, env=env, cwd=REPO)
+                             "--device", device], stdout=log, stderr=log, env=env, cwd=REPO)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -111,7 +148,7 @@ def server(models: Path, **settings: Any) -> Iterator[int]:
             if time.monotonic() > deadline:
                 raise RuntimeError("server never became ready")
             time.sleep(0.1)
-        yield port
+        yield Server(port, proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
@@ -177,6 +214,14 @@ def metric_sums(text: str, name: str, model: str) -> tuple[float, float]:
         elif line.startswith(f"{name}_count"):
             c += float(line.split()[-1])
     return s, c
+
+
+def describe(model: Any) -> str:
+    """What a benchmark really ran: model name and version, encoder, provider, ORT threads."""
+    m = model.spec.manifest
+    threads = model.session.get_session_options().intra_op_num_threads
+    return (f"{m.name} {m.version} ({m.encoder.name} {m.encoder.hparams}); "
+            f"{model.provider}, {threads} intra-op threads")
 
 
 def dumps(obj: Any) -> bytes:

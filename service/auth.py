@@ -23,7 +23,7 @@ def key_matches(given: str, keys: list[str]) -> bool:
     return ok
 
 
-def require_api_key(request: Request,
+async def require_api_key(request: Request,
                     key: Annotated[str | None, Depends(_header)] = None) -> None:
     """401 unless no keys are configured or the header holds one of them."""
     keys = [k.get_secret_value() for k in request.app.state.settings.api_keys]

@@ -1,4 +1,5 @@
-"""`Annotated` dependencies shared by the routes."""
+"""`Annotated` dependencies shared by the routes (async: they stay on the event loop instead
+of a hop through the thread pool per request)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ from service.registry import ModelHandle, ModelNotReady, Registry
 from service.settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_registry(request: Request) -> Registry:
+async def get_registry(request: Request) -> Registry:
     return request.app.state.registry
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import logging
 import os
 import time
@@ -433,6 +434,10 @@ class Registry:
                     "reason": str(e)})
                 continue
             self._install(task, model)
+        # The long-lived objects (sessions, manifests, tables) now exist: move them out of the
+        # collector's reach, so full collections under load scan only per-request garbage.
+        gc.collect()
+        gc.freeze()
 
     def _load(self, folder: Path, task: str) -> LoadedModel:
         return load_model(folder, task, self.settings, self._observe_run(task))

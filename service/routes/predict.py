@@ -76,7 +76,7 @@ def _prefixed(problems: list[Problem], prefix: list[str | int]) -> list[Problem]
 
 
 def _single(task: str) -> Callable[..., Awaitable[Response]]:
-    def label(request: Request) -> None:  # runs even when the body fails validation
+    async def label(request: Request) -> None:  # runs even when the body fails validation
         request.state.model = task
 
     async def predict(

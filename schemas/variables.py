@@ -234,3 +234,47 @@ def lookup(name: str) -> Variable:
         if low in (v.id, v.benchmark_name.lower()):
             return v
     raise KeyError(f"unknown variable {name!r}; known ids: {[v.id for v in VARIABLES]}")
+
+
+def catalog_markdown() -> str:
+    """The catalog as a markdown table (docs/variables.md is generated from it and tested)."""
+    lines = [
+        "# Variables: the 17 benchmark channels",
+        "",
+        "Generated from `schemas/variables.py` (`python -m schemas.variables > docs/variables.md`)."
+        " Variable names in payloads: the id or the benchmark name (case-insensitive). A unit is"
+        " required where the table says so; values outside the outlier bounds are dropped and"
+        " values between an outlier and a valid bound clipped (each a warning).",
+        "",
+        "| id | benchmark name | kind | unit (canonical) | accepted units | unit required |"
+        " normal | valid range | outlier bounds | LOINC |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for v in VARIABLES:
+        r = v.ranges
+        valid = "" if r is None else f"{r.valid_low:g} to {r.valid_high:g}"
+        outl = "" if r is None else f"< {r.outlier_low:g} or > {r.outlier_high:g}"
+        if v.is_categorical:  # checked by category membership, not by the numeric rule
+            valid, outl = "a category below", ""
+        units = ", ".join(f"`{s}`" for u in v.units for s in u.spellings)
+        lines.append(f"| `{v.id}` | {v.benchmark_name} | {v.kind} | {v.unit or ''} | {units} | "
+                     f"{'yes' if v.unit_required else 'no'} | {v.normal} | {valid} | {outl} | "
+                     f"{v.loinc or ''} |")
+    lines += ["", "## Categories and their aliases", "",
+              "Categorical values are the benchmark's exact strings (their one-hot order is the "
+              "order below) or one of these aliases, each mapped to exactly one benchmark string. "
+              "A JSON number is read as its integer text (4 → \"4\").", ""]
+    for v in VARIABLES:
+        if not v.is_categorical:
+            continue
+        lines += [f"### `{v.id}` ({v.benchmark_name})", "",
+                  "Benchmark strings: " + ", ".join(f'"{c}"' for c in v.categories) + ".", ""]
+        if v.category_aliases:
+            lines += ["| alias | means |", "|---|---|"]
+            lines += [f"| `{a}` | \"{c}\" |" for a, c in v.category_aliases.items()]
+            lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(catalog_markdown())

@@ -79,3 +79,13 @@ def test_lookup_by_id_benchmark_name_and_case() -> None:
     assert lookup("Heart Rate") is lookup("heart rate") is lookup("heart_rate")
     with pytest.raises(KeyError, match="unknown variable"):
         lookup("lactate")
+
+
+def test_docs_variables_md_is_current() -> None:
+    from pathlib import Path
+
+    from schemas.variables import catalog_markdown
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "variables.md"
+    assert doc.read_text() == catalog_markdown() + "\n", (
+        "regenerate with: python -m schemas.variables > docs/variables.md")

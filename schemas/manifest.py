@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.contract import CONTRACT_VERSION
@@ -50,8 +51,22 @@ class OnnxSpec(_M):
     parity_max_abs_error: dict[str, float] = Field(default_factory=dict)
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """Overflow-free logistic function (tanh form)."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=np.float64)))
+
+
+def logit(p: np.ndarray, eps: float = 1e-7) -> np.ndarray:
+    """Log-odds, clipped so that p of exactly 0 or 1 stays finite."""
+    q = np.clip(np.asarray(p, dtype=np.float64), eps, 1.0 - eps)
+    return np.log(q) - np.log1p(-q)
+
+
 class Calibration(_M):
-    """Applied by the service on top of the model's probability, per class."""
+    """Applied by the service on top of the model's probability, per class.
+
+    `apply` is the one read-out: the service serves it and export scores candidates with it.
+    """
 
     method: Literal["none", "temperature", "isotonic"]
     input: Literal["margin", "probability"] = Field(
@@ -63,6 +78,17 @@ class Calibration(_M):
     fitted_on: str = Field("", description="Which data it was fitted on")
     ece_before: float | None = None
     ece_after: float | None = None
+
+    def apply(self, p: np.ndarray, margin: np.ndarray) -> np.ndarray:
+        """Calibrated probability from the model's probability `p` and margin uᵀz − vᵀz."""
+        if self.method == "none":
+            return p
+        x = margin if self.input == "margin" else p
+        if self.method == "temperature":
+            m = x if self.input == "margin" else logit(x)
+            return sigmoid(m / float(self.temperature or 1.0))
+        return np.interp(x, np.asarray(self.x, dtype=np.float64),
+                         np.asarray(self.y, dtype=np.float64))
 
 
 class OperatingPoint(_M):

@@ -15,27 +15,6 @@ from schemas.manifest import Calibration, Manifest
 _EPS = 1e-12
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    """Overflow-free logistic function (the tanh form training's calibration uses)."""
-    return 0.5 * (1.0 + np.tanh(0.5 * x))
-
-
-def logit(p: np.ndarray, eps: float = 1e-7) -> np.ndarray:
-    q = np.clip(p, eps, 1.0 - eps)
-    return np.log(q) - np.log1p(-q)
-
-
-def calibrate(cal: Calibration, p: np.ndarray, margin: np.ndarray) -> np.ndarray:
-    """One class's calibrated probability; method `none` returns the model's own probability."""
-    if cal.method == "none":
-        return p
-    x = margin if cal.input == "margin" else p
-    if cal.method == "temperature":
-        m = x if cal.input == "margin" else logit(x)
-        return sigmoid(m / float(cal.temperature or 1.0))
-    return np.interp(x, np.asarray(cal.x, dtype=np.float64), np.asarray(cal.y, dtype=np.float64))
-
-
 def _unit_rows(a: np.ndarray) -> np.ndarray:
     return a / np.maximum(np.sqrt((a * a).sum(axis=-1, keepdims=True)), _EPS)
 
@@ -94,7 +73,7 @@ class ExplainAssets:
         """[n, C] calibrated probabilities."""
         out = np.empty_like(p)
         for c, cal in enumerate(self.calibrations):
-            out[:, c] = calibrate(cal, p[:, c], margin[:, c])
+            out[:, c] = cal.apply(p[:, c], margin[:, c])
         return out
 
     def anchor_cosines(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,22 +17,12 @@ from numpy.typing import ArrayLike
 from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import brier_score_loss
 
+from schemas.manifest import logit, sigmoid
+
 InputKind = Literal["margin", "probability"]
-_EPS = 1e-7
 
 
 # ---------------------------------------------------------------- pure numpy helpers
-def sigmoid(x: ArrayLike) -> np.ndarray:
-    """Overflow-free logistic function (tanh form; no scipy needed by the service)."""
-    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=np.float64)))
-
-
-def logit(p: ArrayLike, eps: float = _EPS) -> np.ndarray:
-    """Log-odds with clipping so that p of exactly 0 or 1 stays finite."""
-    q = np.clip(np.asarray(p, dtype=np.float64), eps, 1.0 - eps)
-    return np.log(q) - np.log1p(-q)
-
-
 def apply_calibration(d: dict[str, Any] | None, margin_or_p: ArrayLike) -> np.ndarray:
     """Apply an exported calibration dict (numpy only); the service copies this logic.
 

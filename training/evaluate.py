@@ -99,9 +99,9 @@ def evaluate_run(
             new is not None and old_v is not None and abs(new - old_v) < 1e-9)
     if plots:
         _plots(run_dir, cfg, test, out["test_ci"])
-    from training.fit import save_json
+    from training.data.writer import write_json
 
-    save_json(run_dir / "evaluation.json", out)
+    write_json(run_dir / "evaluation.json", out)
     return out
 
 

@@ -28,7 +28,8 @@ from training.bootstrap import (
     paired_bootstrap_diff,
 )
 from training.config import TrainConfig
-from training.fit import Prepared, prepare, save_json
+from training.data.writer import write_json
+from training.fit import Prepared, prepare
 from training.metrics import auprc, auroc, headline_metric, macro_auroc, micro_auroc
 from training.run import train_run
 
@@ -157,7 +158,7 @@ def run_grid(
               "selected_on": f"mean validation {headline} over seeds {list(seeds)}",
               f"val_{headline}": best["val"], f"test_{headline}": best["test"],
               "runs": best["runs"], "config": best_cfg}
-    save_json(grid_dir / "best.json", chosen)
+    write_json(grid_dir / "best.json", chosen)
     _grid_markdown(grid_dir, base_cfg, headline, configs, rows, best)
     return {"runs": rows, "configs": configs, "best": chosen, "data_loads": cache.loads}
 
@@ -344,7 +345,7 @@ def embedding_study(run_dir: Path, label: int = 0, max_points: int = 2000) -> di
     out = {"run_dir": str(run_dir), "split": "test", "probe_fitted_on": "train",
            "n_train": len(train["z"]), "n_test": len(test["z"]), "tsne_label": names[label],
            **report}
-    save_json(run_dir / "embedding.json", out)
+    write_json(run_dir / "embedding.json", out)
     return out
 
 
@@ -427,7 +428,7 @@ def run_comparison(
                    title=f"{cfg.task}: test precision-recall (seed {first['seed']})")
     for s in seeds_out:
         s.pop("_probs")
-    save_json(study_dir / "comparison.json", result)
+    write_json(study_dir / "comparison.json", result)
     text = comparison_markdown(result)
     (study_dir / "comparison.md").write_text(text)
     print(text)

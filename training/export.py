@@ -118,20 +118,19 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
         return Calibration(method="none", fitted_on=where, ece_before=before, ece_after=before)
     by_margin = temperature_input == "margin"
     temp = TemperatureCalibrator(input=temperature_input).fit(mc if by_margin else pc, yc)
-    iso = IsotonicCalibrator().fit(pc, yc)
-    p_temp, p_iso = temp.transform(mv if by_margin else pv), iso.transform(pv)
-    best = min(brier(yv, pv), brier(yv, p_temp), brier(yv, p_iso))
-    if best == brier(yv, pv):  # neither map beats the model's own probability on validation
-        return Calibration(method="none", fitted_on=f"{where}; no map beat the model's own "
-                           "probability (validation Brier)", ece_before=before, ece_after=before)
-    if best == brier(yv, p_temp):
-        return Calibration(method="temperature", input=temperature_input,
-                           temperature=float(temp.to_dict()["temperature"]), fitted_on=where,
-                           ece_before=before, ece_after=expected_calibration_error(yv, p_temp))
-    d = iso.to_dict()
-    return Calibration(method="isotonic", input="probability", x=list(map(float, d["x"])),
-                       y=list(map(float, d["y"])), fitted_on=where, ece_before=before,
-                       ece_after=expected_calibration_error(yv, p_iso))
+    iso = IsotonicCalibrator().fit(pc, yc).to_dict()
+    candidates = [  # in order of preference on a tie: no map first
+        Calibration(method="none", fitted_on=f"{where}; no map beat the model's own "
+                    "probability (validation Brier)"),
+        Calibration(method="temperature", input=temperature_input,
+                    temperature=float(temp.to_dict()["temperature"]), fitted_on=where),
+        Calibration(method="isotonic", input="probability", x=list(map(float, iso["x"])),
+                    y=list(map(float, iso["y"])), fitted_on=where),
+    ]
+    scored = [(brier(yv, c.apply(pv, mv)), i) for i, c in enumerate(candidates)]
+    best = candidates[min(scored)[1]]
+    return best.model_copy(update={
+        "ece_before": before, "ece_after": expected_calibration_error(yv, best.apply(pv, mv))})
 
 
 def _points(y: np.ndarray, p: np.ndarray) -> tuple[list[OperatingPoint], float]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import csv
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -288,13 +287,3 @@ def load_checkpoint(path: Path) -> tuple[AnchorModel, CombinedLoss, dict[str, An
     return model, crit, ck
 
 
-def save_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n")
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o)}")

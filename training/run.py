@@ -15,6 +15,7 @@ import numpy as np
 
 from training.bootstrap import bootstrap_metrics
 from training.config import TrainConfig
+from training.data.writer import write_json
 from training.fit import (
     FitResult,
     Prepared,
@@ -22,7 +23,6 @@ from training.fit import (
     predict,
     prepare,
     save_checkpoint,
-    save_json,
 )
 from training.metrics import task_metrics
 from training.plots import (
@@ -44,7 +44,7 @@ def train_run(cfg: TrainConfig, data: Prepared | None = None) -> dict[str, Any]:
     run_dir = Path(cfg.out) if cfg.out else default_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.out = str(run_dir)
-    save_json(run_dir / "config.json", cfg.to_dict())
+    write_json(run_dir / "config.json", cfg.to_dict())
     t0 = time.perf_counter()
     data = data if data is not None else prepare(cfg)
     res = fit(cfg, data, run_dir)
@@ -60,7 +60,7 @@ def train_run(cfg: TrainConfig, data: Prepared | None = None) -> dict[str, Any]:
         test_stays=np.array(data.test.stays), val_stays=np.array(data.val.stays),
     )
     final = summarize(cfg, res, data, preds, time.perf_counter() - t0)
-    save_json(run_dir / "metrics.json", final)
+    write_json(run_dir / "metrics.json", final)
     make_plots(run_dir, cfg, res, preds, data)
     return final
 

@@ -127,7 +127,6 @@ def test_no_held_out_split_means_no_calibration(tmp_path: Path) -> None:
 
 def test_temperature_of_a_positive_anchor_loss_ignores_the_untrained_negative_anchor() -> None:
     """For BCE/focal p = σ(uᵀz) and v is never trained: the map must rank stays as p does."""
-    from service.explain import calibrate
     from training.export import POSITIVE_ANCHOR_ONLY, fit_calibration
 
     assert {"bce", "focal"} <= POSITIVE_ANCHOR_ONLY and "cbce" not in POSITIVE_ANCHOR_ONLY
@@ -142,7 +141,7 @@ def test_temperature_of_a_positive_anchor_loss_ignores_the_untrained_negative_an
     c = fit_calibration(cal, val, "test", temperature_input="probability")
     assert c.method == "temperature" and c.input == "probability"
     assert c.temperature == pytest.approx(2.0, rel=0.5)
-    out = calibrate(c, val[1], val[2])
+    out = c.apply(val[1], val[2])  # the read-out the service serves
     order = np.argsort(val[1])
     assert np.all(np.diff(out[order]) >= 0)  # same ranking as the model's probability
 

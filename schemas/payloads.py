@@ -5,10 +5,58 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
-Number = Annotated[float, Field(allow_inf_nan=False)]
+
+def _unicode_text(s: str) -> str:
+    """Lone UTF-16 surrogates (legal as JSON `\\ud800` escapes) are not text: refuse them here,
+    so no later encoder can fail on them."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PydanticCustomError("string_unicode", "not valid Unicode text (a lone UTF-16 "
+                                  "surrogate)") from None
+    return s
+
+
+def printable(s: str) -> str:
+    """`s` with anything that is not encodable as UTF-8 replaced (for echoing it back)."""
+    return s.encode("utf-8", "replace").decode("utf-8")
+
+
+#: Numbers and strings in payloads follow one rule (docs/service.md, "Types"): a number must be a
+#: JSON number (booleans and numeric strings are refused, never coerced), and text must be valid
+#: Unicode.
+Number = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+Text = Annotated[str, AfterValidator(_unicode_text)]
 StrictModel = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _iso_only(v: object) -> object:
+    """The timestamp branch of `time` takes ISO strings only (pydantic would also read numbers
+    and numeric strings as Unix times)."""
+    if isinstance(v, datetime):
+        return v
+    if not isinstance(v, str):
+        raise PydanticCustomError("datetime_type", "a timestamp must be an ISO 8601 string")
+    try:
+        float(v)
+    except ValueError:
+        return v
+    raise PydanticCustomError("datetime_type", "a timestamp must be an ISO 8601 string; hours "
+                              "since admission must be a JSON number, not a string")
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_iso_only)]
 
 
 class Observation(BaseModel):
@@ -16,16 +64,16 @@ class Observation(BaseModel):
 
     model_config = StrictModel
 
-    variable: str = Field(description="Variable id (e.g. `heart_rate`) or benchmark column name")
-    time: Number | datetime = Field(
+    variable: Text = Field(description="Variable id (e.g. `heart_rate`) or benchmark column name")
+    time: Number | Timestamp = Field(
         description="Hours since ICU admission, or an ISO timestamp (then `admission_time` "
         "is required)"
     )
-    value: Number | str = Field(
+    value: Number | Text = Field(
         description="A JSON number for continuous variables; a benchmark category string or a "
         "documented alias (e.g. 4 for '4 Spontaneously') for categorical ones"
     )
-    unit: str | None = Field(
+    unit: Text | None = Field(
         default=None,
         description="Required for glucose, temperature, weight, height and fio2",
     )
@@ -37,10 +85,10 @@ class WideTable(BaseModel):
     model_config = StrictModel
 
     hours: list[Number] = Field(description="Hours since ICU admission, one per row")
-    columns: dict[str, list[Number | str | None]] = Field(
+    columns: dict[Text, list[Number | Text | None]] = Field(
         description="Variable id or benchmark name -> one value per row (null = not measured)"
     )
-    units: dict[str, str] = Field(
+    units: dict[Text, Text] = Field(
         default_factory=dict, description="Unit per column (required where a variable needs one)"
     )
 
@@ -50,18 +98,21 @@ class Demographics(BaseModel):
 
     model_config = StrictModel
 
-    age: Annotated[float, Field(ge=0, le=130, allow_inf_nan=False)] | None = None
+    age: Annotated[float, Field(ge=0, le=130, allow_inf_nan=False, strict=True)] | None = None
     sex: Literal["female", "male"] | None = None
 
 
 class StayPayload(BaseModel):
     """One ICU stay, in long form (`observations`) or wide form (`wide`), not both."""
 
-    model_config = StrictModel
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra={
+        # The "exactly one of" rule of `_one_form`, in the schema too.
+        "oneOf": [{"required": ["observations"], "properties": {"observations": {"type": "array"}}},
+                  {"required": ["wide"], "properties": {"wide": {"type": "object"}}}]})
 
-    id: str | None = Field(default=None, max_length=128, description="Caller's id, echoed back")
-    admission_time: datetime | None = None
-    end_hours: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+    id: Text | None = Field(default=None, max_length=128, description="Caller's id, echoed back")
+    admission_time: Timestamp | None = None
+    end_hours: Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)] | None = Field(
         default=None,
         description="Hours from ICU admission to the end of the stay (or of the data so far). "
         "Whole-stay models (phenotypes) read the time series up to it, capped at their maximum, "
@@ -84,9 +135,9 @@ class BatchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    stays: list[dict[str, Any]] = Field(
-        min_length=1, description="Each item a StayPayload; one bad stay never fails the others"
-    )
+    stays: list[Any] = Field(
+        min_length=1, description="Each item a StayPayload (see that schema); any item that is "
+        "not one, even a non-object, gets its own errors and never fails the others")
 
 
 # ---------------------------------------------------------------- problems and warnings
@@ -99,6 +150,12 @@ class Problem(BaseModel):
     rule: str
     message: str
     allowed: str | None = None
+
+    @field_validator("loc")
+    @classmethod
+    def _printable(cls, loc: list[str | int]) -> list[str | int]:
+        """Field names come from the client: never echo one the response cannot encode."""
+        return [printable(p) if isinstance(p, str) else p for p in loc]
 
 
 class Notice(BaseModel):
@@ -256,8 +313,10 @@ class ReloadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={
         "examples": [{"version": "2026-01-15-cbce"}, {"path": "mortality/2026-01-15-cbce"}]})
 
-    version: str | None = Field(default=None, max_length=200)
-    path: str | None = Field(default=None, max_length=1000,
+    version: str | None = Field(
+        default=None, max_length=200, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$",
+        description="A version of index.json: a plain name (no `/`, `\\` or `..`)")
+    path: Text | None = Field(default=None, max_length=1000,
                              description="Relative to the model directory (or absolute inside it)")
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from schemas.contract import CONTRACT_VERSION
 from service import errors
+from service.admission import Admission, AdmissionMiddleware
 from service.logs import configure_logging
 from service.metrics import Metrics
 from service.middleware import BodyLimitMiddleware, RequestContextMiddleware
@@ -48,17 +49,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             executor.shutdown(wait=True)
             Metrics.process_exit()
 
+    docs = settings.open_docs
     app = FastAPI(title="scehr", version=CONTRACT_VERSION, description=DESCRIPTION,
-                  lifespan=lifespan)
+                  lifespan=lifespan, docs_url="/docs" if docs else None,
+                  redoc_url="/redoc" if docs else None,
+                  openapi_url="/openapi.json" if docs else None)
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.admission = admission = Admission(settings.max_queue_size)
     errors.install(app)
     app.include_router(predict.router)
-    app.include_router(models.router)
+    if settings.open_models:
+        app.include_router(models.router)
     app.include_router(health.router)
+    if settings.open_metrics:
+        app.include_router(health.metrics_router)
     if settings.api_keys:
         app.include_router(admin.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(AdmissionMiddleware, admission=admission, metrics=metrics,
+                       timeout_s=settings.request_timeout_s,
+                       retry_after_s=settings.retry_after_s)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
 

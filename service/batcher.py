@@ -94,6 +94,15 @@ class Overloaded(Exception):
     """The queue is full: the caller should answer 503 with Retry-After."""
 
 
+class DeadlineExceeded(Exception):
+    """The request's deadline passed; `computing` says whether its batch had started (504)
+    or it was still queued and never ran (503 with Retry-After)."""
+
+    def __init__(self, computing: bool) -> None:
+        super().__init__("computing" if computing else "queued")
+        self.computing = computing
+
+
 QueueObserver = Callable[[list[float]], None]  # seconds each request waited in the queue
 
 
@@ -102,6 +111,8 @@ class _Pending:
     inputs: ModelInputs
     future: asyncio.Future[ModelOutputs]
     enqueued: float
+    deadline: float | None = None  # time.perf_counter() after which the caller gave up
+    started: bool = False
 
 
 class MicroBatcher:
@@ -130,8 +141,13 @@ class MicroBatcher:
     def queued(self) -> int:
         return self._queue.qsize() + len(self._carry)
 
-    async def submit(self, inputs: ModelInputs) -> ModelOutputs:
-        """Queue the rows and wait for their outputs; raises `Overloaded` when the queue is full."""
+    @property
+    def bound(self) -> int:
+        return self._queue.maxsize
+
+    async def submit(self, inputs: ModelInputs, deadline: float | None = None) -> ModelOutputs:
+        """Queue the rows and wait for their outputs; raises `Overloaded` when the queue is full
+        and `DeadlineExceeded` once `deadline` (a `time.perf_counter()` value) has passed."""
         loop = asyncio.get_running_loop()
         if self._closing or self._task is None:
             # A request that picked this model just before a reload swapped it out: run it on
@@ -139,11 +155,20 @@ class MicroBatcher:
             return await loop.run_in_executor(self._executor, run_chunked, self._run, inputs,
                                               self.max_batch_size)
         fut: asyncio.Future[ModelOutputs] = loop.create_future()
+        pending = _Pending(inputs, fut, time.perf_counter(), deadline)
         try:
-            self._queue.put_nowait(_Pending(inputs, fut, time.perf_counter()))
+            self._queue.put_nowait(pending)
         except asyncio.QueueFull:
             raise Overloaded(f"{self.name}: {self._queue.maxsize} requests queued") from None
-        return await fut
+        if deadline is None:
+            return await fut
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut),
+                                          max(0.0, deadline - time.perf_counter()))
+        except TimeoutError:
+            if not pending.started:
+                fut.cancel()  # the batcher skips it: no compute is spent on a caller gone
+            raise DeadlineExceeded(pending.started) from None
 
     async def close(self) -> None:
         """Finish everything queued, then stop (new submits run unbatched on this model)."""
@@ -200,9 +225,15 @@ class MicroBatcher:
         done = False
         while not done:
             items, done = await self._gather()
+            now = time.perf_counter()
+            for i in items:  # past their deadline already: answered, never computed
+                if i.deadline is not None and now >= i.deadline and not i.future.done():
+                    i.future.set_exception(DeadlineExceeded(False))
             items = [i for i in items if not i.future.done()]  # callers that went away
             if not items:
                 continue
+            for i in items:
+                i.started = True
             start = time.perf_counter()
             self._notify([start - i.enqueued for i in items])
             try:

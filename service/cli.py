@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 from schemas.contract import TASKS
@@ -41,7 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.logs import uvicorn_log_config
-    from service.registry import ModelLoadError, Registry
+    from service.registry import ModelLoadError, Registry, load_model
     from service.settings import Settings
 
     for opt, env in (("model_dir", "SCEHR_MODEL_DIR"), ("device", "SCEHR_DEVICE"),
@@ -51,23 +52,54 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ[env] = str(Path(value).resolve()) if opt == "model_dir" else str(value)
     os.environ["SCEHR_WORKERS"] = str(args.workers)
     settings = Settings()
-    # Fail here, with one clear line, before any worker starts.
+    # Fail here, with one clear line, before any worker starts: every configured model is
+    # loaded and warmed up once (a corrupt graph whose sha256 matches, anchors that do not
+    # reproduce the graph), since a worker could only report it as a model that never loads.
     try:
-        Registry(settings, None, None).preflight()  # type: ignore[arg-type]
+        registry = Registry(settings, None, None)  # type: ignore[arg-type]
+        registry.preflight()
+        for task, folder in registry.folders.items():
+            load_model(folder, task, settings)
     except ModelLoadError as e:
-        print(f"scehr serve: {e}", file=sys.stderr)
+        print(f"scehr serve: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
-    mp = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if mp:  # stale files of a previous run would be summed into this one's metrics
-        shutil.rmtree(mp, ignore_errors=True)
-        Path(mp).mkdir(parents=True, exist_ok=True)
+    created = _multiprocess_dir(args.workers)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler;
     # a no-op handler here makes a graceful stop exit with status 0, as process managers expect.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    uvicorn.run("service.app:build_app", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_config=uvicorn_log_config(settings.log_level),
-                access_log=False, timeout_graceful_shutdown=30)
+    try:
+        uvicorn.run("service.app:build_app", factory=True, host=args.host, port=args.port,
+                    workers=args.workers, log_config=uvicorn_log_config(settings.log_level),
+                    access_log=False, timeout_graceful_shutdown=30)
+    finally:
+        if created is not None:  # only a folder this process made is ever deleted
+            shutil.rmtree(created, ignore_errors=True)
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     return 0
+
+
+def _multiprocess_dir(workers: int) -> Path | None:
+    """The Prometheus multiprocess folder; returns it when this process created it.
+
+    Unset and several workers: a private temporary folder, removed at exit. Set by the operator:
+    used as given and never deleted; only prometheus_client's own `<kind>_<pid>.db` files of an
+    earlier run are removed from it (they would be summed into this run's counters).
+    """
+    from service.metrics import METRIC_FILE
+
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        folder = Path(given)
+        folder.mkdir(parents=True, exist_ok=True)
+        for f in folder.iterdir():
+            if f.is_file() and METRIC_FILE.match(f.name):
+                f.unlink()
+        return None
+    if workers <= 1:
+        return None
+    created = Path(tempfile.mkdtemp(prefix="scehr-metrics-"))
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(created)
+    return created
 
 
 def _metrics(metrics: dict) -> str:

@@ -35,8 +35,11 @@ def handle_for(registry: Registry, settings: Settings, task: str) -> ModelHandle
     try:
         return registry.get(task)
     except ModelNotReady as e:
+        if str(e).startswith("failed"):  # permanent until a reload or restart: no Retry-After
+            raise ApiError(500, "model_failed", message=f"the {task} model failed to load; "
+                           "the server's logs say why") from None
         raise ApiError(503, "model_not_ready", headers={"Retry-After": str(settings.retry_after_s)},
                        message=f"the {task} model is not ready ({e})") from None
     except KeyError:
-        raise ApiError(404, "model_not_found",
-                       message=f"no {task!r} model is served here") from None
+        raise ApiError(404, "model_not_found", message="no model is served here for this "
+                       "task") from None

@@ -16,16 +16,21 @@
 | scehr_model_reloads_total | counter | model, outcome |
 
 `endpoint` is the route template (`/predict/{task}/batch`), `unmatched` for unknown paths;
-`model` is the task id. When `PROMETHEUS_MULTIPROC_DIR` is set (several uvicorn workers), values
-are written there by every worker and `/metrics` aggregates them: counters and histograms are
-summed, the in-flight gauge is summed over live workers, and `scehr_model_info` carries a `pid`
-label per worker, since each worker holds its own sessions (a reload reaches one worker only).
+`model` is a task of the contract, `unknown` for anything else (label values never come from
+what a client sends, so the exposition stays bounded). When `PROMETHEUS_MULTIPROC_DIR` is set
+(several uvicorn workers; `scehr serve` then creates a private one), values are written there by
+every worker and `/metrics` aggregates them: counters and histograms are summed, the in-flight
+gauge is summed over live workers, and `scehr_model_info` carries a `pid` label per worker, since
+each worker holds its own sessions (a reload reaches one worker only). The live gauges of a
+worker that died without shutting down (killed) are dropped at the next scrape.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -47,6 +52,33 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 def multiprocess_mode() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+#: The files prometheus_client writes in multiprocess mode: `<kind>_<pid>.db`.
+METRIC_FILE = re.compile(r"^(counter|histogram|summary|gauge_[a-z]+)_(\d+)\.db$")
+_LIVE_GAUGE = re.compile(r"^gauge_live[a-z]*_(\d+)\.db$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def drop_dead_workers(folder: str | Path) -> list[int]:
+    """mark_process_dead for every pid with live-gauge files that no longer runs."""
+    dead = set()
+    for f in Path(folder).glob("gauge_live*.db"):
+        m = _LIVE_GAUGE.match(f.name)
+        if m and not _alive(int(m.group(1))):
+            dead.add(int(m.group(1)))
+    for pid in dead:
+        multiprocess.mark_process_dead(pid, str(folder))
+    return sorted(dead)
 
 
 class Metrics:
@@ -102,6 +134,7 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         if self.multiprocess:
+            drop_dead_workers(os.environ["PROMETHEUS_MULTIPROC_DIR"])
             reg = CollectorRegistry()
             multiprocess.MultiProcessCollector(reg)
             return generate_latest(reg), CONTENT_TYPE_LATEST

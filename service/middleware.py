@@ -14,6 +14,7 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from schemas.contract import TASKS
 from schemas.payloads import ErrorBody, Problem
 from service.logs import request_id_var
 from service.metrics import Metrics
@@ -40,11 +41,21 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def model_label(scope: Scope) -> str:
+    """The `model` label and log field: a task of the contract, else `unknown` (never a value
+    the caller chose, so neither metrics nor logs grow with what clients send)."""
+    model = scope.get("state", {}).get("model") or scope.get("path_params", {}).get("task")
+    return model if isinstance(model, str) and model in TASKS else "unknown"
+
+
 class RequestContextMiddleware:
     """X-Request-ID (echoed when well-formed, else generated), metrics and one access-log line.
 
-    The log line holds the method, route template, status, duration and model: never the path's
-    query, the body or any header value other than the request id.
+    Labels and log fields come from closed sets only: the route template (`unmatched` for unknown
+    paths), a contract task or `unknown`, the status code the server chose. The log line never
+    holds the path, the query, the body or any header value other than a well-formed request
+    id. Every response carries `Cache-Control: no-store` (predictions and errors echo patient
+    data; nothing here is worth caching).
     """
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
@@ -68,7 +79,8 @@ class RequestContextMiddleware:
                 status = message["status"]
                 started = True
                 message["headers"] = [*message.get("headers", []),
-                                      (b"x-request-id", rid.encode())]
+                                      (b"x-request-id", rid.encode()),
+                                      (b"cache-control", b"no-store")]
             await send(message)
 
         self.metrics.in_flight.inc()
@@ -87,9 +99,7 @@ class RequestContextMiddleware:
             self.metrics.in_flight.dec()
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "unmatched"
-            model = scope["state"].get("model") or scope.get("path_params", {}).get("task", "")
-            if not isinstance(model, str) or len(model) > 32 or "/" in model:
-                model = "invalid"
+            model = model_label(scope)
             self.metrics.requests.labels(endpoint, model, str(status)).inc()
             self.metrics.request_seconds.labels(endpoint, model, str(status)).observe(seconds)
             log.log(logging.DEBUG if endpoint in _QUIET else logging.INFO, "request",

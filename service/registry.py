@@ -121,8 +121,8 @@ def resolve(model_dir: Path, index: ModelIndex, task: str, *, version: str | Non
                 raise ModelLoadError(f"index path {e.path!r} is outside the model directory",
                                      rule="path_outside_model_dir", status=422)
             return folder
-    folder = root / task / version
-    if (folder / "manifest.json").is_file():
+    folder = (root / task / version).resolve()
+    if folder.is_relative_to(root) and (folder / "manifest.json").is_file():
         return folder
     raise ModelLoadError(f"no {task} model with version {version!r} in index.json",
                          rule="model_not_found", status=404)
@@ -133,7 +133,9 @@ def inspect(folder: Path, task: str) -> tuple[Manifest, str]:
     try:
         m = load_manifest(folder / "manifest.json")
     except ContractError as e:
-        raise ModelLoadError(str(e), rule="contract_version") from e
+        unreadable = isinstance(e.__cause__, (OSError, ValueError))  # not JSON, or no file
+        raise ModelLoadError(str(e), rule="manifest_invalid" if unreadable
+                             else "contract_version") from e
     except ValidationError as e:
         raise ModelLoadError(f"{folder}/manifest.json does not follow the manifest schema: "
                              f"{e.error_count()} errors, first: {e.errors()[0]['msg']} at "
@@ -244,6 +246,7 @@ class LoadedModel:
     loaded_at: datetime
     input_names: list[str]
     observe: RunObserver | None = field(default=None, repr=False)
+    shown_path: str = ""  # relative to the model dir: /models never shows server paths
 
     @property
     def task(self) -> str:
@@ -264,7 +267,7 @@ class LoadedModel:
         m = self.spec.manifest
         return ModelInfo(
             task=m.task, name=m.name, version=m.version, sha256=self.spec.ref.sha256,
-            path=str(self.path), loss=m.loss.name, encoder=m.encoder.name,
+            path=self.shown_path or self.path.name, loss=m.loss.name, encoder=m.encoder.name,
             feature_set=self.spec.fs.name, window_hours=self.spec.fs.window_hours,
             label_names=m.label_names, uses_static=m.encoder.uses_static,
             dynamic_length=m.onnx.dynamic_length, contract_version=m.contract_version,
@@ -369,6 +372,9 @@ def load_model(folder: Path, task: str, settings: Settings,
         raise ModelLoadError(f"warm-up failed: {type(e).__name__}: {e}",
                              rule="warmup_failed") from e
     model.observe = observe
+    root = Path(settings.model_dir).resolve()
+    if folder.resolve().is_relative_to(root):
+        model.shown_path = folder.resolve().relative_to(root).as_posix()
     log.info("model loaded", extra={"task": task, "model": m.name, "version": m.version,
                                     "provider": model.provider,
                                     "intra_op_threads": settings.ort_threads})

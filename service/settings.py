@@ -53,8 +53,16 @@ class Settings(BaseSettings):
         0.0, ge=0, description="How long the batcher waits for more requests once one is "
         "queued. 0: run what is queued at once; under load batches still form while the "
         "previous one computes, and a lone request pays no wait")
-    max_queue_size: int = Field(256, ge=1, description="Requests waiting per model before 503")
+    max_queue_size: int = Field(
+        256, ge=1, description="Requests admitted per model (being parsed, queued or computed) "
+        "before new ones are refused with 503 + Retry-After, before their body is read")
+    request_timeout_s: float = Field(
+        5.0, gt=0, description="Deadline per predict request from admission (preprocessing, "
+        "queue wait and compute): 503 + Retry-After if it is still queued then, 504 if computing")
     retry_after_s: int = Field(1, ge=0, description="Retry-After sent with overload 503s")
+    offload_bytes: int = Field(
+        32 * 1024, ge=0, description="Bodies larger than this (and every explain=full request) "
+        "are preprocessed and answered in a worker thread, off the event loop")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger bodies get 413")
     max_batch_stays: int = Field(256, ge=1, description="Stays per batch request")
     max_observations: int = Field(20_000, ge=1, description="Observations per stay")
@@ -62,6 +70,9 @@ class Settings(BaseSettings):
         default_factory=list, description="Comma-separated keys for `X-API-Key`; when set, "
         "predict and admin routes need one; admin routes exist only when set")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    open_docs: bool = Field(True, description="Serve /docs, /redoc and /openapi.json")
+    open_models: bool = Field(True, description="Serve /models and /models/{task}")
+    open_metrics: bool = Field(True, description="Serve /metrics")
 
     @field_validator("tasks", mode="before")
     @classmethod

@@ -5,10 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from service.deps import MetricsDep, RegistryDep
 
 router = APIRouter(tags=["health"])
+metrics_router = APIRouter(tags=["health"])  # closable: SCEHR_OPEN_METRICS=false
 
 
 class Health(BaseModel):
@@ -30,9 +32,10 @@ async def readyz(registry: RegistryDep) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 
-@router.get("/metrics", response_class=Response,
+@metrics_router.get("/metrics", response_class=Response,
             responses={200: {"content": {"text/plain": {}}}})
 async def metrics(m: MetricsDep) -> Response:
-    """Prometheus exposition (aggregated over workers in multiprocess mode)."""
-    data, content_type = m.render()
+    """Prometheus exposition (aggregated over workers in multiprocess mode), rendered in a
+    worker thread so a large scrape never stalls the event loop."""
+    data, content_type = await run_in_threadpool(m.render)
     return Response(data, media_type=content_type)

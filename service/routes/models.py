@@ -27,5 +27,5 @@ async def get_model(task: str, registry: RegistryDep) -> ModelInfo:
         if task in registry.state:
             raise ApiError(503, "model_not_ready",
                            message=f"the {task} model is {registry.state[task]}")
-        raise ApiError(404, "model_not_found", message=f"no {task!r} model is served here")
+        raise ApiError(404, "model_not_found", message="no model is served here for this task")
     return h.model.info()

@@ -1,11 +1,13 @@
 """Scoring: one stay per task, or a batch where every stay succeeds or fails on its own."""
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from schemas.payloads import (
     BatchItem,
@@ -15,9 +17,10 @@ from schemas.payloads import (
     Prediction,
     Problem,
     StayPayload,
+    printable,
 )
 from service.auth import ApiKey
-from service.batcher import Overloaded
+from service.batcher import DeadlineExceeded, Overloaded
 from service.deps import MetricsDep, RegistryDep, SettingsDep, handle_for
 from service.errors import ApiError
 from service.examples import batch_examples, stay_examples
@@ -27,6 +30,8 @@ from service.registry import ModelHandle
 from service.settings import Settings
 
 router = APIRouter(tags=["predict"])
+log = logging.getLogger("scehr.predict")
+T = TypeVar("T")
 
 Explain = Annotated[Literal["basic", "full"], Query(
     description="basic: anchors and nearest prototype; full: also per-variable contributions "
@@ -35,17 +40,40 @@ Strict = Annotated[bool, Query(description="Reject values outside the cleaning r
                                            "instead of dropping or clipping them")]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "The body is not parsable JSON (invalid UTF-8, "
+          "numbers or nesting beyond the parser's limits)"},
     401: {"model": ErrorBody, "description": "Missing or invalid X-API-Key"},
     404: {"model": ErrorBody, "description": "Task not served"},
     413: {"model": ErrorBody, "description": "Body over the size limit"},
     422: {"model": ErrorBody, "description": "Every problem: field path, rule, allowed range"},
-    503: {"model": ErrorBody, "description": "Model loading or queue full (see Retry-After)"},
+    500: {"model": ErrorBody, "description": "The model failed (to load, or on this batch); "
+          "the request id is in the server's logs"},
+    503: {"model": ErrorBody, "description": "Model loading, model full, or deadline passed "
+          "while queued (see Retry-After)"},
+    504: {"model": ErrorBody, "description": "Deadline passed while the model computed"},
 }
+
+
+async def _work(heavy: bool, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+    """CPU work of a request: in a worker thread when heavy, so the event loop stays free
+    (/livez, other requests' I/O); inline when light, where the hop would cost more."""
+    if heavy:
+        return await run_in_threadpool(fn, *args, **kw)
+    return fn(*args, **kw)
+
+
+def _heavy(request: Request, settings: Settings, explain: str) -> bool:
+    size = request.headers.get("content-length", "")
+    return explain == "full" or not size.isdigit() or int(size) > settings.offload_bytes
 
 
 def _json(model: Prediction | BatchResponse) -> Response:
     """Serialize once (the route's response_model is for the schema only)."""
     return Response(model.model_dump_json(), media_type="application/json")
+
+
+def _single_response(spec: Any, prep: Prepared, out: Any) -> Response:
+    return _json(predictions(spec, prep, out)[0])
 
 
 def _count(metrics: Metrics, task: str, prep: Prepared,
@@ -58,17 +86,30 @@ def _count(metrics: Metrics, task: str, prep: Prepared,
             metrics.warnings.labels(task, n.code).inc()
 
 
-async def _infer(handle: ModelHandle, prep: Prepared, settings: Settings,
-                 metrics: Metrics, task: str) -> dict[int, Prediction]:
+async def _infer(handle: ModelHandle, prep: Prepared, settings: Settings, metrics: Metrics,
+                 task: str, request: Request) -> Any:
+    """The model's outputs for the prepared rows (None when no stay passed)."""
     if prep.inputs is None:
-        return {}
+        return None
+    retry = {"Retry-After": str(settings.retry_after_s)}
     try:
-        out = await handle.batcher.submit(prep.inputs)
+        return await handle.batcher.submit(prep.inputs, request.scope.get("state", {}).get(
+            "deadline"))
     except Overloaded:
         metrics.overload.labels(task).inc()
-        raise ApiError(503, "overloaded", headers={"Retry-After": str(settings.retry_after_s)},
+        raise ApiError(503, "overloaded", headers=retry,
                        message="too many requests queued for this model; retry later") from None
-    return predictions(handle.model.spec, prep, out)
+    except DeadlineExceeded as e:
+        if e.computing:
+            raise ApiError(504, "deadline_exceeded", message=f"the model did not answer within "
+                           f"{settings.request_timeout_s} s") from None
+        metrics.overload.labels(task).inc()
+        raise ApiError(503, "deadline_exceeded", headers=retry, message="the request waited "
+                       f"{settings.request_timeout_s} s for the model; retry later") from None
+    except Exception:
+        log.exception("inference failed", extra={"model": task})
+        raise ApiError(500, "inference_failed", message="the model failed on this request's "
+                       "batch; the request id is in the server's logs") from None
 
 
 def _prefixed(problems: list[Problem], prefix: list[str | int]) -> list[Problem]:
@@ -86,15 +127,17 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
         strict: Strict = False,
     ) -> Response:
         handle = handle_for(registry, settings, task)
+        heavy = _heavy(request, settings, explain)
         t0 = time.perf_counter()
-        prep = prepare(handle.model.spec, [stay], strict=strict,
-                       max_observations=settings.max_observations,
-                       explain_full=explain == "full")
+        prep = await _work(heavy, prepare, handle.model.spec, [stay], strict=strict,
+                           max_observations=settings.max_observations,
+                           explain_full=explain == "full")
         metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
         _count(metrics, task, prep)
         if prep.problems:
             raise ApiError(422, "invalid_stay", _prefixed(prep.problems[0], ["body"]))
-        return _json((await _infer(handle, prep, settings, metrics, task))[0])
+        out = await _infer(handle, prep, settings, metrics, task, request)
+        return await _work(heavy, _single_response, handle.model.spec, prep, out)
 
     predict.__doc__ = f"Score one ICU stay with the {task} model."
     return predict
@@ -124,24 +167,40 @@ async def predict_batch(
             loc=["body", "stays"], rule="too_many_stays",
             message=f"{len(body.stays)} stays; the limit is {settings.max_batch_stays}",
             allowed=f"1 to {settings.max_batch_stays} stays")])
+    heavy = _heavy(request, settings, explain) or len(body.stays) > 1
     t0 = time.perf_counter()
-    parsed = parse_stays(body.stays)
-    valid = [i for i, s in enumerate(parsed) if isinstance(s, StayPayload)]
-    prep = prepare(handle.model.spec, [parsed[i] for i in valid], strict=strict,
-                   max_observations=settings.max_observations, explain_full=explain == "full")
+    parsed, prep = await _work(heavy, _prepare_batch, handle.model.spec, body.stays, strict,
+                               settings.max_observations, explain == "full")
     metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
     _count(metrics, task, prep, [s for s in parsed if not isinstance(s, StayPayload)])
-    preds = await _infer(handle, prep, settings, metrics, task)
+    out = await _infer(handle, prep, settings, metrics, task, request)
+    return await _work(heavy, _batch_response, handle.model.spec, body.stays, parsed, prep, out)
+
+
+def _prepare_batch(spec: Any, raw: list[Any], strict: bool, max_observations: int,
+                   explain_full: bool) -> tuple[list[StayPayload | list[Problem]], Prepared]:
+    parsed = parse_stays(raw)
+    prep = prepare(spec, [s for s in parsed if isinstance(s, StayPayload)], strict=strict,
+                   max_observations=max_observations, explain_full=explain_full)
+    return parsed, prep
+
+
+def _batch_response(spec: Any, raw: list[Any], parsed: list[StayPayload | list[Problem]],
+                    prep: Prepared, out: Any) -> Response:
+    preds = predictions(spec, prep, out) if out is not None else {}
     items: list[BatchItem] = []
-    pos = {orig: k for k, orig in enumerate(valid)}
+    k = 0
     for i, s in enumerate(parsed):
-        raw_id = body.stays[i].get("id") if isinstance(body.stays[i], dict) else None
-        sid = raw_id if isinstance(raw_id, str) and len(raw_id) <= 128 else None
         if not isinstance(s, StayPayload):
-            items.append(BatchItem(index=i, id=sid, errors=s))
-        elif pos[i] in preds:
-            items.append(BatchItem(index=i, id=sid, prediction=preds[pos[i]]))
+            raw_id = raw[i].get("id") if isinstance(raw[i], dict) else None
+            sid = raw_id if isinstance(raw_id, str) and len(raw_id) <= 128 else None
+            items.append(BatchItem(index=i, id=None if sid is None else printable(sid),
+                                   errors=s))
+            continue
+        if k in preds:
+            items.append(BatchItem(index=i, id=s.id, prediction=preds[k]))
         else:
-            items.append(BatchItem(index=i, id=sid, errors=_prefixed(
-                prep.problems[pos[i]], ["body", "stays", i])))
-    return _json(BatchResponse(model=handle.model.spec.ref, items=items))
+            items.append(BatchItem(index=i, id=s.id, errors=_prefixed(
+                prep.problems[k], ["body", "stays", i])))
+        k += 1
+    return _json(BatchResponse(model=spec.ref, items=items))

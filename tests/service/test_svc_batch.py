@@ -46,7 +46,7 @@ async def test_batch_equals_single(client: httpx.AsyncClient) -> None:
         assert single == b
 
 
-@pytest.mark.parametrize("body", [{}, {"stays": []}, {"stays": "x"}, {"stays": [1]},
+@pytest.mark.parametrize("body", [{}, {"stays": []}, {"stays": "x"},
                                   {"stays": [{}], "more": 1}, []])
 async def test_malformed_envelope_is_422(client: httpx.AsyncClient, body: object) -> None:
     r = await client.post("/predict/mortality/batch", json=body)

@@ -4,9 +4,10 @@
         [--task mortality] [--hours 48]
 
 Each client holds one keep-alive connection and sends single-stay requests back to back; on a
-503 it waits the server's Retry-After, as a well-behaved client does. Prints, per level:
-successful requests/s (goodput), p50/p99 latency of the successes, 503s/s and their p99, and
-other statuses (must be 0); then goodput(high) / throughput(low). Both levels run side by side
+503 it waits the server's Retry-After (with 10% jitter), as a well-behaved client does, and
+reconnects if the server closed the idle connection meanwhile. Prints, per level: successful
+requests/s (goodput), p50/p99 latency of the successes, 503s/s and their p99, and other
+statuses (must be 0); then goodput(high) / throughput(low). Both levels run side by side
 on the same server and machine, so the ratio is what counts: on a shared machine the absolute
 figures are inflated by other load (the load average is printed).
 """
@@ -15,11 +16,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import resource
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from common import Conn, dumps, full_stay, loadavg, model_dir, pct, post, server
+
+
+async def send(conn: Conn, raw: bytes) -> tuple[int, bytes, float]:
+    """Status, body and Retry-After (seconds, 1 when absent)."""
+    conn.writer.write(raw)
+    await conn.writer.drain()
+    head = await conn.reader.readuntil(b"\r\n\r\n")
+    length, retry = 0, 1.0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            length = int(value)
+        elif name.lower() == b"retry-after":
+            retry = float(value)
+    return int(head[9:12]), await conn.reader.readexactly(length), retry
 
 
 def raise_fd_limit(n: int) -> None:
@@ -29,7 +47,7 @@ def raise_fd_limit(n: int) -> None:
 
 
 async def closed_loop(port: int, clients: int, seconds: float, bodies: list[bytes],
-                      path: str) -> dict[str, object]:
+                      path: str, cpu: Callable[[], float]) -> dict[str, object]:
     ok: list[float] = []
     busy: list[float] = []
     other: Counter[int] = Counter()
@@ -41,23 +59,34 @@ async def closed_loop(port: int, clients: int, seconds: float, bodies: list[byte
         try:
             while time.perf_counter() < stop:
                 t0 = time.perf_counter()
-                status, _ = await conn.send(post(path, bodies[i % len(bodies)]))
+                raw = post(path, bodies[i % len(bodies)])
+                try:
+                    status, _, retry = await send(conn, raw)
+                except (asyncio.IncompleteReadError, ConnectionError):  # idle keep-alive closed
+                    conn.close()
+                    conn = await Conn.open(port)
+                    t0 = time.perf_counter()
+                    status, _, retry = await send(conn, raw)
                 dt = time.perf_counter() - t0
                 i += clients
+                if time.perf_counter() > stop:  # answered after the window: not counted
+                    break
                 if status == 200:
                     ok.append(dt)
                 elif status == 503:
                     busy.append(dt)
-                    await asyncio.sleep(1.0)  # Retry-After
+                    wait = retry * random.uniform(0.9, 1.1)  # Retry-After, within the window
+                    await asyncio.sleep(max(0.0, min(wait, stop - time.perf_counter())))
                 else:
                     other[status] += 1
         finally:
             conn.close()
 
-    t0 = time.perf_counter()
+    c0, s0 = time.process_time(), cpu()
     await asyncio.gather(*(client(k) for k in range(clients)))
-    wall = time.perf_counter() - t0
-    return {"clients": clients, "wall": wall, "ok": ok, "busy": busy, "other": dict(other)}
+    wall = seconds
+    return {"clients": clients, "wall": wall, "ok": ok, "busy": busy, "other": dict(other),
+            "client_cpu": (time.process_time() - c0) / wall, "server_cpu": (cpu() - s0) / wall}
 
 
 def report(r: dict) -> str:
@@ -66,7 +95,8 @@ def report(r: dict) -> str:
             f"p50 {pct(ok, 50) * 1e3:7.1f} ms  p99 {pct(ok, 99) * 1e3:7.1f} ms")
     if busy:
         line += f"  | 503 {len(busy) / wall:6.1f}/s p99 {pct(busy, 99) * 1e3:6.1f} ms"
-    return line + f"  | other statuses {r['other'] or 0}"
+    return line + (f"  | other statuses {r['other'] or 0}  | cores used: server "
+                   f"{r['server_cpu']:.2f}, client {r['client_cpu']:.2f}")
 
 
 def main() -> None:
@@ -84,9 +114,10 @@ def main() -> None:
     path = f"/predict/{args.task}"
     with server(models) as srv:
         async def both() -> tuple[dict, dict]:
-            await closed_loop(srv.port, 8, 2.0, bodies, path)  # warm-up
-            low = await closed_loop(srv.port, args.low, args.seconds, bodies, path)
-            high = await closed_loop(srv.port, args.high, args.seconds, bodies, path)
+            cpu = srv.cpu_seconds
+            await closed_loop(srv.port, 8, 2.0, bodies, path, cpu)  # warm-up
+            low = await closed_loop(srv.port, args.low, args.seconds, bodies, path, cpu)
+            high = await closed_loop(srv.port, args.high, args.seconds, bodies, path, cpu)
             return low, high
         low, high = asyncio.run(both())
     print(f"models: {which}; default settings; load average before: {load}")

@@ -1,46 +1,112 @@
 """Admission control: a model's full pipeline refuses new requests before reading their body.
 
-A predict request is admitted per model (`SCEHR_MAX_QUEUE_SIZE` at a time, counting those being
-parsed, queued or computed) and given a deadline (`SCEHR_REQUEST_TIMEOUT_S`) that the batcher
-enforces. Refused requests cost a path match and a small 503: under overload the server keeps
-spending its time on requests it can finish, so goodput stays near the throughput limit.
+A predict request is admitted per model while fewer than its limit are in the pipeline (being
+parsed, queued or computed), and given a deadline (`SCEHR_REQUEST_TIMEOUT_S`) that the batcher
+enforces. The limit follows Little's law: the model's recent completion rate times a quarter of
+the deadline, so an admitted request can expect to finish in time whatever the machine's speed
+(at least `floor`, for a cold start; at most `SCEHR_MAX_QUEUE_SIZE`). Refused requests cost a
+path match and a small 503: under overload the server spends its time on requests it can
+finish, not on ones that would time out after being parsed and computed, so goodput stays near
+the throughput limit.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas.contract import TASKS
 from schemas.payloads import ErrorBody, Problem
 from service.logs import request_id_var
 from service.metrics import Metrics
-from service.middleware import send_error
 
 _PREDICT = re.compile(r"^/predict/([^/]+)(?:/batch)?/?$")
+#: The overload answer (an ErrorBody; request ids are ASCII by their validated shape).
+_REFUSED = ErrorBody(error="overloaded", request_id="%s", detail=[Problem(
+    loc=[], rule="overloaded", message="this model has as many requests as it can finish in "
+    "time; retry later")]).model_dump_json().encode()
+
+
+#: Seconds of completions the rate is measured over; the longest Retry-After advised.
+WINDOW_S = 5.0
+MAX_RETRY_AFTER_S = 60
+
+
+def _prune(q: deque[float], since: float) -> None:
+    while q and q[0] < since:
+        q.popleft()
+
+
+def _push(q: deque[float], t: float) -> None:
+    q.append(t)
+    if len(q) > 100_000:  # bounded whatever the rate
+        q.popleft()
 
 
 @dataclass
 class Admission:
-    """Requests admitted per model; never above `limit`."""
+    """Requests admitted per model; never above `limit`, nor above what can finish in time.
+
+    Refused callers are told (Retry-After) to come back once the model has had time to serve
+    as many requests as were refused during the current advice: a fair queue kept by the
+    clients, so refusals per second stay near the completions per second however many clients
+    there are, and refusing never costs more than a fraction of serving.
+    """
 
     limit: int
+    timeout_s: float = 5.0
+    floor: int = 32
+    base_retry_s: int = 1
     admitted: dict[str, int] = field(default_factory=dict)
     peak: dict[str, int] = field(default_factory=dict)
+    _done: dict[str, deque[float]] = field(default_factory=dict)
+    _refused: dict[str, deque[float]] = field(default_factory=dict)
+    _retry: dict[str, int] = field(default_factory=dict)
+
+    def rate(self, task: str, now: float) -> float:
+        """Requests of this model completed per second, recently."""
+        done = self._done.get(task)
+        if not done:
+            return 0.0
+        _prune(done, now - WINDOW_S)
+        return len(done) / WINDOW_S
+
+    def capacity(self, task: str, now: float | None = None) -> int:
+        """Little's law: completions per second x a quarter of the deadline, within bounds."""
+        now = time.monotonic() if now is None else now
+        low = min(self.limit, self.floor)
+        return max(low, min(self.limit, int(self.rate(task, now) * self.timeout_s / 4)))
 
     def try_admit(self, task: str) -> bool:
         n = self.admitted.get(task, 0)
-        if n >= self.limit:
+        if n >= self.capacity(task):
             return False
         self.admitted[task] = n + 1
         self.peak[task] = max(self.peak.get(task, 0), n + 1)
         return True
 
-    def release(self, task: str) -> None:
+    def refuse(self, task: str) -> int:
+        """Record a refusal; the Retry-After (seconds) to send with it."""
+        now = time.monotonic()
+        refused = self._refused.setdefault(task, deque())
+        current = self._retry.get(task, self.base_retry_s)
+        _prune(refused, now - max(current, self.base_retry_s, 1))
+        _push(refused, now)
+        rate = max(self.rate(task, now), 1.0)
+        advice = min(MAX_RETRY_AFTER_S, max(self.base_retry_s, math.ceil(len(refused) / rate)))
+        self._retry[task] = advice
+        return advice
+
+    def release(self, task: str, completed: bool) -> None:
+        """`completed`: answered within its deadline (not a 5xx), which counts in the rate."""
         self.admitted[task] = max(0, self.admitted.get(task, 0) - 1)
+        if completed:
+            _push(self._done.setdefault(task, deque()), time.monotonic())
 
 
 def predict_task(scope: Scope) -> str | None:
@@ -55,12 +121,11 @@ class AdmissionMiddleware:
     """503 + Retry-After without reading the body when the model is full; else a deadline."""
 
     def __init__(self, app: ASGIApp, admission: Admission, metrics: Metrics,
-                 timeout_s: float, retry_after_s: int) -> None:
+                 timeout_s: float) -> None:
         self.app = app
         self.admission = admission
         self.metrics = metrics
         self.timeout_s = timeout_s
-        self.retry_after = str(retry_after_s).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = predict_task(scope) if scope["type"] == "http" else None
@@ -69,15 +134,29 @@ class AdmissionMiddleware:
             return
         scope.setdefault("state", {})["model"] = task
         if not self.admission.try_admit(task):
+            # The cheapest answer there is: pre-encoded, and logged at DEBUG only (the
+            # scehr_overload_rejections_total counter has them), since under overload every
+            # microsecond spent refusing is taken from the requests being served.
             self.metrics.overload.labels(task).inc()
-            await send_error(send, 503, ErrorBody(
-                error="overloaded", request_id=request_id_var.get(), detail=[Problem(
-                    loc=[], rule="overloaded",
-                    message=f"{self.admission.limit} requests are already being handled for "
-                    "this model; retry later")]), [(b"retry-after", self.retry_after)])
+            scope["state"]["rejected"] = True
+            rid = request_id_var.get() or ""
+            body = _REFUSED % rid.encode()
+            await send({"type": "http.response.start", "status": 503, "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", str(self.admission.refuse(task)).encode())]})
+            await send({"type": "http.response.body", "body": body})
             return
         scope["state"]["deadline"] = time.perf_counter() + self.timeout_s
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_status)
         finally:
-            self.admission.release(task)
+            self.admission.release(task, completed=status < 500)

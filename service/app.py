@@ -56,7 +56,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   openapi_url="/openapi.json" if docs else None)
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.admission = admission = Admission(settings.max_queue_size)
+    app.state.admission = admission = Admission(
+        settings.max_queue_size, settings.request_timeout_s,
+        floor=min(settings.max_queue_size, 2 * settings.max_batch_size),
+        base_retry_s=settings.retry_after_s)
     errors.install(app)
     app.include_router(predict.router)
     if settings.open_models:
@@ -68,8 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(admin.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AdmissionMiddleware, admission=admission, metrics=metrics,
-                       timeout_s=settings.request_timeout_s,
-                       retry_after_s=settings.retry_after_s)
+                       timeout_s=settings.request_timeout_s)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
 

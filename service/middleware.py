@@ -102,7 +102,8 @@ class RequestContextMiddleware:
             model = model_label(scope)
             self.metrics.requests.labels(endpoint, model, str(status)).inc()
             self.metrics.request_seconds.labels(endpoint, model, str(status)).observe(seconds)
-            log.log(logging.DEBUG if endpoint in _QUIET else logging.INFO, "request",
+            quiet = endpoint in _QUIET or scope["state"].get("rejected")
+            log.log(logging.DEBUG if quiet else logging.INFO, "request",
                     extra={"method": scope.get("method"), "endpoint": endpoint,
                            "status": status, "model": model,
                            "duration_ms": round(seconds * 1000, 3)})

@@ -22,8 +22,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas.contract import TASKS
 from schemas.payloads import ErrorBody, Problem
+from service.auth import key_matches
 from service.logs import request_id_var
 from service.metrics import Metrics
+from service.middleware import send_error
 
 _PREDICT = re.compile(r"^/predict/([^/]+)(?:/batch)?/?$")
 #: The overload answer (an ErrorBody; request ids are ASCII by their validated shape).
@@ -117,18 +119,40 @@ def predict_task(scope: Scope) -> str | None:
     return m.group(1) if m and m.group(1) in TASKS else None
 
 
+def _api_key(scope: Scope) -> str | None:
+    for k, v in scope.get("headers", []):
+        if k == b"x-api-key":
+            return v.decode("latin-1")
+    return None
+
+
 class AdmissionMiddleware:
-    """503 + Retry-After without reading the body when the model is full; else a deadline."""
+    """Before any body is read: 401 without a valid API key (where keys are set) on the routes
+    that need one, then 503 + Retry-After when the model is full; else a deadline."""
 
     def __init__(self, app: ASGIApp, admission: Admission, metrics: Metrics,
-                 timeout_s: float) -> None:
+                 timeout_s: float, api_keys: list[str]) -> None:
         self.app = app
         self.admission = admission
         self.metrics = metrics
         self.timeout_s = timeout_s
+        self.api_keys = api_keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        task = predict_task(scope) if scope["type"] == "http" else None
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        task = predict_task(scope)
+        guarded = scope.get("path", "").startswith(("/predict/", "/admin/"))
+        if guarded and self.api_keys:
+            key = _api_key(scope)
+            if key is None or not key_matches(key, self.api_keys):
+                await send_error(send, 401, ErrorBody(
+                    error="unauthorized", request_id=request_id_var.get(), detail=[Problem(
+                        loc=[], rule="unauthorized",
+                        message="missing or invalid X-API-Key header")]),
+                    [(b"www-authenticate", b"APIKey")])
+                return
         if task is None:
             await self.app(scope, receive, send)
             return

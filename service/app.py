@@ -71,7 +71,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(admin.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AdmissionMiddleware, admission=admission, metrics=metrics,
-                       timeout_s=settings.request_timeout_s)
+                       timeout_s=settings.request_timeout_s,
+                       api_keys=[k.get_secret_value() for k in settings.api_keys])
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
 

@@ -15,7 +15,8 @@ router = APIRouter(tags=["admin"])
 
 
 @router.post("/admin/models/{task}/reload", response_model=ReloadResponse,
-             responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody},
+             responses={400: {"model": ErrorBody}, 401: {"model": ErrorBody},
+                        404: {"model": ErrorBody}, 413: {"model": ErrorBody},
                         422: {"model": ErrorBody}, 500: {"model": ErrorBody}})
 async def reload_model(task: str, body: ReloadRequest, registry: RegistryDep,
                        metrics: MetricsDep, _: ApiKey) -> ReloadResponse:

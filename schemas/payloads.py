@@ -126,7 +126,8 @@ class StayPayload(BaseModel):
     @model_validator(mode="after")
     def _one_form(self) -> StayPayload:
         if (self.observations is None) == (self.wide is None):
-            raise ValueError("give exactly one of `observations` (long form) or `wide`")
+            raise PydanticCustomError("one_form", "give exactly one of the fields "
+                                      "`observations` (long form) or `wide`")
         return self
 
 

@@ -1,13 +1,13 @@
 """Admission control: a model's full pipeline refuses new requests before reading their body.
 
 A predict request is admitted per model while fewer than its limit are in the pipeline (being
-parsed, queued or computed), and given a deadline (`SCEHR_REQUEST_TIMEOUT_S`) that the batcher
-enforces. The limit follows Little's law: the model's recent completion rate times a quarter of
-the deadline, so an admitted request can expect to finish in time whatever the machine's speed
-(at least `floor`, for a cold start; at most `SCEHR_MAX_QUEUE_SIZE`). Refused requests cost a
-path match and a small 503: under overload the server spends its time on requests it can
-finish, not on ones that would time out after being parsed and computed, so goodput stays near
-the throughput limit.
+parsed, queued or computed); its queue wait and compute then have a deadline
+(`SCEHR_REQUEST_TIMEOUT_S`) that the batcher enforces. The limit follows Little's law: the
+model's recent completion rate times a quarter of the deadline, so an admitted request can
+expect to finish in time whatever the machine's speed (at least `floor`, for a cold start; at
+most `SCEHR_MAX_QUEUE_SIZE`). Refused requests cost a path match and a small 503: under
+overload the server spends its time on requests it can finish, not on ones that would time out
+after being parsed and computed, so goodput stays near the throughput limit.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def _api_key(scope: Scope) -> str | None:
 
 class AdmissionMiddleware:
     """Before any body is read: 401 without a valid API key (where keys are set) on the routes
-    that need one, then 503 + Retry-After when the model is full; else a deadline."""
+    that need one, then 503 + Retry-After when the model is full."""
 
     def __init__(self, app: ASGIApp, admission: Admission, metrics: Metrics,
                  timeout_s: float, api_keys: list[str]) -> None:
@@ -171,7 +171,6 @@ class AdmissionMiddleware:
                 (b"retry-after", str(self.admission.refuse(task)).encode())]})
             await send({"type": "http.response.body", "body": body})
             return
-        scope["state"]["deadline"] = time.perf_counter() + self.timeout_s
         status = 500
 
         async def send_status(message: Message) -> None:

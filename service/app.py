@@ -58,7 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.admission = admission = Admission(
         settings.max_queue_size, settings.request_timeout_s,
-        floor=min(settings.max_queue_size, 2 * settings.max_batch_size),
+        floor=min(settings.max_queue_size, max(64, 2 * settings.max_batch_size)),
         base_retry_s=settings.retry_after_s)
     errors.install(app)
     app.include_router(predict.router)

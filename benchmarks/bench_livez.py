@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections import Counter
 
 from common import Conn, dumps, full_stay, loadavg, model_dir, pct, post, server
 
@@ -76,12 +77,12 @@ def main() -> None:
     with server(models) as srv:
         r = asyncio.run(run(srv.port, args.seconds, body, args.senders))
     probe, batches = r["probe"], r["batches"]
-    bad = [s for s in r["statuses"] if s != 200]
+    bad = Counter(s for s in r["statuses"] if s != 200)
     print(f"models: {which}; load average before: {load}")
     print(f"{args.senders} senders of {args.stays}-stay phenotypes explain=full batches "
           f"({len(body) / 1e6:.1f} MB each) + /metrics every 0.5 s, {args.seconds:.0f} s")
     print(f"batches done: {len(batches)} (median {pct(batches, 50):.2f} s each); "
-          f"non-200 answers: {len(bad)}")
+          f"non-200 answers: {sum(bad.values())} {dict(bad) or ''}")
     print(f"/livez ({len(probe)} probes): p50 {pct(probe, 50) * 1e3:.1f} ms  "
           f"p99 {pct(probe, 99) * 1e3:.1f} ms  max {max(probe) * 1e3:.1f} ms")
 

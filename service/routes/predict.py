@@ -95,9 +95,12 @@ async def _infer(handle: ModelHandle, prep: Prepared, settings: Settings, metric
     if prep.inputs is None:
         return None
     retry = {"Retry-After": str(settings.retry_after_s)}
-    try:  # the deadline covers the queue wait and the compute
-        return await handle.batcher.submit(prep.inputs,
-                                           time.perf_counter() + settings.request_timeout_s)
+    # The deadline covers the queue wait and the compute: SCEHR_REQUEST_TIMEOUT_S per ORT run
+    # the request needs (one for a stay, more for a big batch or explain=full's variants).
+    runs = -(-prep.inputs.rows // settings.max_batch_size)
+    try:
+        return await handle.batcher.submit(
+            prep.inputs, time.perf_counter() + settings.request_timeout_s * runs)
     except Overloaded:
         metrics.overload.labels(task).inc()
         raise ApiError(503, "overloaded", headers=retry,
@@ -232,4 +235,8 @@ def _batch_response(spec: Any, raw: list[Any], parsed: list[StayPayload | list[P
             items.append(BatchItem(index=i, id=s.id, errors=_prefixed(
                 prep.problems[k], ["body", "stays", i])))
         k += 1
-    return _json(BatchResponse(model=spec.ref, items=items))
+    # Item by item: each short encoder call lets the event loop's thread take the GIL in
+    # between, where one call for a response of megabytes would hold it throughout.
+    parts = b",".join(item.model_dump_json().encode() for item in items)
+    body = b'{"model":' + spec.ref.model_dump_json().encode() + b',"items":[' + parts + b"]}"
+    return Response(body, media_type="application/json")

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from schemas.tasks import TASK_SPECS
 from schemas.variables import VARIABLES, Variable, lookup
 
 #: Static demographics every feature set carries: value then a missing flag.
@@ -130,7 +131,6 @@ BENCHMARK_48H = FeatureSet("benchmark76-48h", "1", _IDS, window_hours=48.0, max_
 BENCHMARK_STAY = FeatureSet("benchmark76-stay", "1", _IDS, window_hours=None, max_hours=240.0)
 
 FEATURE_SETS: dict[str, FeatureSet] = {fs.name: fs for fs in (BENCHMARK_48H, BENCHMARK_STAY)}
+#: Task name -> the feature set its models use (named by the task registry).
 TASK_FEATURE_SETS: dict[str, FeatureSet] = {
-    "mortality": BENCHMARK_48H,
-    "phenotypes": BENCHMARK_STAY,
-}
+    t.name: FEATURE_SETS[t.feature_set] for t in TASK_SPECS.values()}

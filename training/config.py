@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from schemas.tasks import TASK_NAMES
+
 #: The paper's encoders per task (DESIGN.md section 2).
 ENCODER_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("lstm", "mortality"): {"units": 16, "depth": 2, "bidirectional": True, "dropout": 0.3},
@@ -28,6 +30,8 @@ class TrainConfig:
     lam: float = 0.0
     temperature: float = 0.1
     loss_params: dict[str, Any] = field(default_factory=dict)
+    #: Regularizer name (training.losses.REGULARIZERS) -> {"weight": w, **its parameters}.
+    regularizers: dict[str, dict[str, Any]] = field(default_factory=dict)
     batch_size: int = 256
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -44,8 +48,8 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.task not in ("mortality", "phenotypes"):
-            raise ValueError(f"task must be 'mortality' or 'phenotypes', not {self.task!r}")
+        if self.task not in TASK_NAMES:
+            raise ValueError(f"task must be one of {', '.join(TASK_NAMES)}, not {self.task!r}")
         if not self.encoder_hparams:
             self.encoder_hparams = dict(ENCODER_PRESETS.get((self.encoder, self.task), {}))
         if not self.lam >= 0:  # also rejects NaN

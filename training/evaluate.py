@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from schemas.tasks import task_spec
 from training.bootstrap import bootstrap_metrics
 from training.config import TrainConfig
 from training.metrics import task_metrics
@@ -109,7 +110,7 @@ def _plots(run_dir: Path, cfg: TrainConfig, test: dict[str, np.ndarray],
            ci: dict[str, Any]) -> None:
     name = f"{cfg.encoder}+{cfg.loss}" + (f"+SCR(λ={cfg.lam:g})" if cfg.lam else "")
     models = {name: (test["y"], test["probability"])}
-    roc_key = "auroc" if cfg.task == "mortality" else "micro_auroc"
+    roc_key = task_spec(cfg.task).headline_metric
     plot_roc_curves(run_dir / "roc.png", models, cis={name: ci[roc_key]},
                     title=f"{cfg.task}: test ROC")
     plot_pr_curves(run_dir / "pr.png", models, cis={name: ci["auprc"]} if "auprc" in ci

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from schemas.tasks import task_spec
 from training.bootstrap import bootstrap_metrics
 from training.config import TrainConfig
 from training.data.writer import write_json
@@ -101,7 +102,7 @@ def make_plots(run_dir: Path, cfg: TrainConfig, res: FitResult,
     plot_reliability(run_dir / "calibration.png", models, title=f"{cfg.task}: reliability")
     plot_learning_curves(run_dir / "learning_curves.png", res.history,
                          best_epoch=res.best_epoch, title=f"{cfg.task}: learning curves")
-    if cfg.tsne and cfg.task == "mortality":
+    if cfg.tsne and task_spec(cfg.task).binary:
         u, v = res.model.head.anchors()
         plot_embedding_tsne(run_dir / "tsne.png", test["z"], test["y"][:, 0],
                             anchors={"u (positive)": u[0].numpy(), "v (negative)": v[0].numpy()},

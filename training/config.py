@@ -10,7 +10,7 @@ from typing import Any
 
 from schemas.tasks import TASK_NAMES
 
-#: The paper's encoders per task (DESIGN.md section 2).
+#: The paper's encoders per task (docs/method.md).
 ENCODER_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("lstm", "mortality"): {"units": 16, "depth": 2, "bidirectional": True, "dropout": 0.3},
     ("lstm", "phenotypes"): {"units": 256, "depth": 1, "bidirectional": False, "dropout": 0.3},

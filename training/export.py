@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from schemas.contract import CONTRACT_VERSION, ONNX_OPSET, PARITY_ATOL
+from schemas.contract import CONTRACT_VERSION, GRAPH
 from schemas.featureset import TASK_FEATURE_SETS
 from schemas.manifest import (
     Calibration,
@@ -32,6 +32,7 @@ from schemas.manifest import (
     sha256_file,
 )
 from schemas.model_index import IndexEntry, MetricCI, read_index_or_empty, write_index
+from schemas.run_artifacts import EXPORT_NEEDS, RunArtifacts, require_keys
 from schemas.tasks import task_spec
 from training.calibration import (
     IsotonicCalibrator,
@@ -197,7 +198,9 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
                limitations: list[str] | None = None, data_description: str | None = None
                ) -> Path:
     """Export, validate and register one run; returns the model folder."""
-    model, crit, ck = load_checkpoint(run_dir / "model.pt")
+    files = RunArtifacts(run_dir)
+    files.require(files.checkpoint, files.predictions, files.metrics)
+    model, crit, ck = load_checkpoint(files.checkpoint)
     cfg = ck["config"]
     task = cfg["task"]
     fs = TASK_FEATURE_SETS[task]
@@ -208,12 +211,14 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     spec = task_spec(task)
     dynamic = spec.dynamic_length
     export_onnx(scoring, onnx_path, n_features=ck["n_features"],
-                n_static=ck["n_static"] if uses_static else 0, seq_len=48,
-                dynamic_length=dynamic, opset=ONNX_OPSET)
-    parity = validate_parity(scoring, onnx_path, atol=PARITY_ATOL)
+                n_static=ck["n_static"] if uses_static else 0,
+                seq_len=int(fs.n_bins(fs.window_hours)) if fs.window_hours else 48,
+                dynamic_length=dynamic, opset=GRAPH.opset)
+    parity = validate_parity(scoring, onnx_path, atol=GRAPH.parity_atol)
 
-    preds = dict(np.load(run_dir / "predictions.npz"))
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    preds = dict(np.load(files.predictions))
+    require_keys(preds, EXPORT_NEEDS, str(files.predictions))
+    metrics = json.loads(files.metrics.read_text())
     labels = ck["label_names"]
     u, v = model.head.anchors()
     has_calib = "calib_y" in preds and len(preds["calib_y"]) > 0
@@ -245,7 +250,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         loss=LossSpec(name=cfg["loss"], lam=cfg["lam"], temperature=cfg["temperature"],
                       params=cfg["loss_params"]),
         encoder=EncoderSpec(**ck["encoder"]),
-        feature_set=fs.to_dict(), normalizer=ck["normalizer"],
+        feature_set=fs.manifest_dict(), normalizer=ck["normalizer"],
         static=ck["static"] if uses_static else None,
         coverage=ck["coverage"],
         anchors={"u": float32_lists(u.numpy()), "v": float32_lists(v.numpy())},
@@ -259,9 +264,9 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
                                                  preds["test_static_raw"])}
                     if spec.binary else {})},
         provenance=prov,
-        onnx=OnnxSpec(sha256=sha256_file(onnx_path), opset=ONNX_OPSET,
-                      inputs=["x", "lengths", *(["static"] if uses_static else [])],
-                      outputs=["z", "anchor_logits", "probability"], dynamic_length=dynamic,
+        onnx=OnnxSpec(sha256=sha256_file(onnx_path), opset=GRAPH.opset,
+                      inputs=GRAPH.input_names(uses_static),
+                      outputs=list(GRAPH.output_names), dynamic_length=dynamic,
                       parity_max_abs_error={k: float(e) for k, e in parity.items()}),
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         code_version=code_version(),

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from schemas.featureset import TASK_FEATURE_SETS
+from schemas.run_artifacts import check_checkpoint
 from schemas.tasks import task_spec
 from schemas.tensorize import Normalizer, StaticImputer
 from training.config import TrainConfig
@@ -304,6 +305,7 @@ def stay_summaries(split: TensorSplit) -> Tensor:
 
 def load_checkpoint(path: Path) -> tuple[AnchorModel, CombinedLoss, dict[str, Any]]:
     ck = torch.load(path, map_location="cpu", weights_only=False)
+    check_checkpoint(ck, path)
     cfg = TrainConfig(**ck["config"])
     encoder = build_encoder(ck["encoder"]["name"], ck["n_features"], ck["n_static"],
                             **ck["encoder"]["hparams"])

@@ -29,7 +29,7 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from schemas.featureset import STATIC_FIELDS, TASK_FEATURE_SETS, FeatureSet
+from schemas.featureset import STATIC_FIELDS, FeatureSet
 from schemas.tasks import task_spec
 from schemas.tensorize import StaticImputer
 from training.data.splits import SplitArrays
@@ -131,7 +131,7 @@ def fit_logistic_baseline(
     """
     t0 = time.perf_counter()
     task = task or train.task
-    fs = TASK_FEATURE_SETS[task]
+    fs = train.feature_set
     static = StaticImputer.fit(train.static_raw)
     probe = LogisticBaseline(task, fs, static, _pipeline(task, 1.0), 1.0, {}, 0.0,
                              list(train.label_names))

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from schemas.featureset import FEATURE_SETS
 from schemas.tasks import TASK_NAMES
 
 # The registries (and with them torch): a serve-only install fails here, and `scehr` reports
@@ -67,6 +68,9 @@ def _d(name: str) -> str:
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file; command-line options override it")
     p.add_argument("--task", choices=TASK_NAMES, help="prediction task" + _d("task"))
+    p.add_argument("--feature-set", dest="feature_set", choices=list(FEATURE_SETS),
+                   help="input variables and window (schemas/resources/feature_sets.json) "
+                   "(default: from --config, else the task's own)")
     p.add_argument("--data", help="benchmark-layout data folder (see `scehr data`)")
     p.add_argument("--out", help="run directory (default runs/<task>-...)")
     p.add_argument("--encoder", choices=sorted(ENCODERS), help="encoder Φ" + _d("encoder"))
@@ -102,9 +106,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    help="no progress bar (default: a bar on a terminal)")
 
 
-_TRAIN_KEYS = ("task", "data", "out", "encoder", "loss", "lam", "batch_size", "lr", "epochs",
-               "patience", "seed", "threads", "n_boot", "train_prevalence", "max_train_stays",
-               "progress")
+_TRAIN_KEYS = ("task", "feature_set", "data", "out", "encoder", "loss", "lam", "batch_size",
+               "lr", "epochs", "patience", "seed", "threads", "n_boot", "train_prevalence",
+               "max_train_stays", "progress")
 
 
 def _regularizers(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None:
@@ -165,11 +169,24 @@ def print_summary(final: dict[str, Any]) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from training.bootstrap import format_ci
     from training.evaluate import evaluate_run
 
     out = evaluate_run(Path(args.run_dir), n_boot=args.n_boot)
-    print(json.dumps(out["test_ci"], indent=2))
+    if args.json:
+        print(json.dumps(out["test_ci"], indent=2))
+    else:
+        print_table(["TEST METRIC", "VALUE [95% CI]"],
+                    [[name, format_ci(ci)] for name, ci in out["test_ci"].items()])
     return 0
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Left-aligned columns, two spaces apart (the human-readable default; --json for tools)."""
+    cells = [header, *rows]
+    widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
+    for r in cells:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
@@ -203,8 +220,19 @@ def cmd_embedding(args: argparse.Namespace) -> int:
     from training.experiments import embedding_study
 
     report = embedding_study(Path(args.run_dir), label=args.label)
-    print(json.dumps(report, indent=2, default=float))
+    if args.json:
+        print(json.dumps(report, indent=2, default=float))
+    else:
+        print_table(["MEASURE", "VALUE"], [[k, _cell(v)] for k, v in report.items()])
     return 0
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return "; ".join(f"{k} {_cell(x)}" for k, x in v.items())
+    return str(v)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -227,6 +255,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir")
     p.add_argument("--n-boot", type=_positive_int, default=1000,
                    help="bootstrap resamples for the CIs")
+    p.add_argument("--json", action="store_true", help="print the test CIs as JSON")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("grid", help="resumable grid over batch size x lambda x loss")
@@ -263,6 +292,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "linear probe, t-SNE with the anchors")
     p.add_argument("run_dir")
     p.add_argument("--label", type=int, default=0, help="class whose anchors are drawn")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_embedding)
 
     p = sub.add_parser("export", help="export a run to ONNX + manifest under models/")

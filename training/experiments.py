@@ -79,7 +79,10 @@ def ensure_run(cfg: TrainConfig, cache: DataCache) -> tuple[dict[str, Any], bool
     if path.is_file():
         saved = json.loads((out / "config.json").read_text())
         new = json.loads(json.dumps(cfg.to_dict()))  # the same JSON round trip as config.json
-        differ = sorted(k for k in new.keys() - _RESUME_IGNORED if saved.get(k) != new[k])
+        # A key the saved config lacks (written before the key existed) had its default value.
+        default = json.loads(json.dumps(dataclasses.asdict(TrainConfig(task=cfg.task))))
+        differ = sorted(k for k in new.keys() - _RESUME_IGNORED
+                        if saved.get(k, default[k]) != new[k])
         if differ:
             raise ValueError(f"{out} holds a finished run with different settings {differ}; "
                              "use a new folder or delete that run")

@@ -17,7 +17,6 @@ from typing import Any, Literal
 import numpy as np
 
 from schemas.contract import CONTRACT_VERSION, GRAPH
-from schemas.featureset import TASK_FEATURE_SETS
 from schemas.manifest import (
     Calibration,
     ClassCard,
@@ -41,6 +40,7 @@ from training.calibration import (
     expected_calibration_error,
     operating_points,
 )
+from training.config import TrainConfig
 from training.fit import load_checkpoint
 from training.metrics import auroc
 from training.model_card import MIN_POSITIVES, write_model_card
@@ -203,7 +203,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     model, crit, ck = load_checkpoint(files.checkpoint)
     cfg = ck["config"]
     task = cfg["task"]
-    fs = TASK_FEATURE_SETS[task]
+    fs = TrainConfig(**cfg).features()
     out.mkdir(parents=True, exist_ok=True)
     onnx_path = out / "model.onnx"
     scoring = ScoringModel(model.encoder, model.head, crit.probability).eval()

@@ -19,7 +19,6 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from schemas.featureset import TASK_FEATURE_SETS
 from schemas.run_artifacts import check_checkpoint
 from schemas.tasks import task_spec
 from schemas.tensorize import Normalizer, StaticImputer
@@ -99,7 +98,7 @@ def _to_tensors(a: SplitArrays, norm: Normalizer, imp: StaticImputer) -> TensorS
 
 def prepare(cfg: TrainConfig) -> Prepared:
     """Load the three splits (cached arrays) and fit normalisation on the training split."""
-    fs = TASK_FEATURE_SETS[cfg.task]
+    fs = cfg.features()
     raw = {s: load_split(cfg.data, cfg.task, s, fs) for s in ("train", "val", "test")}
     check_splits(raw, cfg.task)
     train = raw["train"]

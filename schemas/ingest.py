@@ -168,6 +168,9 @@ class _Tables:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+_NO_PAIRS: dict[str | None, int] = {}
+
+
 def _pair_slots() -> np.ndarray:
     return np.zeros(_MEMO_LIMIT + 1, dtype=np.int64)
 
@@ -413,9 +416,9 @@ class _Accepted:
 
 def _add(out: StayIngest, acc: _Accepted, fs: FeatureSet, loc: Loc, variable: str,
          t: float | datetime, value: float | str, unit: str | None,
-         admission: datetime | None, index: dict[str, int]) -> None:
+         admission: datetime | None, tables: _Tables) -> None:
     """Check one row: accept it into `acc` or append its first problem to `out`."""
-    ch = find(index, variable)
+    ch = find(tables.index, variable)
     if ch is None:
         out.problems.append(Problem(
             loc=[*loc, "variable"], rule="unknown_variable",
@@ -433,8 +436,14 @@ def _add(out: StayIngest, acc: _Accepted, fs: FeatureSet, loc: Loc, variable: st
             message="time must be >= 0 hours since ICU admission", allowed=">= 0",
         ))
         return
+    # A (variable, unit) pair the unit rule accepted before needs only the value rule.
+    pid = tables.pairs.get(variable, _NO_PAIRS).get(unit, 0)
     try:
-        number = check_row(var, value, unit)
+        if pid:
+            k = int(tables.pair_converter[pid])
+            number = canonical_number(var, value, tables.converters[k] if k else None)
+        else:
+            number = check_row(var, value, unit)
     except RowError as e:
         out.problems.append(Problem(loc=[*loc, e.field], rule=e.rule, message=e.message,
                                     allowed=e.allowed))
@@ -448,12 +457,12 @@ def _add(out: StayIngest, acc: _Accepted, fs: FeatureSet, loc: Loc, variable: st
 def _add_rows(stay: StayPayload, fs: FeatureSet, out: StayIngest) -> None:
     """The per-row path: every row checked in payload order, each problem named."""
     acc = _Accepted()
-    index = _tables(fs).index
+    tables = _tables(fs)
     adm = stay.admission_time
     if stay.observations is not None:
         for i, o in enumerate(stay.observations):
             _add(out, acc, fs, ["observations", i], o.variable, o.time, o.value, o.unit, adm,
-                 index)
+                 tables)
     elif stay.wide is not None:
         w = stay.wide
         for name, col in w.columns.items():
@@ -467,7 +476,7 @@ def _add_rows(stay: StayPayload, fs: FeatureSet, out: StayIngest) -> None:
             for r, v in enumerate(col):
                 if v is not None:
                     _add(out, acc, fs, ["wide", "columns", name, r], name, w.hours[r], v, unit,
-                         adm, index)
+                         adm, tables)
     out.channel = np.array(acc.channel, dtype=np.int64)
     out.time = np.array(acc.time, dtype=np.float64)
     out.value = np.array(acc.value, dtype=np.float64)

@@ -16,8 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from schemas.contract import CONTRACT_VERSION, ONNX_OPSET, PARITY_ATOL
-from schemas.featureset import TASK_FEATURE_SETS
+from schemas.contract import CONTRACT_VERSION, GRAPH
 from schemas.manifest import (
     Calibration,
     ClassCard,
@@ -31,6 +30,9 @@ from schemas.manifest import (
     SplitInfo,
     sha256_file,
 )
+from schemas.model_index import IndexEntry, MetricCI, read_index_or_empty, write_index
+from schemas.run_artifacts import EXPORT_NEEDS, RunArtifacts, require_keys
+from schemas.tasks import task_spec
 from training.calibration import (
     IsotonicCalibrator,
     TemperatureCalibrator,
@@ -38,6 +40,7 @@ from training.calibration import (
     expected_calibration_error,
     operating_points,
 )
+from training.config import TrainConfig
 from training.fit import load_checkpoint
 from training.metrics import auroc
 from training.model_card import MIN_POSITIVES, write_model_card
@@ -133,7 +136,9 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
         "ece_before": before, "ece_after": expected_calibration_error(yv, best.apply(pv, mv))})
 
 
-def _points(y: np.ndarray, p: np.ndarray) -> tuple[list[OperatingPoint], float]:
+def _points(y: np.ndarray, p: np.ndarray,
+            policy: str) -> tuple[list[OperatingPoint], float]:
+    """The operating points on validation; the default threshold is the `policy` point's."""
     rows = operating_points(y, p, thresholds=[0.1, 0.2, 0.3, 0.5])
     pts = []
     for r in rows:
@@ -146,7 +151,7 @@ def _points(y: np.ndarray, p: np.ndarray) -> tuple[list[OperatingPoint], float]:
                                   ppv=float(r["ppv"] or 0.0),
                                   specificity=float(r["specificity"] or 0.0),
                                   alert_rate=float(r["alert_rate"]), name=name))
-    target = [o for o in pts if o.name == "sensitivity>=0.8"]
+    target = [o for o in pts if o.name == policy]
     return pts, (target[0].threshold if target else 0.5)
 
 
@@ -193,22 +198,27 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
                limitations: list[str] | None = None, data_description: str | None = None
                ) -> Path:
     """Export, validate and register one run; returns the model folder."""
-    model, crit, ck = load_checkpoint(run_dir / "model.pt")
+    files = RunArtifacts(run_dir)
+    files.require(files.checkpoint, files.predictions, files.metrics)
+    model, crit, ck = load_checkpoint(files.checkpoint)
     cfg = ck["config"]
     task = cfg["task"]
-    fs = TASK_FEATURE_SETS[task]
+    fs = TrainConfig(**cfg).features()
     out.mkdir(parents=True, exist_ok=True)
     onnx_path = out / "model.onnx"
     scoring = ScoringModel(model.encoder, model.head, crit.probability).eval()
     uses_static = bool(ck["encoder"]["uses_static"])
-    dynamic = task == "phenotypes"
+    spec = task_spec(task)
+    dynamic = spec.dynamic_length
     export_onnx(scoring, onnx_path, n_features=ck["n_features"],
-                n_static=ck["n_static"] if uses_static else 0, seq_len=48,
-                dynamic_length=dynamic, opset=ONNX_OPSET)
-    parity = validate_parity(scoring, onnx_path, atol=PARITY_ATOL)
+                n_static=ck["n_static"] if uses_static else 0,
+                seq_len=int(fs.n_bins(fs.window_hours)) if fs.window_hours else 48,
+                dynamic_length=dynamic, opset=GRAPH.opset)
+    parity = validate_parity(scoring, onnx_path, atol=GRAPH.parity_atol)
 
-    preds = dict(np.load(run_dir / "predictions.npz"))
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    preds = dict(np.load(files.predictions))
+    require_keys(preds, EXPORT_NEEDS, str(files.predictions))
+    metrics = json.loads(files.metrics.read_text())
     labels = ck["label_names"]
     u, v = model.head.anchors()
     has_calib = "calib_y" in preds and len(preds["calib_y"]) > 0
@@ -225,7 +235,8 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     for c, label in enumerate(labels):
         calib = fit_calibration(triple("calib", c) if has_calib else None, triple("val", c),
                                 where, temperature_input)
-        pts, thr = _points(preds["val_y"][:, c], preds["val_probability"][:, c])
+        pts, thr = _points(preds["val_y"][:, c], preds["val_probability"][:, c],
+                           spec.default_operating_point)
         protos = prototypes(preds["train_z"], preds["train_y"][:, c])
         classes.append(ClassCard(label=label, calibration=calib, operating_points=pts,
                                  default_threshold=thr,
@@ -239,7 +250,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         loss=LossSpec(name=cfg["loss"], lam=cfg["lam"], temperature=cfg["temperature"],
                       params=cfg["loss_params"]),
         encoder=EncoderSpec(**ck["encoder"]),
-        feature_set=fs.to_dict(), normalizer=ck["normalizer"],
+        feature_set=fs.manifest_dict(), normalizer=ck["normalizer"],
         static=ck["static"] if uses_static else None,
         coverage=ck["coverage"],
         anchors={"u": float32_lists(u.numpy()), "v": float32_lists(v.numpy())},
@@ -247,15 +258,15 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         metrics={"test": metrics["test"], "test_ci": metrics["test_ci"],
                  "val": metrics["val"],
                  **({"too_rare_to_evaluate": too_rare(metrics["test"])}
-                    if task == "phenotypes" else {}),
+                    if spec.multi_label else {}),
                  **({"subgroups": subgroup_auroc(preds["test_y"][:, 0],
                                                  preds["test_probability"][:, 0],
                                                  preds["test_static_raw"])}
-                    if task == "mortality" else {})},
+                    if spec.binary else {})},
         provenance=prov,
-        onnx=OnnxSpec(sha256=sha256_file(onnx_path), opset=ONNX_OPSET,
-                      inputs=["x", "lengths", *(["static"] if uses_static else [])],
-                      outputs=["z", "anchor_logits", "probability"], dynamic_length=dynamic,
+        onnx=OnnxSpec(sha256=sha256_file(onnx_path), opset=GRAPH.opset,
+                      inputs=GRAPH.input_names(uses_static),
+                      outputs=list(GRAPH.output_names), dynamic_length=dynamic,
                       parity_max_abs_error={k: float(e) for k, e in parity.items()}),
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         code_version=code_version(),
@@ -293,20 +304,13 @@ def _provenance(data: Path, metrics: dict, preds: dict[str, np.ndarray], descrip
 def register(folder: Path, manifest: Manifest, make_default: bool) -> None:
     """Add (or replace) the model in `<models>/index.json`; optionally make it the default."""
     root = folder.parent.parent
-    index_path = root / "index.json"
-    index = json.loads(index_path.read_text()) if index_path.is_file() else {}
-    index.setdefault("defaults", {})
-    models = [m for m in index.get("models", [])
-              if not (m["task"] == manifest.task and m["version"] == manifest.version)]
+    index = read_index_or_empty(root)
     test_ci = manifest.metrics.get("test_ci", {})
-    models.append({
-        "task": manifest.task, "version": manifest.version, "name": manifest.name,
-        "path": folder.relative_to(root).as_posix(), "loss": manifest.loss.name,
-        "encoder": manifest.encoder.name, "feature_set": manifest.feature_set["name"],
-        "metrics": {k: {kk: test_ci[k].get(kk) for kk in ("value", "low", "high")}
-                    for k in test_ci},
-    })
-    index["models"] = sorted(models, key=lambda m: (m["task"], m["version"]))
-    if make_default or manifest.task not in index["defaults"]:
-        index["defaults"][manifest.task] = manifest.version
-    index_path.write_text(json.dumps(index, indent=2) + "\n")
+    index.upsert(IndexEntry(
+        task=manifest.task, version=manifest.version, name=manifest.name,
+        path=folder.relative_to(root).as_posix(), loss=manifest.loss.name,
+        encoder=manifest.encoder.name, feature_set=manifest.feature_set["name"],
+        metrics={k: MetricCI(**{kk: test_ci[k].get(kk) for kk in ("value", "low", "high")})
+                 for k in test_ci},
+    ), make_default)
+    write_index(root, index)

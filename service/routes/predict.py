@@ -23,6 +23,7 @@ from schemas.payloads import (
     StayPayload,
     printable,
 )
+from schemas.tasks import TASK_NAMES
 from service.auth import ApiKey
 from service.batcher import DeadlineExceeded, Overloaded
 from service.deps import MetricsDep, RegistryDep, SettingsDep, handle_for
@@ -150,7 +151,7 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
     return predict
 
 
-for _task in ("mortality", "phenotypes"):
+for _task in TASK_NAMES:
     router.add_api_route(
         f"/predict/{_task}", _single(_task), methods=["POST"], response_model=Prediction,
         responses=ERRORS, name=f"predict_{_task}", summary=f"Score one stay ({_task})",
@@ -232,7 +233,7 @@ def _parse_batch(raw: bytes) -> BatchRequest:
 #: The body is read by the route (parsed off the event loop when large), so its schema and
 #: examples are declared here rather than through a body parameter.
 _BATCH_BODY = {"requestBody": {"required": True, "content": {"application/json": {
-    "schema": BatchRequest.model_json_schema(), "examples": batch_examples("mortality")}}}}
+    "schema": BatchRequest.model_json_schema(), "examples": batch_examples(TASK_NAMES[0])}}}}
 
 
 @router.post("/predict/{task}/batch", response_model=BatchResponse, responses=ERRORS,

@@ -69,7 +69,9 @@ def live_schema(live_url: str) -> schemathesis.BaseSchema:
     config = schemathesis.Config()
     config.projects.default.generation.update(
         modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=EXAMPLES,
-        deterministic=True)
+        deterministic=True,
+        # Unknown query parameters are ignored, as HTTP APIs commonly do (docs/service.md).
+        allow_extra_parameters=False)
     return schemathesis.openapi.from_url(f"{live_url}/openapi.json", config=config)
 
 

@@ -3,7 +3,7 @@
 A predict request is admitted per model while fewer than its limit are in the pipeline (being
 parsed, queued or computed); its queue wait and compute then have a deadline
 (`SCEHR_REQUEST_TIMEOUT_S`) that the batcher enforces. The limit follows Little's law: the
-model's recent completion rate times a quarter of the deadline, so an admitted request can
+model's recent completion rate times an eighth of the deadline, so an admitted request can
 expect to finish in time whatever the machine's speed (at least `floor`, for a cold start; at
 most `SCEHR_MAX_QUEUE_SIZE`). Refused requests cost a path match and a small 503: under
 overload the server spends its time on requests it can finish, not on ones that would time out
@@ -34,9 +34,14 @@ _REFUSED = ErrorBody(error="overloaded", request_id="%s", detail=[Problem(
     "time; retry later")]).model_dump_json().encode()
 
 
+#: An admitted request should expect to wait at most this fraction (1/n) of its deadline: more
+#: admitted requests would not raise throughput, only latency and the live heap.
+DEADLINE_SHARE = 8
 #: Seconds of completions the rate is measured over; the longest Retry-After advised.
 WINDOW_S = 5.0
 MAX_RETRY_AFTER_S = 60
+#: Retry-After spreads refused clients so that about one refusal comes per this many completions.
+REFUSALS_PER_COMPLETION_INV = 4
 
 
 def _prune(q: deque[float], since: float) -> None:
@@ -55,9 +60,9 @@ class Admission:
     """Requests admitted per model; never above `limit`, nor above what can finish in time.
 
     Refused callers are told (Retry-After) to come back once the model has had time to serve
-    as many requests as were refused during the current advice: a fair queue kept by the
-    clients, so refusals per second stay near the completions per second however many clients
-    there are, and refusing never costs more than a fraction of serving.
+    four times as many requests as were refused during the current advice: a fair queue kept by
+    the clients, so refusals per second stay near a quarter of the completions per second
+    however many clients there are, and refusing costs only a small fraction of serving.
     """
 
     limit: int
@@ -79,10 +84,12 @@ class Admission:
         return len(done) / WINDOW_S
 
     def capacity(self, task: str, now: float | None = None) -> int:
-        """Little's law: completions per second x a quarter of the deadline, within bounds."""
+        """Little's law: completions per second x 1/DEADLINE_SHARE of the deadline, within
+        bounds."""
         now = time.monotonic() if now is None else now
         low = min(self.limit, self.floor)
-        return max(low, min(self.limit, int(self.rate(task, now) * self.timeout_s / 4)))
+        return max(low, min(self.limit, int(self.rate(task, now) * self.timeout_s
+                                            / DEADLINE_SHARE)))
 
     def try_admit(self, task: str) -> bool:
         n = self.admitted.get(task, 0)
@@ -100,7 +107,9 @@ class Admission:
         _prune(refused, now - max(current, self.base_retry_s, 1))
         _push(refused, now)
         rate = max(self.rate(task, now), 1.0)
-        advice = min(MAX_RETRY_AFTER_S, max(self.base_retry_s, math.ceil(len(refused) / rate)))
+        advice = min(MAX_RETRY_AFTER_S, max(self.base_retry_s,
+                                            math.ceil(REFUSALS_PER_COMPLETION_INV
+                                                      * len(refused) / rate)))
         self._retry[task] = advice
         return advice
 

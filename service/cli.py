@@ -71,7 +71,11 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         uvicorn.run("service.app:build_app", factory=True, host=args.host, port=args.port,
                     workers=args.workers, log_config=uvicorn_log_config(settings.log_level),
-                    access_log=False, timeout_graceful_shutdown=30)
+                    access_log=False, timeout_graceful_shutdown=30,
+                    # Longer than a load balancer's idle timeout (60 s is common) and than the
+                    # longest Retry-After: refused clients come back on the same connection
+                    # instead of paying a new one each time.
+                    timeout_keep_alive=75)
     finally:
         if created is not None:  # only a folder this process made is ever deleted
             shutil.rmtree(created, ignore_errors=True)

@@ -60,9 +60,10 @@ class Admission:
     """Requests admitted per model; never above `limit`, nor above what can finish in time.
 
     Refused callers are told (Retry-After) to come back once the model has had time to serve
-    four times as many requests as were refused during the current advice: a fair queue kept by
-    the clients, so refusals per second stay near a quarter of the completions per second
-    however many clients there are, and refusing costs only a small fraction of serving.
+    four times as many requests as were refused before them during the current advice: a fair
+    queue kept by the clients, so refusals per second stay near a quarter of the completions
+    per second however many clients there are, and refusing costs only a small fraction of
+    serving.
     """
 
     limit: int
@@ -109,7 +110,7 @@ class Admission:
         rate = max(self.rate(task, now), 1.0)
         advice = min(MAX_RETRY_AFTER_S, max(self.base_retry_s,
                                             math.ceil(REFUSALS_PER_COMPLETION_INV
-                                                      * len(refused) / rate)))
+                                                      * (len(refused) - 1) / rate)))
         self._retry[task] = advice
         return advice
 

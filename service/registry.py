@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
+from schemas import model_index
 from schemas.contract import (
     INPUT_LENGTHS,
     INPUT_STATIC,
@@ -37,6 +38,7 @@ from schemas.contract import (
     TASKS,
 )
 from schemas.manifest import ContractError, Manifest, load_manifest, sha256_file
+from schemas.model_index import ModelIndex, ModelIndexError
 from schemas.payloads import AvailableModel, ModelInfo, Observation, StayPayload
 from service.batcher import MicroBatcher, ModelInputs, ModelOutputs, run_chunked
 from service.metrics import Metrics
@@ -67,33 +69,14 @@ class DeviceError(ModelLoadError):
 # ---------------------------------------------------------------- the model index
 
 
-class IndexEntry(BaseModel):
-    model_config = ConfigDict(extra="allow", protected_namespaces=())
-
-    task: str
-    version: str
-    name: str | None = None
-    path: str
-
-
-class ModelIndex(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    defaults: dict[str, str]
-    models: list[IndexEntry]
-
-
 def read_index(model_dir: Path) -> ModelIndex:
-    path = Path(model_dir) / "index.json"
-    if not path.is_file():
-        raise ModelLoadError(f"no model index at {path}: train and export a model, or point "
-                             "SCEHR_MODEL_DIR / --model-dir at a folder with index.json",
-                             rule="index_missing", status=500)
+    """The index (schemas.model_index), its errors as a ModelLoadError the service answers."""
     try:
-        return ModelIndex.model_validate_json(path.read_text())
-    except (OSError, ValidationError) as e:
-        raise ModelLoadError(f"{path} is not a valid model index: {e}", rule="index_invalid",
-                             status=500) from e
+        return model_index.read_index(model_dir)
+    except ModelIndexError as e:
+        rule = "index_missing" if not model_index.index_path(model_dir).is_file() else \
+            "index_invalid"
+        raise ModelLoadError(str(e), rule=rule, status=500) from e
 
 
 def resolve(model_dir: Path, index: ModelIndex, task: str, *, version: str | None = None,
@@ -244,6 +227,8 @@ class LoadedModel:
     loaded_at: datetime
     input_names: list[str]
     observe: RunObserver | None = field(default=None, repr=False)
+    default_version: str | None = None
+    default_since: datetime | None = None
 
     @property
     def task(self) -> str:
@@ -272,7 +257,8 @@ class LoadedModel:
             providers=self.session.get_providers(), device=self.device,
             calibration=[c.calibration.method for c in m.classes],
             neutralised_channels=[self.spec.fs.variable_ids[i] for i in self.spec.neutralised],
-            metrics=m.metrics, loaded_at=self.loaded_at, worker_pid=os.getpid(),
+            metrics=m.metrics, loaded_at=self.loaded_at, default_version=self.default_version,
+            default_since=self.default_since, worker_pid=os.getpid(),
         )
 
 
@@ -400,6 +386,8 @@ class Registry:
         self.handles: dict[str, ModelHandle] = {}
         self.state: dict[str, str] = {}
         self.folders: dict[str, Path] = {}
+        #: task -> (default version in index.json, since when) as read at start-up
+        self.defaults: dict[str, tuple[str | None, datetime | None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -417,6 +405,10 @@ class Registry:
         for task in tasks:
             folder = resolve(self.settings.model_dir, index, task)
             inspect(folder, task)
+            self.defaults[task] = (index.defaults.get(task), index.since(task))
+            log.info("default model", extra={"task": task,
+                                             "default_version": index.defaults.get(task),
+                                             "default_since": index.default_since.get(task)})
             self.folders[task] = folder
             self.state[task] = "loading"
 
@@ -472,6 +464,10 @@ class Registry:
             prev = (om.name, om.version, old.model.provider)
         m = model.spec.manifest
         self.metrics.set_model(task, m.name, m.version, model.provider, prev)
+        version, since = self.defaults.get(task, (None, None))
+        model.default_version, model.default_since = version, since
+        if version is not None:
+            self.metrics.set_default(task, version, since)
         return old
 
     # -- serving
@@ -492,9 +488,13 @@ class Registry:
             index = read_index(self.settings.model_dir)
         except ModelLoadError:
             return []
-        return [AvailableModel(task=e.task, version=e.version, name=e.name, path=e.path,
-                               default=index.defaults.get(e.task) == e.version)
-                for e in index.models]
+        out = []
+        for e in index.models:
+            default = index.defaults.get(e.task) == e.version
+            out.append(AvailableModel(task=e.task, version=e.version, name=e.name, path=e.path,
+                                      default=default,
+                                      default_since=index.since(e.task) if default else None))
+        return out
 
     async def reload(self, task: str, *, version: str | None = None,
                      path: str | None = None) -> tuple[LoadedModel, str | None]:

@@ -31,6 +31,7 @@ from schemas.manifest import (
     SplitInfo,
     sha256_file,
 )
+from schemas.model_index import add_model, entry_for, refuse_existing
 from training.calibration import (
     IsotonicCalibrator,
     TemperatureCalibrator,
@@ -47,6 +48,7 @@ MIN_PROTOTYPE = 20
 
 
 def code_version() -> str:
+    """`git describe --always --dirty` of this checkout: the commit a model was built from."""
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
                              text=True, cwd=Path(__file__).parent, timeout=5)
@@ -189,14 +191,19 @@ def too_rare(test: dict[str, Any]) -> list[str]:
 
 
 def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: str | None = None,
-               make_default: bool = True, reproduce: str | None = None,
+               set_default: bool = False, reproduce: str | None = None,
                limitations: list[str] | None = None, data_description: str | None = None
-               ) -> Path:
-    """Export, validate and register one run; returns the model folder."""
+               ) -> tuple[Path, list[str]]:
+    """Export, validate and register one run; returns the model folder and what changed.
+
+    Refuses an existing version (in the index or on disk) before doing any work; the task's
+    default moves only with `set_default` (or when the task has no default yet).
+    """
     model, crit, ck = load_checkpoint(run_dir / "model.pt")
     cfg = ck["config"]
     task = cfg["task"]
     fs = TASK_FEATURE_SETS[task]
+    refuse_existing(out.parent.parent, task, version or out.name, out)
     out.mkdir(parents=True, exist_ok=True)
     onnx_path = out / "model.onnx"
     scoring = ScoringModel(model.encoder, model.head, crit.probability).eval()
@@ -266,8 +273,8 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     command = reproduce or (f"scehr train --config {run_dir / 'config.json'}\n"
                             f"scehr export {run_dir} --out {out}")
     write_model_card(out, manifest, command, limitations)
-    register(out, manifest, make_default)
-    return out
+    changes = register(out, manifest, set_default)
+    return out, changes
 
 
 def _provenance(data: Path, metrics: dict, preds: dict[str, np.ndarray], description: str
@@ -290,23 +297,7 @@ def _provenance(data: Path, metrics: dict, preds: dict[str, np.ndarray], descrip
                       splits=splits, source=str(info.get("converter", "")))
 
 
-def register(folder: Path, manifest: Manifest, make_default: bool) -> None:
-    """Add (or replace) the model in `<models>/index.json`; optionally make it the default."""
+def register(folder: Path, manifest: Manifest, set_default: bool) -> list[str]:
+    """Add the model to `<models>/index.json` (schemas.model_index); returns what changed."""
     root = folder.parent.parent
-    index_path = root / "index.json"
-    index = json.loads(index_path.read_text()) if index_path.is_file() else {}
-    index.setdefault("defaults", {})
-    models = [m for m in index.get("models", [])
-              if not (m["task"] == manifest.task and m["version"] == manifest.version)]
-    test_ci = manifest.metrics.get("test_ci", {})
-    models.append({
-        "task": manifest.task, "version": manifest.version, "name": manifest.name,
-        "path": folder.relative_to(root).as_posix(), "loss": manifest.loss.name,
-        "encoder": manifest.encoder.name, "feature_set": manifest.feature_set["name"],
-        "metrics": {k: {kk: test_ci[k].get(kk) for kk in ("value", "low", "high")}
-                    for k in test_ci},
-    })
-    index["models"] = sorted(models, key=lambda m: (m["task"], m["version"]))
-    if make_default or manifest.task not in index["defaults"]:
-        index["defaults"][manifest.task] = manifest.version
-    index_path.write_text(json.dumps(index, indent=2) + "\n")
+    return add_model(root, entry_for(folder, root, manifest), set_default=set_default)

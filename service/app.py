@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from schemas.contract import CONTRACT_VERSION
 from service import errors
@@ -48,8 +49,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             executor.shutdown(wait=True)
             Metrics.process_exit()
 
-    app = FastAPI(title="scehr", version=CONTRACT_VERSION, description=DESCRIPTION,
-                  lifespan=lifespan)
+    # /docs and /redoc from files shipped in the fastapi-offline package: no CDN, no internet
+    # (nor Swagger UI's online validator badge)
+    app = FastAPIOffline(title="scehr", version=CONTRACT_VERSION, description=DESCRIPTION,
+                         lifespan=lifespan, swagger_ui_parameters={"validatorUrl": None})
     app.state.settings = settings
     app.state.metrics = metrics
     errors.install(app)

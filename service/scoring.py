@@ -268,8 +268,9 @@ def error_row(problems: list[Problem], name: str, version: str) -> dict[str, Any
 class Output:
     """Append-only rows keyed by id, recoverable after a crash (JSONL or CSV by suffix)."""
 
-    def __init__(self, path: Path, labels: list[str]) -> None:
+    def __init__(self, path: Path, labels: list[str], model: tuple[str, str] = ("", "")) -> None:
         self.path = path
+        self.model = model  # (name, version) every row must carry: never mix two models
         self.csv = path.suffix == ".csv"
         self.columns = ["id", "status", "model", "model_version",
                         *[f"{lab}.{k}" for lab in labels for k in CLASS_FIELDS],
@@ -296,8 +297,16 @@ class Output:
             if header is not None and header != self.columns:
                 raise ValueError(f"{self.path} has other columns than this model's output: "
                                  "write to a new file")
-            return {r[0] for r in reader if r}
-        return {json.loads(line)["id"] for line in text.splitlines() if line}
+            rows = [{"id": r[0], "model": r[2], "model_version": r[3]} for r in reader if r]
+        else:
+            rows = [json.loads(line) for line in text.splitlines() if line]
+        for r in rows:
+            if (r["model"], r["model_version"]) != self.model:
+                raise ValueError(
+                    f"{self.path} holds rows of {r['model']} {r['model_version']}, this run "
+                    f"uses {self.model[0]} {self.model[1]}: write to a new file, or pin the "
+                    "version it was started with (--version)")
+        return {r["id"] for r in rows}
 
     def _line(self, stay_id: str, row: dict[str, Any]) -> str:
         if not self.csv:
@@ -418,7 +427,7 @@ def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Pa
     print(f"scehr score: {m.name} {m.version} ({model.provider}) on {input_path}"
           f"{f', shard {shard[0]}/{shard[1]}' if shard[1] > 1 else ''}", file=log)
     stays, total = open_input(input_path)
-    output = Output(out_path, list(model.spec.assets.labels))
+    output = Output(out_path, list(model.spec.assets.labels), (m.name, m.version))
     summary = Summary()
     seen: set[str] = set()
     t0 = time.perf_counter()

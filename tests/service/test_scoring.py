@@ -182,10 +182,18 @@ def test_torn_last_line_is_dropped_and_rescored(model_dir: Path, tmp_path: Path)
     assert (tmp_path / "torn.jsonl").read_text() == full  # byte for byte
 
 
-def test_csv_output_refuses_another_models_columns(tmp_path: Path) -> None:
+def test_output_never_mixes_two_models(model_dir: Path, tmp_path: Path) -> None:
     Output(tmp_path / "o.csv", ["a"]).close()
     with pytest.raises(ValueError, match="other columns"):
         Output(tmp_path / "o.csv", ["b"])
+    write_jsonl(tmp_path / "in.jsonl", payloads(3, bad=False))
+    for suffix in ("jsonl", "csv"):
+        out = tmp_path / f"o2.{suffix}"
+        score("mortality", tmp_path / "in.jsonl", out, model_dir=model_dir, device="cpu",
+              version="v1", progress=False)
+        with pytest.raises(ValueError, match=r"holds rows of fixture-mortality-cbce v1.*--version"):
+            score("mortality", tmp_path / "in.jsonl", out, model_dir=model_dir, device="cpu",
+                  version="v2", progress=False)
 
 
 def _cli(model_dir: Path, src: Path, out: Path) -> list[str]:

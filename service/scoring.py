@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import os
 import sys
@@ -317,9 +318,9 @@ class Output:
         for lab, vals in row["results"].items():
             for k, v in vals.items():
                 flat[f"{lab}.{k}"] = v
-        buf = _StringWriter()
+        buf = io.StringIO()
         csv.writer(buf).writerow([flat.get(c, "") for c in self.columns])
-        return buf.text
+        return buf.getvalue()
 
     def write(self, rows: list[tuple[str, dict[str, Any]]]) -> None:
         """All rows of a chunk in one write, then fsync: a kill loses at most this chunk."""
@@ -332,14 +333,6 @@ class Output:
 
     def close(self) -> None:
         self.file.close()
-
-
-class _StringWriter:
-    def __init__(self) -> None:
-        self.text = ""
-
-    def write(self, s: str) -> None:
-        self.text += s
 
 
 # ---------------------------------------------------------------- scoring

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -17,14 +17,21 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_models_metric_and_log_show_the_default_and_since_when(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path) -> None:
     for v in ("v1", "v2"):
         write_model(tmp_path, "mortality", v)
     write_index(tmp_path, [("mortality", "v1"), ("mortality", "v2")])
     set_default(tmp_path, "mortality", "v2")
-    async with serve(Settings(model_dir=tmp_path, device="cpu")) as client:
-        body = (await client.get("/models")).json()
-        metrics = (await client.get("/metrics")).text
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("scehr.registry").addHandler(handler)
+    try:
+        async with serve(Settings(model_dir=tmp_path, device="cpu")) as client:
+            body = (await client.get("/models")).json()
+            metrics = (await client.get("/metrics")).text
+    finally:
+        logging.getLogger("scehr.registry").removeHandler(handler)
     info = body["models"][0]
     since = dt.datetime.fromisoformat(info["default_since"])
     assert info["version"] == info["default_version"] == "v2"
@@ -36,8 +43,6 @@ async def test_models_metric_and_log_show_the_default_and_since_when(
                 if m.startswith("scehr_default_model_since_timestamp_seconds{"))
     assert 'task="mortality"' in line and 'version="v2"' in line
     assert float(line.split()[-1]) == pytest.approx(since.timestamp())
-    logs = [json.loads(line) for line in capsys.readouterr().err.splitlines()
-            if line.startswith("{")]
-    rec = next(r for r in logs if r["msg"] == "default model")
-    assert rec["default_version"] == "v2"
-    assert dt.datetime.fromisoformat(rec["default_since"]) == since
+    rec = next(r for r in records if r.getMessage() == "default model")
+    assert rec.default_version == "v2"  # type: ignore[attr-defined]
+    assert dt.datetime.fromisoformat(rec.default_since) == since  # type: ignore[attr-defined]

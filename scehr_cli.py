@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib import metadata
+from typing import Any
 
 #: module -> (extra that provides its dependencies, the top-level commands it registers)
 COMMAND_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -21,9 +23,40 @@ COMMAND_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in --help; options whose default is "unset" (None) say so in
+    their own help text (e.g. "default: from --config")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """The `scehr` parser class, for every subcommand too (argparse reuses it for subparsers)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def version() -> str:
+    try:
+        return metadata.version("scehr")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def missing_extra(e: ModuleNotFoundError, commands: tuple[str, ...], extra: str) -> str:
+    return (f"`scehr {'|'.join(commands)}` needs `pip install 'scehr[{extra}]'` "
+            f"({e.name} is not installed)")
+
+
 def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, list[str]]:
     """The parser with the modules owning `command` (all of them when None)."""
-    parser = argparse.ArgumentParser(prog="scehr", description=__doc__.splitlines()[0])
+    parser = Parser(prog="scehr", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"scehr {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     missing: list[str] = []
     for name, (extra, commands) in COMMAND_MODULES.items():
@@ -34,8 +67,7 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, l
         except ModuleNotFoundError as e:
             if e.name and name.startswith(e.name):
                 raise
-            missing.append(f"`scehr {'|'.join(commands)}` needs `pip install 'scehr[{extra}]'` "
-                           f"({e.name} is not installed)")
+            missing.append(missing_extra(e, commands, extra))
             continue
         module.register(sub)
     return parser, missing
@@ -60,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
         print(f"scehr: error: {e}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as e:  # an optional dependency imported late by a command
+        extra, commands = next(((x, c) for x, c in COMMAND_MODULES.values()
+                                if args.command in c), ("train", (str(args.command),)))
+        print(f"scehr: error: {missing_extra(e, commands, extra)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

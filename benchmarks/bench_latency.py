@@ -33,6 +33,7 @@ from common import (
 )
 
 from schemas.payloads import StayPayload
+from schemas.tasks import task_spec
 from service.pipeline import predictions, prepare
 from service.registry import load_model, read_index, resolve
 from service.settings import Settings
@@ -76,7 +77,7 @@ def main() -> None:
     load_before = loadavg()
     models, which = model_dir()
     stays = [full_stay(i, args.hours) for i in range(50)]
-    if args.task == "phenotypes":
+    if task_spec(args.task).ends_at_period_length:  # whole-stay tasks read up to end_hours
         for s in stays:
             s["end_hours"] = float(args.hours)
     bodies = [dumps(s) for s in stays]

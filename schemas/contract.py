@@ -1,6 +1,9 @@
-"""Versions pinned in one place: the model contract, the ONNX opset and task ids."""
+"""Versions pinned in one place: the model contract, the ONNX opset, task ids, the graph."""
 
-from typing import Final, Literal
+from dataclasses import dataclass
+from typing import Final
+
+from schemas.tasks import TASK_NAMES
 
 #: Major.minor of the model contract (manifest + ONNX inputs/outputs). The server refuses a
 #: model whose manifest has another major version.
@@ -15,13 +18,68 @@ ONNX_OPSET: Final = 26
 #: Absolute tolerance of the ONNX Runtime vs PyTorch parity check run at every export.
 PARITY_ATOL: Final = 1e-5
 
-Task = Literal["mortality", "phenotypes"]
-TASKS: Final[tuple[str, ...]] = ("mortality", "phenotypes")
+#: Task names, from the task registry (schemas.tasks), which holds everything else about them.
+TASKS: Final[tuple[str, ...]] = TASK_NAMES
 
-#: ONNX graph input and output names.
-INPUT_X: Final = "x"
-INPUT_LENGTHS: Final = "lengths"
-INPUT_STATIC: Final = "static"
-OUTPUT_Z: Final = "z"
-OUTPUT_ANCHOR_LOGITS: Final = "anchor_logits"
-OUTPUT_PROBABILITY: Final = "probability"
+@dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output: name, numpy dtype and axes (symbolic names or sizes)."""
+
+    name: str
+    dtype: str
+    axes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GraphContract:
+    """The ONNX graph every export produces and the service runs, declared once.
+
+    Axes: `batch` and `time` are dynamic (`time` is fixed at export for fixed-window tasks),
+    `features`/`static_features`/`dim`/`classes` are fixed per model; `anchor_logits[..., 0]`
+    is the u (negative) anchor, `[..., 1]` the v (positive) one.
+    """
+
+    x: TensorSpec
+    lengths: TensorSpec
+    static: TensorSpec
+    z: TensorSpec
+    anchor_logits: TensorSpec
+    probability: TensorSpec
+    opset: int
+    parity_atol: float
+
+    def input_names(self, uses_static: bool) -> list[str]:
+        """The graph's inputs, in feed order; `static` only for encoders that use it."""
+        return [self.x.name, self.lengths.name] + ([self.static.name] if uses_static else [])
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, TensorSpec, TensorSpec]:
+        return (self.x, self.lengths, self.static)
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, TensorSpec, TensorSpec]:
+        return (self.z, self.anchor_logits, self.probability)
+
+    @property
+    def output_names(self) -> tuple[str, str, str]:
+        return (self.z.name, self.anchor_logits.name, self.probability.name)
+
+
+GRAPH: Final = GraphContract(
+    x=TensorSpec("x", "float32", ("batch", "time", "features")),
+    lengths=TensorSpec("lengths", "int64", ("batch",)),
+    static=TensorSpec("static", "float32", ("batch", "static_features")),
+    z=TensorSpec("z", "float32", ("batch", "dim")),
+    anchor_logits=TensorSpec("anchor_logits", "float32", ("batch", "classes", "2")),
+    probability=TensorSpec("probability", "float32", ("batch", "classes")),
+    opset=ONNX_OPSET,
+    parity_atol=PARITY_ATOL,
+)
+
+#: The names alone, for call sites that only feed or fetch by name.
+INPUT_X: Final = GRAPH.x.name
+INPUT_LENGTHS: Final = GRAPH.lengths.name
+INPUT_STATIC: Final = GRAPH.static.name
+OUTPUT_Z: Final = GRAPH.z.name
+OUTPUT_ANCHOR_LOGITS: Final = GRAPH.anchor_logits.name
+OUTPUT_PROBABILITY: Final = GRAPH.probability.name

@@ -1,14 +1,28 @@
-"""Feature sets as data: which variables, in which order, and how each becomes tensor columns."""
+"""Feature sets as data: which variables, in which order, and how each becomes tensor columns.
+
+The sets themselves live in `resources/feature_sets.json`, each with a name, a version and
+its variable ids listed explicitly, so adding a variable to the catalog never changes a
+published set. A manifest records its model's set with a content hash (`manifest_dict`).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from schemas.variables import VARIABLES, Variable, lookup
+from schemas.tasks import TASK_SPECS
+from schemas.variables import BY_ID, Variable
+
+
+class UnknownVariableError(ValueError):
+    """A feature set names a variable the catalog does not have."""
+
 
 #: Static demographics every feature set carries: value then a missing flag.
 STATIC_FIELDS: tuple[str, ...] = ("age", "sex_male")
@@ -31,9 +45,26 @@ class FeatureSet:
     impute: str = "previous"
     start_time: str = "zero"
 
+    def __post_init__(self) -> None:
+        unknown = [v for v in self.variable_ids if v not in BY_ID]
+        if unknown:
+            raise UnknownVariableError(
+                f"feature set {self.name!r} version {self.version} lists variable "
+                f"{unknown[0]!r}, which the variable catalog (schemas/variables.py) does not "
+                f"know; known ids: {', '.join(BY_ID)}")
+        if len(set(self.variable_ids)) != len(self.variable_ids):
+            raise ValueError(f"feature set {self.name!r} lists a variable twice")
+
     @cached_property
     def variables(self) -> tuple[Variable, ...]:
-        return tuple(lookup(v) for v in self.variable_ids)
+        return tuple(BY_ID[v] for v in self.variable_ids)
+
+    @cached_property
+    def sha256(self) -> str:
+        """Content hash of everything that fixes the tensor layout (`to_dict()`, canonical
+        JSON): it changes if the set or any of its variables' catalog entries changes."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @cached_property
     def widths(self) -> np.ndarray:
@@ -108,8 +139,24 @@ class FeatureSet:
             "n_features": self.n_features,
         }
 
+    def manifest_dict(self) -> dict[str, Any]:
+        """`to_dict()` plus its content hash, as a manifest records the model's feature set."""
+        return {**self.to_dict(), "sha256": self.sha256}
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FeatureSet:
+        """The feature set a manifest describes; if it records a content hash (manifests since
+        the feature sets became data), the set rebuilt from today's catalog must match it."""
+        fs = cls._from_dict(d)
+        if "sha256" in d and d["sha256"] != fs.sha256:
+            raise ValueError(
+                f"feature set {fs.name!r} version {fs.version}: its content hash "
+                f"{fs.sha256[:12]}... differs from the manifest's {str(d['sha256'])[:12]}...: "
+                "the variable catalog changed since the model was exported")
+        return fs
+
+    @classmethod
+    def _from_dict(cls, d: dict[str, Any]) -> FeatureSet:
         return cls(
             name=d["name"],
             version=d["version"],
@@ -122,15 +169,30 @@ class FeatureSet:
         )
 
 
-_IDS = tuple(v.id for v in VARIABLES)
+#: The feature sets, as data: name -> version, explicit variable ids, discretisation.
+FEATURE_SET_FILE = Path(__file__).with_name("resources") / "feature_sets.json"
 
+
+def load_feature_sets(path: Path = FEATURE_SET_FILE) -> dict[str, FeatureSet]:
+    """Every feature set of `path`; an unknown variable id fails here, naming set and id."""
+    raw = json.loads(Path(path).read_text())["feature_sets"]
+    return {
+        name: FeatureSet(
+            name=name, version=str(d["version"]), variable_ids=tuple(d["variables"]),
+            timestep=float(d["timestep"]),
+            window_hours=None if d["window_hours"] is None else float(d["window_hours"]),
+            max_hours=float(d["max_hours"]), impute=d.get("impute", "previous"),
+            start_time=d.get("start_time", "zero"))
+        for name, d in raw.items()
+    }
+
+
+FEATURE_SETS: dict[str, FeatureSet] = load_feature_sets()
 #: The benchmark's 17-channel, 76-feature layout over the first 48 hours (mortality).
-BENCHMARK_48H = FeatureSet("benchmark76-48h", "1", _IDS, window_hours=48.0, max_hours=48.0)
+BENCHMARK_48H = FEATURE_SETS["benchmark76-48h"]
 #: The same layout over the whole stay, capped (phenotyping).
-BENCHMARK_STAY = FeatureSet("benchmark76-stay", "1", _IDS, window_hours=None, max_hours=240.0)
+BENCHMARK_STAY = FEATURE_SETS["benchmark76-stay"]
 
-FEATURE_SETS: dict[str, FeatureSet] = {fs.name: fs for fs in (BENCHMARK_48H, BENCHMARK_STAY)}
+#: Task name -> the feature set its models use (named by the task registry).
 TASK_FEATURE_SETS: dict[str, FeatureSet] = {
-    "mortality": BENCHMARK_48H,
-    "phenotypes": BENCHMARK_STAY,
-}
+    t.name: FEATURE_SETS[t.feature_set] for t in TASK_SPECS.values()}

@@ -5,12 +5,14 @@ empty payload, too many observations) name the field path and the rule. Values o
 benchmark's outlier bounds are dropped and values between an outlier and a valid bound are
 clipped; each is a warning, or an error with `strict=True`.
 
-Two paths give the same result. The fast one (`_convert`) reads a stay column by column:
-variable and unit look-ups go through memoized dicts with C-level `map`, times and values
-become numpy arrays, categories map through a memo of `Variable.category_index`, and the time
-checks are vectorised. It only decides *whether* every row is acceptable: as problems are
-rare, a stay with any bad (or unusual) row is read again row by row (`_add`, the original
-implementation), which names each problem in payload order. Field paths (`loc`) are built on
+Each rule is written once: a name resolves to a channel with `variables.find`, a unit with
+`unit_converter`, a value with `canonical_number` (`check_row` is a row's checks in order).
+Two paths call them. The fast one (`_convert`) reads a stay column by column and only
+batches those calls: each distinct (variable, unit) pair and category value is resolved once
+by the rule functions and memoized, so rows need only C-level dict look-ups; times and values
+become numpy arrays and the time checks are vectorised. It only decides *whether* every row is
+acceptable: as problems are rare, a stay with any bad (or unusual) row is read again row by
+row (`_add`), which names each problem in payload order. Field paths (`loc`) are built on
 demand, for the few rows a notice or problem names. `tests/schemas/test_ingest_equivalence.py`
 holds both paths to the frozen per-row reference in `tests/oracles/ingest_reference.py`.
 """
@@ -30,7 +32,7 @@ import numpy as np
 from schemas.featureset import STATIC_FIELDS, FeatureSet
 from schemas.payloads import Notice, Observation, Problem, StayPayload, WideTable
 from schemas.tensorize import Observations, cleaning_masks
-from schemas.variables import CategoryError, UnitError, identity
+from schemas.variables import CategoryError, UnitError, Variable, find, identity, name_index
 
 DEFAULT_MAX_OBSERVATIONS = 20_000
 #: Memo entries per feature set and kind (bounded: the keys come from requests).
@@ -83,6 +85,62 @@ class IngestResult:
     end_hours: np.ndarray  # [len(ok)]
 
 
+# ---------------------------------------------------------------- the rules, written once
+
+
+class RowError(ValueError):
+    """A row breaks a rule: which field, which rule, and what is allowed."""
+
+    def __init__(self, field: str, rule: str, message: str, allowed: str | None = None) -> None:
+        super().__init__(message)
+        self.field, self.rule, self.message, self.allowed = field, rule, message, allowed
+
+
+Converter = Callable[[float], float]
+
+
+def unit_converter(var: Variable, unit: str | None) -> Converter | None:
+    """The unit rule: the converter to the canonical unit (None: the value is canonical).
+
+    Categorical variables take no unit; a continuous one needs a unit where the catalog says
+    so, and only a spelling the catalog lists (`Variable.unit_for`). Raises `RowError`.
+    """
+    if var.is_categorical:
+        if unit not in (None, ""):
+            raise RowError("unit", "unit_not_accepted",
+                           f"{var.id} is categorical and takes no unit")
+        return None
+    try:
+        u = var.unit_for(unit)
+    except UnitError as e:
+        rule = "unit_required" if unit in (None, "") else "unit_not_accepted"
+        raise RowError("unit", rule, str(e), ", ".join(var.unit_names())) from None
+    return None if u is None or u.is_identity else u.to_canonical
+
+
+def canonical_number(var: Variable, value: float | str, convert: Converter | None) -> float:
+    """The value rule: a category's index, or a JSON number in the canonical unit."""
+    if var.is_categorical:
+        try:
+            return float(var.category_index(value))
+        except CategoryError:
+            raise RowError("value", "unknown_category", f"not a category of {var.id}",
+                           ", ".join(var.categories) + " (aliases: "
+                           + ", ".join(sorted(var.category_aliases)) + ")") from None
+    if isinstance(value, str):
+        raise RowError("value", "number_required", f"{var.id} takes a JSON number")
+    number = float(value)
+    return number if convert is None else convert(number)
+
+
+def check_row(var: Variable, value: float | str, unit: str | None) -> float:
+    """A row's canonical number, the checks in the order the problems are reported: for a
+    continuous variable a string value before the unit, for a categorical one the unit first."""
+    if not var.is_categorical and isinstance(value, str):
+        raise RowError("value", "number_required", f"{var.id} takes a JSON number")
+    return canonical_number(var, value, unit_converter(var, unit))
+
+
 # ---------------------------------------------------------------- look-up tables
 
 
@@ -114,41 +172,24 @@ def _pair_slots() -> np.ndarray:
     return np.zeros(_MEMO_LIMIT + 1, dtype=np.int64)
 
 
-def _channel_index(fs: FeatureSet) -> dict[str, int]:
-    idx: dict[str, int] = {}
-    for i, v in enumerate(fs.variables):
-        idx[v.id] = i
-        idx[v.benchmark_name] = i
-        idx[v.benchmark_name.lower()] = i
-    return idx
-
-
 @lru_cache(maxsize=32)
 def _tables(fs: FeatureSet) -> _Tables:
     """One per feature set (equal feature sets share theirs): the memos fill up across calls."""
-    return _Tables(fs, _channel_index(fs),
+    return _Tables(fs, name_index(fs.variables),
                    np.array([v.is_categorical for v in fs.variables], dtype=bool),
                    categories=[{} for _ in fs.variables])
 
 
 def _resolve(t: _Tables, variable: str, unit: str | None
              ) -> tuple[int, Callable[[float], float] | None] | None:
-    """Channel and converter (None: as is) of a row as `_add` decides; None: a problem."""
-    ch = t.index.get(variable)
-    if ch is None:
-        ch = t.index.get(variable.strip().lower())
+    """Channel and converter (None: as is) of a row by the rules; None: a problem."""
+    ch = find(t.index, variable)
     if ch is None:
         return None
-    var = t.fs.variables[ch]
-    if var.is_categorical:
-        return (ch, None) if unit in (None, "") else None
-    if unit is None or unit == "":
-        return None if var.unit_required else (ch, None)
-    key = unit.strip().lower()
-    for u in var.units:
-        if key in (s.lower() for s in u.spellings):
-            return ch, None if u.is_identity else u.to_canonical
-    return None
+    try:
+        return ch, unit_converter(t.fs.variables[ch], unit)
+    except RowError:
+        return None
 
 
 def _pair_id(t: _Tables, variable: str, unit: str | None) -> int:
@@ -189,7 +230,7 @@ def _categories(t: _Tables, chans: list[int], values: list[str | float]
 
 def _category(t: _Tables, channel: int, value: str | float) -> float | None:
     try:
-        number = float(t.fs.variables[channel].category_index(value))
+        number = canonical_number(t.fs.variables[channel], value, None)
     except Exception:  # the per-row path reports it, or raises it again
         return None
     with t.lock:
@@ -374,9 +415,7 @@ def _add(out: StayIngest, acc: _Accepted, fs: FeatureSet, loc: Loc, variable: st
          t: float | datetime, value: float | str, unit: str | None,
          admission: datetime | None, index: dict[str, int]) -> None:
     """Check one row: accept it into `acc` or append its first problem to `out`."""
-    ch = index.get(variable)
-    if ch is None:
-        ch = index.get(variable.strip().lower())
+    ch = find(index, variable)
     if ch is None:
         out.problems.append(Problem(
             loc=[*loc, "variable"], rule="unknown_variable",
@@ -394,33 +433,12 @@ def _add(out: StayIngest, acc: _Accepted, fs: FeatureSet, loc: Loc, variable: st
             message="time must be >= 0 hours since ICU admission", allowed=">= 0",
         ))
         return
-    if var.is_categorical:
-        if unit not in (None, ""):
-            out.problems.append(Problem(loc=[*loc, "unit"], rule="unit_not_accepted",
-                                        message=f"{var.id} is categorical and takes no unit"))
-            return
-        try:
-            number = float(var.category_index(value))
-        except CategoryError:
-            out.problems.append(Problem(
-                loc=[*loc, "value"], rule="unknown_category",
-                message=f"not a category of {var.id}",
-                allowed=", ".join(var.categories) + " (aliases: "
-                + ", ".join(sorted(var.category_aliases)) + ")",
-            ))
-            return
-    else:
-        if isinstance(value, str):
-            out.problems.append(Problem(loc=[*loc, "value"], rule="number_required",
-                                        message=f"{var.id} takes a JSON number"))
-            return
-        try:
-            number = var.convert(float(value), unit)
-        except UnitError as e:
-            rule = "unit_required" if unit in (None, "") else "unit_not_accepted"
-            out.problems.append(Problem(loc=[*loc, "unit"], rule=rule, message=str(e),
-                                        allowed=", ".join(var.unit_names())))
-            return
+    try:
+        number = check_row(var, value, unit)
+    except RowError as e:
+        out.problems.append(Problem(loc=[*loc, e.field], rule=e.rule, message=e.message,
+                                    allowed=e.allowed))
+        return
     acc.channel.append(ch)
     acc.time.append(hours)
     acc.value.append(number)

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.contract import CONTRACT_VERSION
+from schemas.tasks import TASK_NAMES
 
 SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
 
@@ -143,7 +144,7 @@ class Manifest(_M):
     contract_version: str = CONTRACT_VERSION
     name: str
     version: str
-    task: Literal["mortality", "phenotypes"]
+    task: Literal[TASK_NAMES]  # type: ignore[valid-type]  # the task registry's names
     label_names: list[str]
     loss: LossSpec
     encoder: EncoderSpec

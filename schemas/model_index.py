@@ -1,10 +1,14 @@
-"""`models/index.json`: which model versions exist and which one each task serves by default.
+"""`models/index.json`, the hand-over between export (writes) and the service (reads).
 
-The one place that reads and writes the index. Every change is explicit and reported: adding a
-version never replaces an existing one and never changes a default unless asked; the default
-of a task moves only through `set_default`, which records since when it holds; the default
-cannot be removed. Writes are atomic (temporary file + rename), so a reader never sees half
-an index.
+One module reads and writes it, so the file has one schema: a default version per task (and
+since when it is the default) and a list of entries, each pointing at a `<task>/<version>/`
+folder under the index's directory. Unknown keys are kept (extra="allow") so an older reader
+still loads a newer index.
+
+Every change is explicit and reported: adding a version never replaces an existing one and
+never changes a default unless asked; the default moves only through `set_default` (or a
+task's first model); the default cannot be removed. Writes are atomic (temporary file +
+rename), so a reader never sees half an index.
 """
 
 from __future__ import annotations
@@ -23,29 +27,39 @@ INDEX_FILE = "index.json"
 
 
 class ModelIndexError(ValueError):
-    """The index is missing, invalid, or a change to it is refused (the message says why)."""
+    """The index is missing or invalid; `rule` names which."""
+
+    def __init__(self, message: str, rule: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+class MetricCI(BaseModel):
+    value: float | None = None
+    low: float | None = None
+    high: float | None = None
 
 
 class IndexEntry(BaseModel):
-    """One exported model version (extra keys: loss, encoder, feature_set, test metrics)."""
-
     model_config = ConfigDict(extra="allow", protected_namespaces=())
 
     task: str
     version: str
     name: str | None = None
     path: str
+    loss: str | None = None
+    encoder: str | None = None
+    feature_set: str | None = None
+    metrics: dict[str, MetricCI | float] | None = None
 
 
 class ModelIndex(BaseModel):
-    """The index file: defaults per task, since when each holds, and every version."""
-
     model_config = ConfigDict(extra="allow")
 
-    defaults: dict[str, str] = Field(default_factory=dict)
+    defaults: dict[str, str] = {}
     default_since: dict[str, str] = Field(
         default_factory=dict, description="task -> UTC ISO time its current default was set")
-    models: list[IndexEntry] = Field(default_factory=list)
+    models: list[IndexEntry] = []
 
     def entry(self, task: str, version: str) -> IndexEntry | None:
         return next((e for e in self.models if e.task == task and e.version == version), None)
@@ -54,9 +68,14 @@ class ModelIndex(BaseModel):
         raw = self.default_since.get(task)
         return dt.datetime.fromisoformat(raw) if raw else None
 
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    def upsert(self, entry: IndexEntry, make_default: bool = False) -> None:
+        """Add or replace the (task, version) entry in memory; the first model of a task is its
+        default. Files change through `add_model`, which refuses an existing version."""
+        self.models = sorted([e for e in self.models
+                              if not (e.task == entry.task and e.version == entry.version)]
+                             + [entry], key=lambda e: (e.task, e.version))
+        if make_default or entry.task not in self.defaults:
+            self.defaults[entry.task] = entry.version
 
 
 def index_path(model_dir: Path) -> Path:
@@ -64,59 +83,68 @@ def index_path(model_dir: Path) -> Path:
 
 
 def read_index(model_dir: Path) -> ModelIndex:
-    """The index of `model_dir`; ModelIndexError naming the file when missing or invalid."""
+    """The index of `model_dir`; ModelIndexError (rule index_missing / index_invalid) otherwise."""
     path = index_path(model_dir)
     if not path.is_file():
         raise ModelIndexError(f"no model index at {path}: train and export a model, or point "
-                          "SCEHR_MODEL_DIR / --model-dir at a folder with index.json")
+                          "SCEHR_MODEL_DIR / --model-dir at a folder with index.json",
+                          rule="index_missing")
     try:
         return ModelIndex.model_validate_json(path.read_text())
     except (OSError, ValidationError) as e:
-        raise ModelIndexError(f"{path} is not a valid model index: {e}") from e
+        raise ModelIndexError(f"{path} is not a valid model index: {e}",
+                          rule="index_invalid") from e
 
 
-def read_or_empty(model_dir: Path) -> ModelIndex:
+def read_index_or_empty(model_dir: Path) -> ModelIndex:
+    """The index, or an empty one when there is no file yet (export's first model)."""
     return read_index(model_dir) if index_path(model_dir).is_file() else ModelIndex()
 
 
 def write_index(model_dir: Path, index: ModelIndex) -> None:
-    """Atomic write: a temporary file in the same folder, then rename over the index."""
+    """Write the index (entries without their unset fields) atomically: a temporary file in
+    the same folder, then a rename over index.json."""
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
-    index.models.sort(key=lambda e: (e.task, e.version))
-    text = json.dumps(index.model_dump(exclude_none=True), indent=2) + "\n"
+    data = index.model_dump(mode="json", exclude_none=True)
+    if not data.get("default_since"):
+        data.pop("default_since", None)  # an index that never had one reads back identically
     fd, tmp = tempfile.mkstemp(dir=model_dir, prefix=".index.", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(text)
+            f.write(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, index_path(model_dir))
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
 def refuse_existing(model_dir: Path, task: str, version: str, folder: Path) -> None:
     """Raise if `task` `version` is already in the index or its folder holds a model."""
-    index = read_or_empty(model_dir)
+    index = read_index_or_empty(model_dir)
     if index.entry(task, version) is not None:
         raise ModelIndexError(f"{task} {version} is already in {index_path(model_dir)}: versions "
-                          "are immutable; export under a new version")
+                              "are immutable; export under a new version", rule="version_exists")
     if (Path(folder) / "manifest.json").exists() or (Path(folder) / "model.onnx").exists():
         raise ModelIndexError(f"{folder} already holds a model: versions are immutable; export "
-                          "under a new version")
+                              "under a new version", rule="version_exists")
 
 
 def add_model(model_dir: Path, entry: IndexEntry, *, set_default: bool) -> list[str]:
     """Register a new version; the default moves only when asked or when the task has none."""
-    index = read_or_empty(model_dir)
+    index = read_index_or_empty(model_dir)
     if index.entry(entry.task, entry.version) is not None:
         raise ModelIndexError(f"{entry.task} {entry.version} is already in "
-                          f"{index_path(model_dir)}: versions are immutable")
-    index.models.append(entry)
-    changes = [f"added {entry.task} {entry.version} ({entry.path})"]
+                              f"{index_path(model_dir)}: versions are immutable",
+                              rule="version_exists")
     old = index.defaults.get(entry.task)
-    if set_default or old is None:
-        index.defaults[entry.task] = entry.version
+    index.upsert(entry, make_default=set_default)
+    changes = [f"added {entry.task} {entry.version} ({entry.path})"]
+    if index.defaults.get(entry.task) != old:
         index.default_since[entry.task] = _now()
         changes.append(f"default {entry.task}: {old or '(none)'} -> {entry.version}")
     else:
@@ -132,7 +160,7 @@ def set_default(model_dir: Path, task: str, version: str) -> str:
     if index.entry(task, version) is None:
         known = sorted(e.version for e in index.models if e.task == task)
         raise ModelIndexError(f"no {task} {version} in {index_path(model_dir)}; versions: "
-                          f"{', '.join(known) or '(none)'}")
+                              f"{', '.join(known) or '(none)'}", rule="model_not_found")
     old = index.defaults.get(task)
     if old == version:
         return f"default {task} is already {version} (since {index.default_since.get(task, '?')})"
@@ -147,10 +175,12 @@ def remove_model(model_dir: Path, task: str, version: str) -> tuple[str, Path]:
     index = read_index(model_dir)
     entry = index.entry(task, version)
     if entry is None:
-        raise ModelIndexError(f"no {task} {version} in {index_path(model_dir)}")
+        raise ModelIndexError(f"no {task} {version} in {index_path(model_dir)}",
+                              rule="model_not_found")
     if index.defaults.get(task) == version:
         raise ModelIndexError(f"{task} {version} is the default: set another default first "
-                          f"(`scehr models set-default {task} VERSION`)")
+                              f"(`scehr models set-default {task} VERSION`)",
+                              rule="default_not_removable")
     index.models.remove(entry)
     write_index(model_dir, index)
     return f"removed {task} {version} from the index", Path(model_dir) / entry.path
@@ -164,7 +194,7 @@ def entry_for(folder: Path, root: Path, manifest: Any) -> IndexEntry:
         path=Path(folder).resolve().relative_to(Path(root).resolve()).as_posix(),
         loss=manifest.loss.name, encoder=manifest.encoder.name,
         feature_set=manifest.feature_set["name"],
-        metrics={k: {kk: test_ci[k].get(kk) for kk in ("value", "low", "high")}
+        metrics={k: MetricCI(**{kk: test_ci[k].get(kk) for kk in ("value", "low", "high")})
                  for k in test_ci})
 
 

@@ -8,7 +8,7 @@ A test checks both against the resource files in `../shared/data` when present.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -73,14 +73,20 @@ class Variable:
 
     def convert(self, value: float, unit: str | None) -> float:
         """Convert `value` from `unit` to the canonical unit; raises `UnitError`."""
+        u = self.unit_for(unit)
+        return value if u is None else u.to_canonical(value)
+
+    def unit_for(self, unit: str | None) -> Unit | None:
+        """The accepted unit a spelling names (None: no unit given, and none is required);
+        the one place units are matched. Raises `UnitError`."""
         if unit is None or unit == "":
             if self.unit_required:
                 raise UnitError(f"unit is required for {self.id}; accepted: {self.unit_names()}")
-            return value
+            return None
         key = unit.strip().lower()
         for u in self.units:
             if key in (s.lower() for s in u.spellings):
-                return u.to_canonical(value)
+                return u
         raise UnitError(
             f"unit {unit!r} is not accepted for {self.id}; accepted: {self.unit_names()}"
         )
@@ -223,17 +229,32 @@ BY_ID: dict[str, Variable] = {v.id: v for v in VARIABLES}
 BY_BENCHMARK_NAME: dict[str, Variable] = {v.benchmark_name: v for v in VARIABLES}
 
 
+def name_index(variables: Sequence[Variable]) -> dict[str, int]:
+    """Position of each variable under every name a payload may use: its id, its benchmark
+    column name, and that name in lower case (see `find`)."""
+    idx: dict[str, int] = {}
+    for i, v in enumerate(variables):
+        idx[v.id] = i
+        idx[v.benchmark_name] = i
+        idx[v.benchmark_name.lower()] = i
+    return idx
+
+
+def find(index: Mapping[str, int], name: str) -> int | None:
+    """The one name rule: exact, else stripped and lower-cased; None if unknown."""
+    i = index.get(name)
+    return index.get(name.strip().lower()) if i is None else i
+
+
+_CATALOG_INDEX = name_index(VARIABLES)
+
+
 def lookup(name: str) -> Variable:
     """A variable by machine id or benchmark column name (case-insensitive); raises KeyError."""
-    if name in BY_ID:
-        return BY_ID[name]
-    if name in BY_BENCHMARK_NAME:
-        return BY_BENCHMARK_NAME[name]
-    low = name.strip().lower()
-    for v in VARIABLES:
-        if low in (v.id, v.benchmark_name.lower()):
-            return v
-    raise KeyError(f"unknown variable {name!r}; known ids: {[v.id for v in VARIABLES]}")
+    i = find(_CATALOG_INDEX, name)
+    if i is None:
+        raise KeyError(f"unknown variable {name!r}; known ids: {[v.id for v in VARIABLES]}")
+    return VARIABLES[i]
 
 
 def catalog_markdown() -> str:

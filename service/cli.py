@@ -18,8 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "serve", help="serve the models over HTTP",
         description="Start the scoring server (uvicorn). With no options it serves the default "
         "models of models/index.json on 127.0.0.1:8000. Every SCEHR_* setting also applies.")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port")
     serve.add_argument("--workers", type=int, default=1,
                        help="worker processes; each loads its own models and batcher")
     serve.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     models = subparsers.add_parser("models", help="inspect and manage the model directory")
     msub = models.add_subparsers(dest="models_command", metavar="ACTION")
     ls = msub.add_parser("list", help="list the models of index.json")
-    ls.add_argument("--model-dir", type=Path)
+    ls.add_argument("--model-dir", type=Path,
+                    help="folder with index.json (default: SCEHR_MODEL_DIR, else models/)")
     ls.add_argument("--json", action="store_true", help="print the index entries as JSON")
     ls.set_defaults(func=_list)
     sd = msub.add_parser("set-default", help="make a version the task's default (prints the "
@@ -195,7 +196,7 @@ def _list(args: argparse.Namespace) -> int:
              "TEST METRICS (95% CI)", "PATH")]
     for e in sorted(index.models, key=lambda e: (TASKS.index(e.task) if e.task in TASKS else 9,
                                                  e.version)):
-        extra = e.model_extra or {}
+        extra = e.model_dump(exclude_none=True)
         is_default = index.defaults.get(e.task) == e.version
         rows.append((e.task, e.version,
                      (index.default_since.get(e.task) or "*") if is_default else "",

@@ -1,4 +1,4 @@
-"""Request examples for the OpenAPI schema (`examples/mortality_stay.json` when present)."""
+"""Request examples for the OpenAPI schema (`examples/<task>_stay.json` when present)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "examples" / "mortality_stay.json"
+from schemas.tasks import task_spec
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _long_form(hours: list[float]) -> dict[str, Any]:
@@ -33,13 +35,18 @@ def _long_form(hours: list[float]) -> dict[str, Any]:
 
 
 @cache
-def mortality_stay() -> dict[str, Any]:
-    if EXAMPLE_FILE.is_file():
+def task_stay(task: str) -> dict[str, Any]:
+    """`examples/<task>_stay.json` when present, else a long-form stay inside the task's window."""
+    path = EXAMPLES / f"{task}_stay.json"
+    if path.is_file():
         try:
-            return json.loads(EXAMPLE_FILE.read_text())
+            return json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             pass
-    return _long_form([1.0, 6.0, 12.0, 24.0, 36.0, 47.0])
+    window = task_spec(task).window_hours
+    if window is not None:
+        return _long_form([1.0, 6.0, 12.0, 24.0, 36.0, window - 1.0])
+    return _long_form([1.0, 12.0, 24.0, 48.0, 72.0, 96.0])
 
 
 def wide_stay() -> dict[str, Any]:
@@ -54,12 +61,8 @@ def wide_stay() -> dict[str, Any]:
     }
 
 
-def phenotypes_stay() -> dict[str, Any]:
-    return _long_form([1.0, 12.0, 24.0, 48.0, 72.0, 96.0])
-
-
 def stay_examples(task: str) -> dict[str, dict[str, Any]]:
-    first = mortality_stay() if task == "mortality" else phenotypes_stay()
+    first = task_stay(task)
     return {
         "long": {"summary": "Long form: one observation per row", "value": first},
         "wide": {"summary": "Wide form: the benchmark CSV layout", "value": wide_stay()},
@@ -67,7 +70,7 @@ def stay_examples(task: str) -> dict[str, dict[str, Any]]:
 
 
 def batch_examples(task: str) -> dict[str, dict[str, Any]]:
-    good = mortality_stay() if task == "mortality" else phenotypes_stay()
+    good = task_stay(task)
     bad = {"id": "bad", "observations": [{"variable": "heart_rate", "time": -1, "value": 80}]}
     return {"mixed": {"summary": "Two stays; the second is rejected on its own",
                       "value": {"stays": [good, wide_stay(), bad]}}}

@@ -29,7 +29,8 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from schemas.featureset import STATIC_FIELDS, TASK_FEATURE_SETS, FeatureSet
+from schemas.featureset import STATIC_FIELDS, FeatureSet
+from schemas.tasks import task_spec
 from schemas.tensorize import StaticImputer
 from training.data.splits import SplitArrays
 from training.metrics import task_metrics
@@ -105,7 +106,7 @@ class LogisticBaseline:
     def predict_proba(self, split: SplitArrays) -> np.ndarray:
         """[N, C] probabilities in label order (C = 1 for mortality)."""
         p = self.pipeline.predict_proba(self.features(split))
-        return p[:, 1:2] if self.task == "mortality" else p
+        return p if task_spec(self.task).multi_label else p[:, 1:2]
 
     def summary(self) -> dict[str, Any]:
         return {"model": "logistic_regression", "C": self.C,
@@ -115,7 +116,7 @@ class LogisticBaseline:
 
 def _pipeline(task: str, C: float) -> Pipeline:
     lr = LogisticRegression(C=C, max_iter=2000)
-    clf = lr if task == "mortality" else OneVsRestClassifier(lr)
+    clf = OneVsRestClassifier(lr) if task_spec(task).multi_label else lr
     return make_pipeline(SimpleImputer(strategy="median", keep_empty_features=True),
                          StandardScaler(), clf)
 
@@ -126,22 +127,23 @@ def fit_logistic_baseline(
 ) -> LogisticBaseline:
     """Fit one pipeline per C on train, keep the best on the validation headline metric.
 
-    `task` defaults to the split's own ("mortality" or "phenotypes").
+    `task` defaults to the split's own.
     """
     t0 = time.perf_counter()
     task = task or train.task
-    fs = TASK_FEATURE_SETS[task]
+    fs = train.feature_set
     static = StaticImputer.fit(train.static_raw)
     probe = LogisticBaseline(task, fs, static, _pipeline(task, 1.0), 1.0, {}, 0.0,
                              list(train.label_names))
     x_tr, x_va = probe.features(train), probe.features(val)
-    y_tr = train.y[:, 0] if task == "mortality" else train.y
+    multi = task_spec(task).multi_label
+    y_tr = train.y if multi else train.y[:, 0]
     best: tuple[float, float, Pipeline] | None = None
     scores: dict[float, float] = {}
     for c in c_grid:
         pipe = _pipeline(task, c).fit(x_tr, y_tr)
         p = pipe.predict_proba(x_va)
-        p = p[:, 1:2] if task == "mortality" else p
+        p = p if multi else p[:, 1:2]
         m = task_metrics(task, val.y, p)
         score = m[m["headline"]]
         scores[c] = float("nan") if score is None else float(score)

@@ -17,32 +17,36 @@ from numpy.typing import ArrayLike
 from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import brier_score_loss
 
-from schemas.manifest import logit, sigmoid
+from schemas.manifest import Calibration, logit, sigmoid
 
 InputKind = Literal["margin", "probability"]
 
 
 # ---------------------------------------------------------------- pure numpy helpers
 def apply_calibration(d: dict[str, Any] | None, margin_or_p: ArrayLike) -> np.ndarray:
-    """Apply an exported calibration dict (numpy only); the service copies this logic.
+    """Apply an exported calibration dict to 1-D inputs or per column of [N, C] inputs.
 
-    `margin_or_p` must be what the map was fitted on (`d["input"]`). None or
-    method "none" returns probabilities unchanged (sigmoid of a margin).
+    A thin adapter over `schemas.manifest.Calibration.apply`, the one calibration read-out
+    (the service serves it; this only splits per-column maps). `margin_or_p` must be what the
+    map was fitted on (`d["input"]`). None or method "none" returns probabilities unchanged
+    (sigmoid of a margin).
     """
     x = np.asarray(margin_or_p, dtype=np.float64)
-    method = "none" if d is None else d["method"]
-    kind = "probability" if d is None else d.get("input", "margin")
-    if method == "temperature":
-        m = logit(x) if kind == "probability" else x
-        return sigmoid(m / np.asarray(d["temperature"], dtype=np.float64))
-    if method == "isotonic":
-        if x.ndim == 1:
-            return np.interp(x, d["x"], d["y"])
-        cols = [np.interp(x[:, c], d["x"][c], d["y"][c]) for c in range(x.shape[1])]
-        return np.stack(cols, axis=1)
-    if method == "none":
-        return x if kind == "probability" else sigmoid(x)
-    raise ValueError(f"unknown calibration method {method!r}")
+    d = d or {"method": "none", "input": "probability"}
+    kind = d.get("input", "margin")
+    p = x if kind == "probability" else sigmoid(x)
+
+    def one(c: int | None) -> Calibration:
+        """The map of column c (None: the only one); temperature may be shared by columns."""
+        t, xs, ys = d.get("temperature"), d.get("x"), d.get("y")
+        if c is not None:
+            t = t[c] if isinstance(t, list) else t
+            xs, ys = (None if xs is None else xs[c]), (None if ys is None else ys[c])
+        return Calibration(method=d["method"], input=kind, temperature=t, x=xs, y=ys)
+
+    if x.ndim == 1:
+        return one(None).apply(p, x)
+    return np.stack([one(c).apply(p[:, c], x[:, c]) for c in range(x.shape[1])], axis=1)
 
 
 # ---------------------------------------------------------------- measures

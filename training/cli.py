@@ -4,44 +4,144 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
+from schemas.featureset import FEATURE_SETS
+from schemas.tasks import TASK_NAMES
+
+# The registries (and with them torch): a serve-only install fails here, and `scehr` reports
+# in one line that these commands need the `train` extra.
+from training.config import TrainConfig
+from training.encoders import ENCODERS
+from training.losses import CCE_LOSSES, REGULARIZERS
+
+
+def _nonnegative(text: str) -> float:
+    """A finite number >= 0 (argparse type: the error names the rule in one line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0")
+    return value
+
+
+def _lam(text: str) -> float:
+    """λ for SCR: >= 0 and at most 1 (the paper's useful range is 0 to 0.01)."""
+    value = _nonnegative(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: λ must be in [0, 1] "
+                                         "(the paper uses 0 to 0.01)")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 1")
+    return value
+
+
+def _prevalence(text: str) -> float:
+    value = _nonnegative(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be in (0, 1)")
+    return value
+
+
+_DEFAULTS = TrainConfig()
+
+
+def _d(name: str) -> str:
+    """' (default: from --config, else X)' for an option whose default is the config's."""
+    return f" (default: from --config, else {getattr(_DEFAULTS, name)!r})"
+
 
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file; command-line options override it")
-    p.add_argument("--task", choices=["mortality", "phenotypes"])
+    p.add_argument("--task", choices=TASK_NAMES, help="prediction task" + _d("task"))
+    p.add_argument("--feature-set", dest="feature_set", choices=list(FEATURE_SETS),
+                   help="input variables and window (schemas/resources/feature_sets.json) "
+                   "(default: from --config, else the task's own)")
     p.add_argument("--data", help="benchmark-layout data folder (see `scehr data`)")
     p.add_argument("--out", help="run directory (default runs/<task>-...)")
-    p.add_argument("--encoder", choices=["lstm", "cwgru"])
-    p.add_argument("--loss", choices=["bce", "cbce", "csce", "focal"])
-    p.add_argument("--lam", type=float, help="weight of the SCR regularizer (0 to 0.01)")
-    p.add_argument("--batch-size", type=int, dest="batch_size")
-    p.add_argument("--lr", type=float)
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--patience", type=int)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--threads", type=int)
-    p.add_argument("--n-boot", type=int, dest="n_boot")
-    p.add_argument("--train-prevalence", type=float, dest="train_prevalence")
-    p.add_argument("--max-train-stays", type=int, dest="max_train_stays")
+    p.add_argument("--encoder", choices=sorted(ENCODERS), help="encoder Φ" + _d("encoder"))
+    p.add_argument("--loss", choices=list(CCE_LOSSES),
+                   help="classification term (fixes the probability read-out)" + _d("loss"))
+    p.add_argument("--lam", type=_lam, help="weight λ of the SCR regularizer, in [0, 1]; the "
+                   "paper uses 0 to 0.01" + _d("lam"))
+    p.add_argument("--regularizer", action="append", default=None, metavar="NAME[@WEIGHT]",
+                   dest="regularizer_specs",
+                   help="add a regularizer to the objective, repeatable; NAME is one of "
+                   f"{', '.join(n for n in REGULARIZERS if n != 'scr')}; WEIGHT defaults to 1 "
+                   "(default: the config's [regularizers.*] tables)")
+    p.add_argument("--reg-param", action="append", default=[], metavar="NAME.KEY=VALUE",
+                   help="a regularizer parameter, repeatable (e.g. supcon_krandom.k=3)")
+    p.add_argument("--batch-size", type=_positive_int, dest="batch_size",
+                   help="stays per step" + _d("batch_size"))
+    p.add_argument("--lr", type=_nonnegative, help="Adam learning rate" + _d("lr"))
+    p.add_argument("--epochs", type=_positive_int, help="maximum epochs" + _d("epochs"))
+    p.add_argument("--patience", type=_positive_int,
+                   help="early-stopping patience in epochs" + _d("patience"))
+    p.add_argument("--seed", type=int, help="random seed" + _d("seed"))
+    p.add_argument("--threads", type=_positive_int, help="torch CPU threads" + _d("threads"))
+    p.add_argument("--n-boot", type=_positive_int, dest="n_boot",
+                   help="bootstrap resamples for the test CIs" + _d("n_boot"))
+    p.add_argument("--train-prevalence", type=_prevalence, dest="train_prevalence",
+                   help="down-sample training positives to this share (binary tasks)"
+                   + _d("train_prevalence"))
+    p.add_argument("--max-train-stays", type=_positive_int, dest="max_train_stays",
+                   help="use at most this many training stays" + _d("max_train_stays"))
     p.add_argument("--encoder-param", action="append", default=[], metavar="KEY=VALUE",
                    help="encoder hyper-parameter override, repeatable (e.g. units=32)")
-    p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
+    p.add_argument("--no-progress", action="store_false", dest="progress", default=None,
+                   help="no progress bar (default: a bar on a terminal)")
 
 
-_TRAIN_KEYS = ("task", "data", "out", "encoder", "loss", "lam", "batch_size", "lr", "epochs",
-               "patience", "seed", "threads", "n_boot", "train_prevalence", "max_train_stays",
-               "progress")
+_TRAIN_KEYS = ("task", "feature_set", "data", "out", "encoder", "loss", "lam", "batch_size",
+               "lr", "epochs", "patience", "seed", "threads", "n_boot", "train_prevalence",
+               "max_train_stays", "progress")
+
+
+def _regularizers(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None:
+    """`--regularizer name@w` and `--reg-param name.key=value` as the config's table."""
+    from training.config import parse_param
+
+    specs = getattr(args, "regularizer_specs", None)
+    params = getattr(args, "reg_param", [])
+    if not specs and not params:
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for spec in specs or []:
+        name, _, weight = spec.partition("@")
+        if name not in REGULARIZERS or name == "scr":
+            raise ValueError(f"--regularizer {name!r}: expected one of "
+                             f"{', '.join(n for n in REGULARIZERS if n != 'scr')} "
+                             "(SCR is weighted by --lam)")
+        out[name] = {"weight": _nonnegative(weight) if weight else 1.0}
+    for text in params:
+        key, value = parse_param(text)
+        name, dot, param = key.partition(".")
+        if not dot or name not in out:
+            raise ValueError(f"--reg-param {text!r}: expected NAME.KEY=VALUE with NAME given "
+                             "by --regularizer")
+        out[name][param] = value
+    return out
 
 
 def _config(args: argparse.Namespace) -> Any:
     from training.config import load_config, parse_param
 
     params = dict(parse_param(p) for p in getattr(args, "encoder_param", []))
-    cfg = load_config(args.config, encoder_params=params,
+    cfg = load_config(args.config, encoder_params=params, regularizers=_regularizers(args),
                       **{k: getattr(args, k, None) for k in _TRAIN_KEYS})
     if not cfg.data:
         raise ValueError("--data is required (a benchmark-layout folder, see `scehr data`)")
@@ -69,11 +169,24 @@ def print_summary(final: dict[str, Any]) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from training.bootstrap import format_ci
     from training.evaluate import evaluate_run
 
     out = evaluate_run(Path(args.run_dir), n_boot=args.n_boot)
-    print(json.dumps(out["test_ci"], indent=2))
+    if args.json:
+        print(json.dumps(out["test_ci"], indent=2))
+    else:
+        print_table(["TEST METRIC", "VALUE [95% CI]"],
+                    [[name, format_ci(ci)] for name, ci in out["test_ci"].items()])
     return 0
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Left-aligned columns, two spaces apart (the human-readable default; --json for tools)."""
+    cells = [header, *rows]
+    widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
+    for r in cells:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
@@ -107,8 +220,19 @@ def cmd_embedding(args: argparse.Namespace) -> int:
     from training.experiments import embedding_study
 
     report = embedding_study(Path(args.run_dir), label=args.label)
-    print(json.dumps(report, indent=2, default=float))
+    if args.json:
+        print(json.dumps(report, indent=2, default=float))
+    else:
+        print_table(["MEASURE", "VALUE"], [[k, _cell(v)] for k, v in report.items()])
     return 0
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return "; ".join(f"{k} {_cell(x)}" for k, x in v.items())
+    return str(v)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -132,31 +256,38 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("evaluate", help="re-evaluate a run directory on its test set")
     p.add_argument("run_dir")
-    p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--n-boot", type=_positive_int, default=1000,
+                   help="bootstrap resamples for the CIs")
+    p.add_argument("--json", action="store_true", help="print the test CIs as JSON")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("grid", help="resumable grid over batch size x lambda x loss")
     _train_args(p)
     p.add_argument("grid_dir")
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
-    p.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.002, 0.007, 0.01])
-    p.add_argument("--losses", nargs="+", default=["cbce"])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--batch-sizes", type=_positive_int, nargs="+", default=[64, 256],
+                   help="batch sizes of the grid")
+    p.add_argument("--lams", type=_lam, nargs="+", default=[0.0, 0.002, 0.007, 0.01],
+                   help="λ values of the grid")
+    p.add_argument("--losses", nargs="+", default=["cbce"],
+                   help=f"classification terms of the grid ({', '.join(CCE_LOSSES)})")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds per grid cell")
     p.set_defaults(func=cmd_grid)
 
     p = sub.add_parser("imbalance", help="down-sample training positives to target prevalences")
     _train_args(p)
     p.add_argument("study_dir")
-    p.add_argument("--prevalences", type=float, nargs="+", default=[0.05, 0.01, 0.001])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--losses", nargs="+", default=["bce", "cbce"])
+    p.add_argument("--prevalences", type=_prevalence, nargs="+", default=[0.05, 0.01, 0.001],
+                   help="training prevalences to down-sample to")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds per setting")
+    p.add_argument("--losses", nargs="+", default=["bce", "cbce"],
+                   help="losses as NAME or NAME@λ")
     p.set_defaults(func=cmd_imbalance)
 
     p = sub.add_parser("compare", help="CBCE+SCR vs BCE vs logistic regression, paired bootstrap")
     _train_args(p)
     p.add_argument("study_dir")
-    p.add_argument("--scr-lam", type=float, default=0.007)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--scr-lam", type=_lam, default=0.007, help="λ of the CBCE+SCR arm")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds per arm")
     p.add_argument("--docs", help="also write the markdown report here")
     p.set_defaults(func=cmd_compare)
 
@@ -164,6 +295,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "linear probe, t-SNE with the anchors")
     p.add_argument("run_dir")
     p.add_argument("--label", type=int, default=0, help="class whose anchors are drawn")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_embedding)
 
     p = sub.add_parser("export", help="export a run to ONNX + manifest under models/")

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: The paper's encoders per task (DESIGN.md section 2).
+from schemas.featureset import FEATURE_SETS, FeatureSet
+from schemas.tasks import TASK_NAMES, task_spec
+
+#: The paper's encoders per task (docs/method.md).
 ENCODER_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("lstm", "mortality"): {"units": 16, "depth": 2, "bidirectional": True, "dropout": 0.3},
     ("lstm", "phenotypes"): {"units": 256, "depth": 1, "bidirectional": False, "dropout": 0.3},
@@ -20,6 +23,8 @@ class TrainConfig:
     """Everything that determines a run; written resolved to `<run>/config.json`."""
 
     task: str = "mortality"
+    #: Name of a feature set (schemas/resources/feature_sets.json); "" = the task's own.
+    feature_set: str = ""
     data: str = ""
     out: str = ""
     encoder: str = "lstm"
@@ -28,6 +33,8 @@ class TrainConfig:
     lam: float = 0.0
     temperature: float = 0.1
     loss_params: dict[str, Any] = field(default_factory=dict)
+    #: Regularizer name (training.losses.REGULARIZERS) -> {"weight": w, **its parameters}.
+    regularizers: dict[str, dict[str, Any]] = field(default_factory=dict)
     batch_size: int = 256
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -44,14 +51,27 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.task not in ("mortality", "phenotypes"):
-            raise ValueError(f"task must be 'mortality' or 'phenotypes', not {self.task!r}")
+        if self.task not in TASK_NAMES:
+            raise ValueError(f"task must be one of {', '.join(TASK_NAMES)}, not {self.task!r}")
+        self.features()  # an unknown set, or one whose window does not fit the task, fails now
         if not self.encoder_hparams:
             self.encoder_hparams = dict(ENCODER_PRESETS.get((self.encoder, self.task), {}))
         if not self.lam >= 0:  # also rejects NaN
             raise ValueError("lam must be >= 0")
         if self.train_prevalence is not None and not 0 < self.train_prevalence < 1:
             raise ValueError("train_prevalence must be in (0, 1)")
+
+    def features(self) -> FeatureSet:
+        """The run's feature set: `feature_set`, else the task's (schemas.tasks)."""
+        spec = task_spec(self.task)
+        name = self.feature_set or spec.feature_set
+        if name not in FEATURE_SETS:
+            raise ValueError(f"unknown feature_set {name!r}; known: {', '.join(FEATURE_SETS)}")
+        fs = FEATURE_SETS[name]
+        if fs.window_hours != spec.window_hours:
+            raise ValueError(f"feature_set {name!r} covers window_hours={fs.window_hours}, the "
+                             f"{self.task} task needs {spec.window_hours}")
+        return fs
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from schemas.run_artifacts import RunArtifacts, split_key
+from schemas.tasks import task_spec
 from training.bootstrap import bootstrap_metrics
 from training.config import TrainConfig
 from training.metrics import task_metrics
@@ -21,18 +23,17 @@ from training.plots import plot_pr_curves, plot_reliability, plot_roc_curves
 
 
 def load_run_config(run_dir: Path) -> TrainConfig:
-    path = run_dir / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
-    return TrainConfig(**json.loads(path.read_text()))
+    files = RunArtifacts(run_dir)
+    files.require(files.config)
+    return TrainConfig(**json.loads(files.config.read_text()))
 
 
 def load_predictions(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
     """{"val": {...}, "test": {...}, ...}: y, probability, anchor_logits, z, stays per split."""
-    with np.load(run_dir / "predictions.npz") as f:
+    with np.load(RunArtifacts(run_dir).predictions) as f:
         out: dict[str, dict[str, np.ndarray]] = {}
         for key in f.files:
-            split, _, name = key.partition("_")
+            split, name = split_key(key)
             out.setdefault(split, {})[name] = f[key]
     return out
 
@@ -41,7 +42,7 @@ def predictions_from_checkpoint(run_dir: Path, cfg: TrainConfig) -> dict[str, di
     """Re-predict val and test with `model.pt` on the splits the run was trained with."""
     from training.fit import load_checkpoint, predict, prepare
 
-    model, crit, _ = load_checkpoint(run_dir / "model.pt")
+    model, crit, _ = load_checkpoint(RunArtifacts(run_dir).checkpoint)
     data = prepare(cfg)
     out: dict[str, dict[str, Any]] = {}
     for split in ("val", "test"):
@@ -109,7 +110,7 @@ def _plots(run_dir: Path, cfg: TrainConfig, test: dict[str, np.ndarray],
            ci: dict[str, Any]) -> None:
     name = f"{cfg.encoder}+{cfg.loss}" + (f"+SCR(λ={cfg.lam:g})" if cfg.lam else "")
     models = {name: (test["y"], test["probability"])}
-    roc_key = "auroc" if cfg.task == "mortality" else "micro_auroc"
+    roc_key = task_spec(cfg.task).headline_metric
     plot_roc_curves(run_dir / "roc.png", models, cis={name: ci[roc_key]},
                     title=f"{cfg.task}: test ROC")
     plot_pr_curves(run_dir / "pr.png", models, cis={name: ci["auprc"]} if "auprc" in ci

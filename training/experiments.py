@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from schemas.tasks import task_spec
 from training.bootstrap import (
     bootstrap_metrics,
     format_ci,
@@ -78,7 +79,10 @@ def ensure_run(cfg: TrainConfig, cache: DataCache) -> tuple[dict[str, Any], bool
     if path.is_file():
         saved = json.loads((out / "config.json").read_text())
         new = json.loads(json.dumps(cfg.to_dict()))  # the same JSON round trip as config.json
-        differ = sorted(k for k in new.keys() - _RESUME_IGNORED if saved.get(k) != new[k])
+        # A key the saved config lacks (written before the key existed) had its default value.
+        default = json.loads(json.dumps(dataclasses.asdict(TrainConfig(task=cfg.task))))
+        differ = sorted(k for k in new.keys() - _RESUME_IGNORED
+                        if saved.get(k, default[k]) != new[k])
         if differ:
             raise ValueError(f"{out} holds a finished run with different settings {differ}; "
                              "use a new folder or delete that run")
@@ -224,8 +228,8 @@ def run_imbalance(
     (one row per run), `imbalance.md` (test AUROC/AUPRC mean ± sd per loss and prevalence) and
     `imbalance.png` (test AUROC vs training prevalence, log x axis, ±sd error bars).
     """
-    if base_cfg.task != "mortality":
-        raise ValueError("the imbalance study down-samples the binary mortality task")
+    if not task_spec(base_cfg.task).binary:
+        raise ValueError("the imbalance study down-samples a binary task (e.g. mortality)")
     study_dir = Path(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     cache, rows = DataCache(), []
@@ -330,13 +334,13 @@ def embedding_study(run_dir: Path, label: int = 0, max_points: int = 2000) -> di
     if train is None or "z" not in train:
         train = predict(model, crit, prepare(cfg).train)
     test = preds["test"]
-    if cfg.task == "mortality":
+    spec = task_spec(cfg.task)
+    if spec.binary:
         report = embedding_quality(train["z"], train["y"][:, 0], test["z"], test["y"][:, 0])
     else:
         report = embedding_quality_multilabel(train["z"], train["y"], test["z"], test["y"], names)
     u, v = model.head.anchors()
-    cls = ({0: "survived", 1: "died"} if cfg.task == "mortality"
-           else {0: f"not {names[label]}", 1: names[label]})
+    cls = dict(enumerate(spec.outcomes(names[label])))
     plot_embedding_tsne(run_dir / "embedding_tsne.png", test["z"], test["y"][:, label],
                         anchors={"u (positive)": u[label].numpy(),
                                  "v (negative)": v[label].numpy()},

@@ -16,8 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from schemas.contract import CONTRACT_VERSION, ONNX_OPSET, PARITY_ATOL
-from schemas.featureset import TASK_FEATURE_SETS
+from schemas.contract import CONTRACT_VERSION, GRAPH
 from schemas.manifest import (
     Calibration,
     ClassCard,
@@ -32,6 +31,8 @@ from schemas.manifest import (
     sha256_file,
 )
 from schemas.model_index import add_model, entry_for, refuse_existing
+from schemas.run_artifacts import EXPORT_NEEDS, RunArtifacts, require_keys
+from schemas.tasks import task_spec
 from training.calibration import (
     IsotonicCalibrator,
     TemperatureCalibrator,
@@ -39,6 +40,7 @@ from training.calibration import (
     expected_calibration_error,
     operating_points,
 )
+from training.config import TrainConfig
 from training.fit import load_checkpoint
 from training.metrics import auroc
 from training.model_card import MIN_POSITIVES, write_model_card
@@ -135,7 +137,9 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
         "ece_before": before, "ece_after": expected_calibration_error(yv, best.apply(pv, mv))})
 
 
-def _points(y: np.ndarray, p: np.ndarray) -> tuple[list[OperatingPoint], float]:
+def _points(y: np.ndarray, p: np.ndarray,
+            policy: str) -> tuple[list[OperatingPoint], float]:
+    """The operating points on validation; the default threshold is the `policy` point's."""
     rows = operating_points(y, p, thresholds=[0.1, 0.2, 0.3, 0.5])
     pts = []
     for r in rows:
@@ -148,7 +152,7 @@ def _points(y: np.ndarray, p: np.ndarray) -> tuple[list[OperatingPoint], float]:
                                   ppv=float(r["ppv"] or 0.0),
                                   specificity=float(r["specificity"] or 0.0),
                                   alert_rate=float(r["alert_rate"]), name=name))
-    target = [o for o in pts if o.name == "sensitivity>=0.8"]
+    target = [o for o in pts if o.name == policy]
     return pts, (target[0].threshold if target else 0.5)
 
 
@@ -199,23 +203,28 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     Refuses an existing version (in the index or on disk) before doing any work; the task's
     default moves only with `set_default` (or when the task has no default yet).
     """
-    model, crit, ck = load_checkpoint(run_dir / "model.pt")
+    files = RunArtifacts(run_dir)
+    files.require(files.checkpoint, files.predictions, files.metrics)
+    model, crit, ck = load_checkpoint(files.checkpoint)
     cfg = ck["config"]
     task = cfg["task"]
-    fs = TASK_FEATURE_SETS[task]
+    fs = TrainConfig(**cfg).features()
     refuse_existing(out.parent.parent, task, version or out.name, out)
     out.mkdir(parents=True, exist_ok=True)
     onnx_path = out / "model.onnx"
     scoring = ScoringModel(model.encoder, model.head, crit.probability).eval()
     uses_static = bool(ck["encoder"]["uses_static"])
-    dynamic = task == "phenotypes"
+    spec = task_spec(task)
+    dynamic = spec.dynamic_length
     export_onnx(scoring, onnx_path, n_features=ck["n_features"],
-                n_static=ck["n_static"] if uses_static else 0, seq_len=48,
-                dynamic_length=dynamic, opset=ONNX_OPSET)
-    parity = validate_parity(scoring, onnx_path, atol=PARITY_ATOL)
+                n_static=ck["n_static"] if uses_static else 0,
+                seq_len=int(fs.n_bins(fs.window_hours)) if fs.window_hours else 48,
+                dynamic_length=dynamic, opset=GRAPH.opset)
+    parity = validate_parity(scoring, onnx_path, atol=GRAPH.parity_atol)
 
-    preds = dict(np.load(run_dir / "predictions.npz"))
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    preds = dict(np.load(files.predictions))
+    require_keys(preds, EXPORT_NEEDS, str(files.predictions))
+    metrics = json.loads(files.metrics.read_text())
     labels = ck["label_names"]
     u, v = model.head.anchors()
     has_calib = "calib_y" in preds and len(preds["calib_y"]) > 0
@@ -232,7 +241,8 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     for c, label in enumerate(labels):
         calib = fit_calibration(triple("calib", c) if has_calib else None, triple("val", c),
                                 where, temperature_input)
-        pts, thr = _points(preds["val_y"][:, c], preds["val_probability"][:, c])
+        pts, thr = _points(preds["val_y"][:, c], preds["val_probability"][:, c],
+                           spec.default_operating_point)
         protos = prototypes(preds["train_z"], preds["train_y"][:, c])
         classes.append(ClassCard(label=label, calibration=calib, operating_points=pts,
                                  default_threshold=thr,
@@ -246,7 +256,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         loss=LossSpec(name=cfg["loss"], lam=cfg["lam"], temperature=cfg["temperature"],
                       params=cfg["loss_params"]),
         encoder=EncoderSpec(**ck["encoder"]),
-        feature_set=fs.to_dict(), normalizer=ck["normalizer"],
+        feature_set=fs.manifest_dict(), normalizer=ck["normalizer"],
         static=ck["static"] if uses_static else None,
         coverage=ck["coverage"],
         anchors={"u": float32_lists(u.numpy()), "v": float32_lists(v.numpy())},
@@ -254,15 +264,15 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         metrics={"test": metrics["test"], "test_ci": metrics["test_ci"],
                  "val": metrics["val"],
                  **({"too_rare_to_evaluate": too_rare(metrics["test"])}
-                    if task == "phenotypes" else {}),
+                    if spec.multi_label else {}),
                  **({"subgroups": subgroup_auroc(preds["test_y"][:, 0],
                                                  preds["test_probability"][:, 0],
                                                  preds["test_static_raw"])}
-                    if task == "mortality" else {})},
+                    if spec.binary else {})},
         provenance=prov,
-        onnx=OnnxSpec(sha256=sha256_file(onnx_path), opset=ONNX_OPSET,
-                      inputs=["x", "lengths", *(["static"] if uses_static else [])],
-                      outputs=["z", "anchor_logits", "probability"], dynamic_length=dynamic,
+        onnx=OnnxSpec(sha256=sha256_file(onnx_path), opset=GRAPH.opset,
+                      inputs=GRAPH.input_names(uses_static),
+                      outputs=list(GRAPH.output_names), dynamic_length=dynamic,
                       parity_max_abs_error={k: float(e) for k, e in parity.items()}),
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         code_version=code_version(),

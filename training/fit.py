@@ -19,7 +19,8 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from schemas.featureset import TASK_FEATURE_SETS
+from schemas.run_artifacts import check_checkpoint
+from schemas.tasks import task_spec
 from schemas.tensorize import Normalizer, StaticImputer
 from training.config import TrainConfig
 from training.data.splits import SplitArrays, load_split
@@ -97,13 +98,13 @@ def _to_tensors(a: SplitArrays, norm: Normalizer, imp: StaticImputer) -> TensorS
 
 def prepare(cfg: TrainConfig) -> Prepared:
     """Load the three splits (cached arrays) and fit normalisation on the training split."""
-    fs = TASK_FEATURE_SETS[cfg.task]
+    fs = cfg.features()
     raw = {s: load_split(cfg.data, cfg.task, s, fs) for s in ("train", "val", "test")}
     check_splits(raw, cfg.task)
     train = raw["train"]
     if cfg.train_prevalence is not None:
-        if cfg.task != "mortality":
-            raise ValueError("train_prevalence applies to the binary mortality task")
+        if not task_spec(cfg.task).binary:
+            raise ValueError("train_prevalence applies to a binary task (e.g. mortality)")
         train = train.subset(downsample_positives(train.y, cfg.train_prevalence, cfg.seed))
     if cfg.max_train_stays is not None and len(train.stays) > cfg.max_train_stays:
         rng = np.random.default_rng(cfg.seed)
@@ -194,9 +195,11 @@ def fit(cfg: TrainConfig, data: Prepared, run_dir: Path | None = None) -> FitRes
     gen = seed_everything(cfg.seed)
     n_classes = data.train.y.shape[1]
     model = build_model(cfg, data.train.x.shape[2], data.train.static.shape[1], n_classes)
-    crit = build_loss(cfg.loss, cfg.lam, temperature=cfg.temperature, **cfg.loss_params)
+    crit = criterion(cfg)
+    if crit.regularizers:
+        crit.prepare(stay_summaries(data.train), data.train.y, model.encoder.out_dim)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    headline = "auroc" if cfg.task == "mortality" else "micro_auroc"
+    headline = task_spec(cfg.task).headline_metric
     best_val, best_epoch, best_state, bad = -math.inf, -1, None, 0
     history: list[dict[str, float]] = []
     seen, t_train = 0, 0.0
@@ -207,20 +210,27 @@ def fit(cfg: TrainConfig, data: Prepared, run_dir: Path | None = None) -> FitRes
         model.train()
         t0 = time.perf_counter()
         perm = torch.randperm(len(data.train), generator=gen)
-        sums = {"loss": 0.0, "cce": 0.0, "scr": 0.0}
+        if crit.needs_epoch_embeddings:
+            crit.refresh(torch.from_numpy(predict(model, crit, data.train)["z"]), data.train.y)
+            model.train()
+        sums: dict[str, float] = {"loss": 0.0}
         n_batches = 0
         for i in range(0, len(perm), cfg.batch_size):
-            x, lengths, static, y = data.train.batch(perm[i : i + cfg.batch_size])
+            idx = perm[i : i + cfg.batch_size]
+            x, lengths, static, y = data.train.batch(idx)
             z, logits = model(x, lengths, static)
-            loss, parts = crit(z, logits, y)
+            z2 = None
+            if crit.needs_second_view:
+                z2, _ = model(x + crit.view_noise * torch.randn_like(x), lengths, static)
+            loss, parts = crit(z, logits, y, index=idx, z2=z2)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.clip_grad:
                 nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
             opt.step()
             sums["loss"] += loss.item()
-            sums["cce"] += parts["cce"].item()
-            sums["scr"] += parts["scr"].item()
+            for name, part in parts.items():  # cce, scr, then each regularizer by name
+                sums[name] = sums.get(name, 0.0) + part.item()
             n_batches += 1
             bar.set_postfix(loss=f"{sums['loss'] / n_batches:.4f}", best=f"{best_val:.4f}",
                             refresh=False)
@@ -275,15 +285,33 @@ def save_checkpoint(path: Path, cfg: TrainConfig, res: FitResult, data: Prepared
     }, path)
 
 
+def criterion(cfg: TrainConfig) -> CombinedLoss:
+    """The objective a config names: classification term, λ·SCR and its regularizers."""
+    return build_loss(cfg.loss, cfg.lam, temperature=cfg.temperature,
+                      regularizers=cfg.regularizers, **cfg.loss_params)
+
+
+def stay_summaries(split: TensorSplit) -> Tensor:
+    """[N, F] mean of each (normalised) input column over a stay's observed steps: the prior
+    space of attribute-kNN positives and of the debiased loss."""
+    out = []
+    for i in range(0, len(split), 1024):  # chunks: x * mask would copy the whole split
+        x, lengths = split.x[i : i + 1024], split.lengths[i : i + 1024]
+        steps = torch.arange(x.shape[1])[None, :, None] < lengths[:, None, None]
+        out.append((x * steps).sum(dim=1) / lengths.clamp(min=1)[:, None].to(x))
+    return torch.cat(out)
+
+
 def load_checkpoint(path: Path) -> tuple[AnchorModel, CombinedLoss, dict[str, Any]]:
     ck = torch.load(path, map_location="cpu", weights_only=False)
+    check_checkpoint(ck, path)
     cfg = TrainConfig(**ck["config"])
     encoder = build_encoder(ck["encoder"]["name"], ck["n_features"], ck["n_static"],
                             **ck["encoder"]["hparams"])
     model = AnchorModel(encoder, AnchorHead(encoder.out_dim, len(ck["label_names"])))
     model.load_state_dict(ck["state_dict"])
     model.eval()
-    crit = build_loss(cfg.loss, cfg.lam, temperature=cfg.temperature, **cfg.loss_params)
+    crit = criterion(cfg)
     return model, crit, ck
 
 

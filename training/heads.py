@@ -1,4 +1,6 @@
-"""The SCEHR anchor head: per class a positive anchor u_c and a negative anchor v_c."""
+"""The SCEHR anchor head: per class a positive anchor u_c and a negative anchor v_c.
+Formulas as implemented, and how they fit the objective: docs/method.md.
+"""
 
 from __future__ import annotations
 

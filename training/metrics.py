@@ -23,10 +23,8 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
+from schemas.tasks import task_spec
 from training.calibration import brier, expected_calibration_error
-
-_TASKS = {"mortality": "auroc", "ihm": "auroc", "phenotypes": "micro_auroc",
-          "phenotyping": "micro_auroc"}
 
 
 def _binary(y: ArrayLike, p: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -164,10 +162,7 @@ def multilabel_metrics(
 
 def headline_metric(task: str) -> str:
     """Name of the model-selection metric for a task ("auroc" or "micro_auroc")."""
-    try:
-        return _TASKS[task]
-    except KeyError:
-        raise ValueError(f"unknown task {task!r}; expected one of {sorted(_TASKS)}") from None
+    return task_spec(task).headline_metric
 
 
 def task_metrics(
@@ -177,7 +172,8 @@ def task_metrics(
 
     Usage: `m = task_metrics(task, y, p); score = m[m["headline"]]`.
     """
-    name = headline_metric(task)
-    out = binary_metrics(y, p) if name == "auroc" else multilabel_metrics(y, p, label_names)
+    spec = task_spec(task)
+    name = spec.headline_metric
+    out = binary_metrics(y, p) if spec.binary else multilabel_metrics(y, p, label_names)
     out["headline"] = name
     return out

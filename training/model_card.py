@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from schemas.manifest import Manifest
+from schemas.tasks import task_spec
 
 
 def _ci(d: dict | None) -> str:
@@ -31,11 +32,7 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
         "**Not for clinical use without local validation.** A research artifact of scehr.",
         "",
         "## Intended use",
-        f"Task `{m.task}`: "
-        + ("in-hospital mortality risk from the first 48 hours of an ICU stay."
-           if m.task == "mortality" else
-           "25 acute and chronic phenotypes (HCUP CCS groups of the mimic3-benchmarks) "
-           "from the ICU time series of a stay."),
+        f"Task `{m.task}`: " + task_spec(m.task).description,
         "Users: clinical-informatics teams evaluating risk scores, and researchers reproducing "
         "SCEHR. Scores support review and triage; they are not diagnoses.",
         "",
@@ -103,7 +100,7 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
         cal = c.calibration
         lines.append(f"| {c.label} | {cal.method} | {_num(cal.ece_before)} | "
                      f"{_num(cal.ece_after)} |")
-    if m.task == "mortality":
+    if task_spec(m.task).binary:
         lines += ["", "## Operating points (validation data)", "",
                   "Thresholds apply to the model's own probability (not the calibrated one).",
                   "",

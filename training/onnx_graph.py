@@ -19,18 +19,11 @@ import onnxruntime as ort
 import torch
 from torch import Tensor, nn
 
-from schemas.contract import (
-    INPUT_LENGTHS,
-    INPUT_STATIC,
-    INPUT_X,
-    ONNX_OPSET,
-    OUTPUT_ANCHOR_LOGITS,
-    OUTPUT_PROBABILITY,
-    OUTPUT_Z,
-    PARITY_ATOL,
-)
+from schemas.contract import GRAPH, INPUT_LENGTHS, INPUT_STATIC, INPUT_X
 
-OUTPUTS = (OUTPUT_Z, OUTPUT_ANCHOR_LOGITS, OUTPUT_PROBABILITY)
+ONNX_OPSET, PARITY_ATOL = GRAPH.opset, GRAPH.parity_atol
+#: The graph's inputs and outputs, from the graph contract (schemas.contract.GRAPH).
+OUTPUTS = GRAPH.output_names
 #: Example sizes the exporter traces with. Small T keeps the exporter's RNN tracing cheap (its
 #: cost grows with T x number of RNNs); sizes >= 2 and distinct so no axis is specialised.
 _EXAMPLE_B, _EXAMPLE_T = 3, 5
@@ -88,15 +81,17 @@ def export_onnx(
     steps = torch.export.Dim("T")
     device = next(model.parameters()).device
     args: tuple[Tensor, ...] = (
-        torch.randn(_EXAMPLE_B, _EXAMPLE_T, n_features, device=device),
-        torch.tensor([_EXAMPLE_T, 2, 4], dtype=torch.int64, device=device),
+        torch.randn(_EXAMPLE_B, _EXAMPLE_T, n_features, device=device,
+                    dtype=getattr(torch, GRAPH.x.dtype)),
+        torch.tensor([_EXAMPLE_T, 2, 4], dtype=getattr(torch, GRAPH.lengths.dtype),
+                     device=device),
     )
     dynamic: tuple[dict[int, Any], ...] = ({0: batch, 1: steps}, {0: batch})
-    names = [INPUT_X, INPUT_LENGTHS]
+    names = GRAPH.input_names(uses_static)
     if uses_static:
-        args += (torch.randn(_EXAMPLE_B, n_static, device=device),)
+        args += (torch.randn(_EXAMPLE_B, n_static, device=device,
+                             dtype=getattr(torch, GRAPH.static.dtype)),)
         dynamic += ({0: batch},)
-        names.append(INPUT_STATIC)
     was_training = model.training
     model.eval()
     _clear_rnn_dispatch_caches()
@@ -222,7 +217,7 @@ def validate_parity(
 
 
 def _order(feed: dict[str, np.ndarray]) -> list[str]:
-    return [k for k in (INPUT_X, INPUT_LENGTHS, INPUT_STATIC) if k in feed]
+    return [k for k in GRAPH.input_names(uses_static=True) if k in feed]
 
 
 def _random_feed(
@@ -233,12 +228,12 @@ def _random_feed(
     if b > 1:
         lens[1] = 1
     feed = {
-        INPUT_X: rng.standard_normal((b, t, n_features)).astype(np.float32),
-        INPUT_LENGTHS: lens.astype(np.int64),
+        INPUT_X: rng.standard_normal((b, t, n_features)).astype(GRAPH.x.dtype),
+        INPUT_LENGTHS: lens.astype(GRAPH.lengths.dtype),
     }
     if INPUT_STATIC in dims:
         feed[INPUT_STATIC] = rng.standard_normal((b, int(dims[INPUT_STATIC][1]))).astype(
-            np.float32
+            GRAPH.static.dtype
         )
     return feed
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from schemas.run_artifacts import RunArtifacts, prediction_key
+from schemas.tasks import task_spec
 from training.bootstrap import bootstrap_metrics
 from training.config import TrainConfig
 from training.data.writer import write_json
@@ -43,24 +45,25 @@ def train_run(cfg: TrainConfig, data: Prepared | None = None) -> dict[str, Any]:
     """Train, select on validation, evaluate on test; returns the final metrics dict."""
     run_dir = Path(cfg.out) if cfg.out else default_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
+    files = RunArtifacts(run_dir)
     cfg.out = str(run_dir)
-    write_json(run_dir / "config.json", cfg.to_dict())
+    write_json(files.config, cfg.to_dict())
     t0 = time.perf_counter()
     data = data if data is not None else prepare(cfg)
     res = fit(cfg, data, run_dir)
-    save_checkpoint(run_dir / "model.pt", cfg, res, data)
+    save_checkpoint(files.checkpoint, cfg, res, data)
     splits = ("val", "test", "calib") if data.calib is not None else ("val", "test")
     preds = {s: predict(res.model, res.criterion, getattr(data, s)) for s in splits}
     train = predict(res.model, res.criterion, data.train)  # for prototypes at export
     np.savez_compressed(
-        run_dir / "predictions.npz",
-        **{f"{s}_{k}": v for s, p in preds.items() for k, v in p.items()},
+        files.predictions,
+        **{prediction_key(s, k): v for s, p in preds.items() for k, v in p.items()},
         train_z=train["z"], train_y=train["y"],
         test_static_raw=data.raw["test"].static_raw,
         test_stays=np.array(data.test.stays), val_stays=np.array(data.val.stays),
     )
     final = summarize(cfg, res, data, preds, time.perf_counter() - t0)
-    write_json(run_dir / "metrics.json", final)
+    write_json(files.metrics, final)
     make_plots(run_dir, cfg, res, preds, data)
     return final
 
@@ -101,7 +104,7 @@ def make_plots(run_dir: Path, cfg: TrainConfig, res: FitResult,
     plot_reliability(run_dir / "calibration.png", models, title=f"{cfg.task}: reliability")
     plot_learning_curves(run_dir / "learning_curves.png", res.history,
                          best_epoch=res.best_epoch, title=f"{cfg.task}: learning curves")
-    if cfg.tsne and cfg.task == "mortality":
+    if cfg.tsne and task_spec(cfg.task).binary:
         u, v = res.model.head.anchors()
         plot_embedding_tsne(run_dir / "tsne.png", test["z"], test["y"][:, 0],
                             anchors={"u (positive)": u[0].numpy(), "v (negative)": v[0].numpy()},

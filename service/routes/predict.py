@@ -16,6 +16,7 @@ from schemas.payloads import (
     Problem,
     StayPayload,
 )
+from schemas.tasks import TASK_NAMES
 from service.auth import ApiKey
 from service.batcher import Overloaded
 from service.deps import MetricsDep, RegistryDep, SettingsDep, handle_for
@@ -100,7 +101,7 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
     return predict
 
 
-for _task in ("mortality", "phenotypes"):
+for _task in TASK_NAMES:
     router.add_api_route(
         f"/predict/{_task}", _single(_task), methods=["POST"], response_model=Prediction,
         responses=ERRORS, name=f"predict_{_task}", summary=f"Score one stay ({_task})",
@@ -111,7 +112,7 @@ for _task in ("mortality", "phenotypes"):
              summary="Score many stays; each succeeds or fails on its own")
 async def predict_batch(
     task: str,
-    body: Annotated[BatchRequest, Body(openapi_examples=batch_examples("mortality"))],
+    body: Annotated[BatchRequest, Body(openapi_examples=batch_examples(TASK_NAMES[0]))],
     request: Request, registry: RegistryDep, settings: SettingsDep, metrics: MetricsDep,
     _: ApiKey, explain: Explain = "basic", strict: Strict = False,
 ) -> Response:

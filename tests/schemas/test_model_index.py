@@ -1,4 +1,5 @@
-"""models/index.json changes only when asked, says what changed, and keeps versions immutable."""
+"""models/index.json: one reader/writer; versions are immutable, the default moves only when
+asked and says since when, every change is reported."""
 
 from __future__ import annotations
 
@@ -12,15 +13,57 @@ import pytest
 import scehr_cli
 from schemas.model_index import (
     IndexEntry,
+    MetricCI,
+    ModelIndex,
     ModelIndexError,
     add_model,
     compare_models,
     read_index,
+    read_index_or_empty,
     refuse_existing,
     remove_model,
     set_default,
+    write_index,
 )
-from tests.service.fixture_model import write_index, write_model
+from tests.service.fixture_model import write_index as write_fixture_index
+from tests.service.fixture_model import write_model
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_index_reads_and_writes_back_identically(tmp_path: Path) -> None:
+    index = read_index(REPO / "models")
+    write_index(tmp_path, index)
+    assert json.loads((tmp_path / "index.json").read_text()) == json.loads(
+        (REPO / "models" / "index.json").read_text())
+    assert index.entry("mortality", "1.0.0").feature_set == "benchmark76-48h"  # type: ignore
+
+
+def test_upsert_replaces_and_keeps_the_first_default(tmp_path: Path) -> None:
+    index = read_index_or_empty(tmp_path)
+    assert index == ModelIndex()
+    index.upsert(IndexEntry(task="mortality", version="2", path="mortality/2",
+                            metrics={"auroc": MetricCI(value=0.8, low=0.7, high=0.9)}))
+    index.upsert(IndexEntry(task="mortality", version="1", path="mortality/1"))
+    index.upsert(IndexEntry(task="mortality", version="2", path="mortality/2b"))
+    assert [(e.version, e.path) for e in index.models] == [("1", "mortality/1"),
+                                                           ("2", "mortality/2b")]
+    assert index.defaults == {"mortality": "2"}
+    index.upsert(IndexEntry(task="mortality", version="1", path="mortality/1"),
+                 make_default=True)
+    assert index.defaults == {"mortality": "1"}
+    write_index(tmp_path, index)
+    assert read_index(tmp_path) == index
+
+
+def test_missing_or_invalid_index_names_the_rule(tmp_path: Path) -> None:
+    with pytest.raises(ModelIndexError) as e:
+        read_index(tmp_path)
+    assert e.value.rule == "index_missing"
+    (tmp_path / "index.json").write_text('{"defaults": 3}')
+    with pytest.raises(ModelIndexError) as e:
+        read_index(tmp_path)
+    assert e.value.rule == "index_invalid"
 
 
 def entry(version: str) -> IndexEntry:
@@ -73,7 +116,7 @@ def test_set_default_and_remove(tmp_path: Path) -> None:
 def test_cli_prints_every_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for v in ("v1", "v2"):
         write_model(tmp_path, "mortality", v)
-    write_index(tmp_path, [("mortality", "v1"), ("mortality", "v2")])
+    write_fixture_index(tmp_path, [("mortality", "v1"), ("mortality", "v2")])
     md = ["--model-dir", str(tmp_path)]
     assert scehr_cli.main(["models", "set-default", "mortality", "v2", *md]) == 0
     assert capsys.readouterr().out.strip() == "default mortality: v1 -> v2"

@@ -129,3 +129,20 @@ def test_preflight_fails_fast_on_missing_index(tmp_path: Path) -> None:
     reg = Registry(Settings(model_dir=tmp_path, device="cpu"), None, None)  # type: ignore
     with pytest.raises(ModelLoadError, match="no model index"):
         reg.preflight()
+
+
+def test_model_state_is_an_enum_shown_as_before() -> None:
+    from service.registry import ModelState, TaskState
+
+    assert str(TaskState(ModelState.LOADING)) == "loading"
+    assert str(TaskState(ModelState.READY)) == "ready" and TaskState(ModelState.READY).ready
+    assert str(TaskState(ModelState.FAILED, "bad graph")) == "failed: bad graph"
+
+
+def test_runtimes_keep_what_they_learnt_about_cuda_to_themselves() -> None:
+    from service.runtime import OrtRuntime
+
+    a, b = OrtRuntime("auto", 1), OrtRuntime("auto", 1)
+    a.cuda_works = False
+    assert a.providers() == ["CPUExecutionProvider"] and b.cuda_works is None
+    assert OrtRuntime("cpu", 1).probe() == "CPUExecutionProvider"

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from schemas.tasks import TASK_NAMES
 from training.data.layout import TASK_DIRS, available_tasks
 from training.data.report import cleaning_table, pct, table
 
@@ -23,7 +24,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("src", type=Path, help="folder with set-{a,b,c}.tar.gz and Outcomes-*.txt")
     p.add_argument("out", type=Path, help="output dataset folder")
     p.add_argument("--seed", type=int, default=0, help="validation split seed (default 0)")
-    p.add_argument("--val-fraction", type=float, default=0.15)
+    p.add_argument("--val-fraction", type=float, default=0.15,
+                   help="share of training patients held out for validation")
     p.add_argument("--limit", type=int, default=None,
                    help="only the first N records of each set (quick checks)")
     p.set_defaults(func=_physionet)
@@ -41,16 +43,19 @@ def register(subparsers: Any) -> None:
 
     p = sub.add_parser("synth", help="write a synthetic dataset with a known signal")
     p.add_argument("out", type=Path)
-    p.add_argument("--task", choices=["mortality", "phenotypes", "both"], default="both")
+    p.add_argument("--task", choices=[*TASK_NAMES, "both"], default="both",
+                   help="which task folders to write")
     p.add_argument("--n-train", type=int, default=200, help="train stays incl. validation")
-    p.add_argument("--n-test", type=int, default=50)
-    p.add_argument("--prevalence", type=float, default=0.2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-test", type=int, default=50, help="test stays")
+    p.add_argument("--prevalence", type=float, default=0.2,
+                   help="exact positive share per split (per label for phenotypes)")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
     p.set_defaults(func=_synth)
 
     p = sub.add_parser("inspect", help="counts, prevalence, coverage and missingness per split")
     p.add_argument("path", type=Path, help="a benchmark-layout dataset folder or task folder")
-    p.add_argument("--task", choices=sorted(TASK_DIRS), default=None)
+    p.add_argument("--task", choices=sorted(TASK_DIRS), default=None,
+                   help="task folder to inspect (default: every task found)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     p.set_defaults(func=_inspect)
 

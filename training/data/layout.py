@@ -14,26 +14,20 @@ from pathlib import Path
 
 import numpy as np
 
+from schemas.tasks import MORTALITY, TASK_SPECS, task_spec
+
 #: Task name (as the model contract spells it) -> the benchmark's folder name.
-TASK_DIRS: dict[str, str] = {"mortality": "in-hospital-mortality", "phenotypes": "phenotyping"}
-_TASK_ALIASES: dict[str, str] = {
-    "mortality": "mortality", "in-hospital-mortality": "mortality", "ihm": "mortality",
-    "in_hospital_mortality": "mortality",
-    "phenotypes": "phenotypes", "phenotyping": "phenotypes", "pheno": "phenotypes",
-}
+TASK_DIRS: dict[str, str] = {t.name: t.data_dir for t in TASK_SPECS.values()}
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 #: Label name of the mortality task (one column of `y`).
-MORTALITY_LABEL = "in_hospital_mortality"
+MORTALITY_LABEL = MORTALITY.label_names[0]
 DEMOGRAPHICS_FILE = "demographics.csv"
 TIMESERIES_SUFFIX = "_timeseries.csv"
 
 
 def task_name(task: str) -> str:
     """Canonical task name from any accepted spelling; raises ValueError naming the choices."""
-    key = task.strip().lower()
-    if key not in _TASK_ALIASES:
-        raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASK_DIRS)}")
-    return _TASK_ALIASES[key]
+    return task_spec(task).name
 
 
 def repo_root() -> Path:

@@ -16,36 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from schemas.tasks import PHENOTYPE_LABELS as PHENOTYPE_LABELS  # the labels live in the task
 from training.data.layout import ccs_definitions_path
-
-#: The benchmark's 25 phenotype labels, in its listfile column order (alphabetical).
-PHENOTYPE_LABELS: tuple[str, ...] = (
-    "Acute and unspecified renal failure",
-    "Acute cerebrovascular disease",
-    "Acute myocardial infarction",
-    "Cardiac dysrhythmias",
-    "Chronic kidney disease",
-    "Chronic obstructive pulmonary disease and bronchiectasis",
-    "Complications of surgical procedures or medical care",
-    "Conduction disorders",
-    "Congestive heart failure; nonhypertensive",
-    "Coronary atherosclerosis and other heart disease",
-    "Diabetes mellitus with complications",
-    "Diabetes mellitus without complication",
-    "Disorders of lipid metabolism",
-    "Essential hypertension",
-    "Fluid and electrolyte disorders",
-    "Gastrointestinal hemorrhage",
-    "Hypertension with complications and secondary hypertension",
-    "Other liver diseases",
-    "Other lower respiratory disease",
-    "Other upper respiratory disease",
-    "Pleurisy; pneumothorax; pulmonary collapse",
-    "Pneumonia (except that caused by tuberculosis or sexually transmitted disease)",
-    "Respiratory failure; insufficiency; arrest (adult)",
-    "Septicemia (except in labor)",
-    "Shock",
-)
 
 # ICD-9-CM diagnosis codes: 3 digits (001-999), V + 2 digits, or E + 3 digits, then an optional
 # decimal part. ICD-10 codes (a letter then 2 digits, e.g. E86.0, I25.10) and ICD-9 procedure

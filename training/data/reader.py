@@ -18,15 +18,14 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from schemas.featureset import STATIC_FIELDS, FeatureSet
+from schemas.tasks import task_spec
 from schemas.tensorize import Observations, clean
 from schemas.variables import CategoryError
 from training.data.layout import (
     DEMOGRAPHICS_FILE,
-    MORTALITY_LABEL,
     benchmark_valset_path,
     split_groups,
     subject_of,
-    task_name,
 )
 from training.data.writer import _disable
 
@@ -59,11 +58,11 @@ def read_listfile(path: Path, task: str) -> pd.DataFrame:
         raise FileNotFoundError(f"listfile not found: {path}")
     table = pd.read_csv(path, dtype={"stay": str})
     table.columns = [str(c).strip() for c in table.columns]
-    task = task_name(task)
-    if task == "mortality":
-        need = ["stay", "y_true"]
+    spec = task_spec(task)
+    if spec.label_column:
+        need = list(spec.listfile_columns)
         if any(c not in table.columns for c in need):
-            raise ValueError(f"{path}: expected columns stay,y_true (in-hospital-mortality "
+            raise ValueError(f"{path}: expected columns {','.join(need)} ({spec.data_dir} "
                              f"listfile); found {','.join(table.columns)}")
     else:
         if list(table.columns[:2]) != ["stay", "period_length"] or len(table.columns) < 3:
@@ -80,14 +79,16 @@ def read_listfile(path: Path, task: str) -> pd.DataFrame:
 
 
 def label_names(table: pd.DataFrame, task: str) -> tuple[str, ...]:
-    if task_name(task) == "mortality":
-        return (MORTALITY_LABEL,)
+    spec = task_spec(task)
+    if spec.label_column:
+        return spec.label_names
     return tuple(table.columns[2:])
 
 
 def labels(table: pd.DataFrame, task: str) -> np.ndarray:
     """[N, C] float32 label matrix of a listfile."""
-    cols = ["y_true"] if task_name(task) == "mortality" else list(table.columns[2:])
+    spec = task_spec(task)
+    cols = [spec.label_column] if spec.label_column else list(table.columns[2:])
     return table[cols].to_numpy(dtype=np.float32).reshape(len(table), len(cols))
 
 
@@ -144,7 +145,7 @@ def resolve_split(tdir: Path, task: str, split: str, *, seed: int = 0,
             keep = mask if split == "val" else ~mask
             return SplitSpec(base[keep].reset_index(drop=True), tdir / "train",
                              f"valset.csv ({cand})", [base_path, cand])
-    strat = labels(base, task)[:, 0] if task_name(task) == "mortality" else None
+    strat = labels(base, task)[:, 0] if task_spec(task).binary else None
     mask = split_groups(subjects, val_fraction, seed, strat)
     keep = mask if split == "val" else ~mask
     return SplitSpec(base[keep].reset_index(drop=True), tdir / "train",

@@ -18,6 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from schemas.featureset import TASK_FEATURE_SETS, FeatureSet
+from schemas.tasks import task_spec
 from schemas.tensorize import Observations, coverage, discretize
 from training.data.layout import cache_dir, task_dir, task_name
 from training.data.reader import (
@@ -124,7 +125,7 @@ def _end_hours(task: str, fs: FeatureSet, spec: SplitSpec, obs: Observations) ->
     n = obs.n_stays
     if fs.window_hours is not None:
         return np.full(n, fs.window_hours)
-    if task == "phenotypes":
+    if task_spec(task).ends_at_period_length:
         period = spec.table["period_length"].to_numpy(dtype=np.float64)
         return np.minimum(period, fs.max_hours)
     last = np.zeros(n)

@@ -18,6 +18,7 @@ benchmark's valid ranges, so reading it back drops and clips nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.featureset import BENCHMARK_STAY, FeatureSet
+from schemas.tasks import task_spec
 from schemas.tensorize import Observations
 from schemas.variables import BY_ID
 from training.data.layout import MORTALITY_LABEL, TASK_DIRS, split_groups
@@ -222,6 +224,11 @@ def _phenotypes(out: Path, n_train: int, n_test: int, prevalence: float, seed: i
             "prevalence_per_label": prevalence}
 
 
+#: Task name -> the generator writing its benchmark-layout folder (one per task).
+GENERATORS: dict[str, Callable[..., dict[str, Any]]] = {
+    "mortality": _mortality, "phenotypes": _phenotypes}
+
+
 def write_synthetic(out_dir: str | Path, task: str = "both", n_train: int = 200,
                     n_test: int = 50, prevalence: float = 0.2, seed: int = 0, *,
                     val_fraction: float = 0.15, progress: bool | None = False) -> Path:
@@ -231,8 +238,8 @@ def write_synthetic(out_dir: str | Path, task: str = "both", n_train: int = 200,
     stays (`val_fraction` of them, listed in `val_listfile.csv`). `prevalence` is the exact
     positive share of each split (mortality) or of each label (phenotypes).
     """
-    if task not in ("mortality", "phenotypes", "both"):
-        raise ValueError(f"unknown task {task!r}; expected mortality, phenotypes or both")
+    if task != "both" and task not in GENERATORS:
+        raise ValueError(f"unknown task {task!r}; expected {', '.join(GENERATORS)} or both")
     if not 0.0 <= prevalence <= 1.0:
         raise ValueError(f"prevalence must be in [0, 1], got {prevalence}")
     if n_train < 1 or n_test < 0:
@@ -240,12 +247,9 @@ def write_synthetic(out_dir: str | Path, task: str = "both", n_train: int = 200,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     counts: dict[str, Any] = {}
-    if task in ("mortality", "both"):
-        counts["mortality"] = _mortality(out, n_train, n_test, prevalence, seed, val_fraction,
-                                         progress)
-    if task in ("phenotypes", "both"):
-        counts["phenotypes"] = _phenotypes(out, n_train, n_test, prevalence, seed,
-                                           val_fraction, progress)
+    for name in GENERATORS if task == "both" else (task,):
+        counts[name] = GENERATORS[name](out, n_train, n_test, prevalence, seed, val_fraction,
+                                        progress)
     write_json(out / "provenance.json", {
         "source": "synthetic (training.data.synthetic)", "generator_version": GENERATOR_VERSION,
         "seed": seed, "counts": counts, "signal": SIGNAL, "label": MORTALITY_LABEL,
@@ -263,8 +267,9 @@ def example_payload(task: str = "mortality", seed: int = 7) -> dict[str, Any]:
     Cel, FiO2 in %), category strings and a numeric GCS alias (eye 4 -> "4 Spontaneously").
     """
     rng = np.random.default_rng(seed)
-    hours = 48 if task == "mortality" else 72
-    step = 1 if task == "mortality" else 3
+    window = task_spec(task).window_hours
+    hours = int(window) if window is not None else 72
+    step = 1 if window is not None else 3
     obs: list[dict[str, Any]] = []
 
     def add(variable: str, t: float, value: Any, unit: str | None = None) -> None:
@@ -300,7 +305,7 @@ def example_payload(task: str = "mortality", seed: int = 7) -> dict[str, Any]:
             add("ph", t, round(7.36 + rng.normal(0, 0.03), 2))
             add("capillary_refill_rate", t, "0.0")
     stay: dict[str, Any] = {"id": f"example-{task}-1"}
-    if task != "mortality":
+    if window is None:
         stay["end_hours"] = float(hours)  # the stay's length: where phenotypes read up to
     return {**stay, "demographics": {"age": 71, "sex": "female"}, "observations": obs}
 

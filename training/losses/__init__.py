@@ -19,6 +19,7 @@ from training.losses.positives import (
     PositiveSelector,
     SupConWithPositives,
 )
+from training.losses.regularizers import REGULARIZERS, Regularizer, build_regularizer
 from training.losses.scr import SCR
 from training.losses.triplet import TripletLoss
 
@@ -29,6 +30,7 @@ __all__ = [
     "CBCE",
     "CCE_LOSSES",
     "CSCE",
+    "REGULARIZERS",
     "SCR",
     "AnchorLoss",
     "AttributeKNNPositives",
@@ -42,7 +44,9 @@ __all__ = [
     "MemoryQueue",
     "NTXent",
     "PositiveSelector",
+    "Regularizer",
     "SupConWithPositives",
     "TripletLoss",
     "build_loss",
+    "build_regularizer",
 ]

@@ -7,6 +7,7 @@ With p_ij = exp(s_ij/τ) / Σ_{k≠i} exp(s_ik/τ), for every anchor i with P(i)
 N(i) = {n : y_n ≠ y_i}. γ = η = 0 gives SCR exactly; γ = 0 is ACL; η = 0 is the focal contrastive
 loss (FCL). The authors' released code divides both sums by the batch size B instead of by |P(i)|
 and |N(i)| and averages over all anchors, so their η values (up to ~300) are on a different scale.
+Formulas as implemented, and how they fit the objective: docs/method.md.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Input convention: anchor_logits [B, C, 2] = (u_cᵀz, v_cᵀz) from `AnchorHead`, targets y float
 [B, C] in {0, 1} (y [B] accepted for C = 1). All log-likelihoods are written with logsigmoid /
 log_softmax, never as the log of a product of sigmoids, so they stay finite for large logits.
+Formulas as implemented, and how they fit the objective: docs/method.md.
 """
 
 from __future__ import annotations

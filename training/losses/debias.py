@@ -8,6 +8,7 @@ identical to the anchor's is likely a false negative: it is dropped from the den
 
 Input convention: z [B, D] (cosine similarity), binary labels y [B] or [B, C] (per column as in
 SCR), prior [B, P] (cosine similarity against the threshold).
+Formulas as implemented, and how they fit the objective: docs/method.md.
 """
 
 from __future__ import annotations

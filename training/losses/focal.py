@@ -1,6 +1,7 @@
 """Binary focal loss (Lin et al. 2017) on the positive anchor logit uᵀz.
 
 Input convention: anchor_logits [B, C, 2] (only index 0, uᵀz, is used), targets y float [B, C].
+Formulas as implemented, and how they fit the objective: docs/method.md.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ Input convention: z [B, D] (raw, or L2-normalised first with normalize=True), bi
     ℓ_ij = ½ d_ij²                  if y_i = y_j   (pull together)
     ℓ_ij = ½ max(0, m − d_ij)²      otherwise      (push apart up to the margin m)
 and the column loss is the mean over pairs.
+Formulas as implemented, and how they fit the objective: docs/method.md.
 """
 
 from __future__ import annotations

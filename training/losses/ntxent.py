@@ -3,6 +3,7 @@
 Input convention: z1, z2 [B, D], row i of both is the same sample (two augmentations); no labels.
 On the 2B stacked views with cosine similarity, each view's positive is its partner view and the
 denominator runs over all 2B − 1 other views; the loss is the mean over the 2B anchors.
+Formulas as implemented, and how they fit the objective: docs/method.md.
 """
 
 from __future__ import annotations

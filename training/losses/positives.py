@@ -10,6 +10,7 @@ Instead of treating *every* same-label sample as a positive, each anchor keeps k
 Input convention: labels y [B] or [B, C] (same label = identical row), dataset row indices
 `index` [B] for the kNN selectors. `mask(y, index)` gives a bool [B, B] positive mask (diagonal
 False) for `SupConWithPositives`; `neighbours(index)` gives the kNN graph rows as dataset indices.
+Formulas as implemented, and how they fit the objective: docs/method.md.
 """
 
 from __future__ import annotations

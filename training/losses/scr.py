@@ -1,4 +1,4 @@
-"""SCR, the supervised contrastive regularizer of SCEHR (DESIGN.md §2).
+"""SCR, the supervised contrastive regularizer of SCEHR (docs/method.md, "Regularizers").
 
 Input convention: z [B, D] (any scale: cosine similarity is used), binary labels y [B] or [B, C].
 Per class column c: s_ij = ẑ_iᵀẑ_j, P(i) = {j ≠ i : y_jc = y_ic}, A = {i : P(i) ≠ ∅},

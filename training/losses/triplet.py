@@ -6,6 +6,7 @@ column as in SCR. Triplet loss ℓ_apn = max(0, d_ap − d_an + m), Euclidean d.
   with pytorch-metric-learning's TripletMarginLoss (AvgNonZeroReducer). 0 when none is active.
 - mining="hard": per anchor the farthest positive and the nearest negative; mean over anchors that
   have both.
+Formulas as implemented, and how they fit the objective: docs/method.md.
 """
 
 from __future__ import annotations

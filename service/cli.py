@@ -46,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     help="score only the stays whose id hashes to shard I of N")
     sc.add_argument("--chunk-size", type=int, default=256,
                     help="stays per chunk (scored and written together)")
-    sc.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    sc.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                    help="ONNX Runtime device, as SCEHR_DEVICE")
     sc.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: "
                     "all cores this process may use)")
     sc.add_argument("--strict", action="store_true",
@@ -65,12 +66,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                          "change; running services pick it up on restart or reload)")
     sd.add_argument("task", choices=TASKS)
     sd.add_argument("version")
-    sd.add_argument("--model-dir", type=Path)
+    sd.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     sd.set_defaults(func=_set_default)
     rm = msub.add_parser("remove", help="drop a version from index.json (never the default)")
     rm.add_argument("task", choices=TASKS)
     rm.add_argument("version")
-    rm.add_argument("--model-dir", type=Path)
+    rm.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     rm.add_argument("--delete-files", action="store_true",
                     help="also delete its folder (default: keep the files)")
     rm.set_defaults(func=_remove)

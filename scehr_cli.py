@@ -19,7 +19,7 @@ COMMAND_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "training.data.cli": ("train", ("data",)),
     "training.cli": ("train", ("train", "evaluate", "grid", "imbalance", "compare", "embedding",
                                "export")),
-    "service.cli": ("serve", ("serve", "models")),
+    "service.cli": ("serve", ("serve", "score", "models")),
 }
 
 

@@ -290,6 +290,9 @@ class ModelInfo(BaseModel):
         description="Channels never observed in training, always fed as 'not observed'")
     metrics: dict[str, Any]
     loaded_at: datetime
+    default_version: str | None = Field(
+        None, description="The task's default version in index.json when this model loaded")
+    default_since: datetime | None = Field(None, description="Since when that default holds")
     worker_pid: int = Field(description="The worker process answering (each holds its own models)")
 
 
@@ -301,6 +304,8 @@ class AvailableModel(BaseModel):
     name: str | None = None
     path: str
     default: bool
+    default_since: datetime | None = Field(
+        None, description="When this version became the task's default (index.json), if it is")
 
 
 class ModelList(BaseModel):

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from schemas.contract import CONTRACT_VERSION
 from service import errors
@@ -49,11 +50,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             executor.shutdown(wait=True)
             Metrics.process_exit()
 
-    docs = settings.open_docs
-    app = FastAPI(title="scehr", version=CONTRACT_VERSION, description=DESCRIPTION,
-                  lifespan=lifespan, docs_url="/docs" if docs else None,
-                  redoc_url="/redoc" if docs else None,
-                  openapi_url="/openapi.json" if docs else None)
+    common = {"title": "scehr", "version": CONTRACT_VERSION, "description": DESCRIPTION,
+              "lifespan": lifespan}
+    if settings.open_docs:
+        # /docs and /redoc from files shipped in the fastapi-offline package: no CDN, no
+        # internet (nor Swagger UI's online validator badge)
+        app = FastAPIOffline(**common, swagger_ui_parameters={"validatorUrl": None})
+    else:
+        app = FastAPI(**common, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.admission = admission = Admission(

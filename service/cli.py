@@ -1,4 +1,4 @@
-"""`scehr serve` and `scehr models list`."""
+"""`scehr serve`, `scehr score` and `scehr models list | set-default | remove | diff`."""
 
 from __future__ import annotations
 
@@ -29,13 +29,58 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="SCEHR_LOG_LEVEL")
     serve.set_defaults(func=_serve)
 
-    models = subparsers.add_parser("models", help="inspect the model directory")
+    sc = subparsers.add_parser(
+        "score", help="score a folder or file of stays offline (resumable, shardable)",
+        description="Score every stay of INPUT with the service's own validation, tensorize "
+        "and ONNX model, writing one row per stay (keyed by its id) to --out. Rerun the same "
+        "command after a crash to resume. INPUT: a benchmark split folder (listfile.csv + "
+        "*_timeseries.csv), a .jsonl of stay payloads, or a .csv/.parquet of long-form "
+        "observations (stay_id, variable, time, value[, unit, end_hours, age, sex]).")
+    sc.add_argument("model", metavar="MODEL_OR_TASK",
+                    help="a task (its default model, or --version) or a model folder")
+    sc.add_argument("input", type=Path, metavar="INPUT")
+    sc.add_argument("--out", type=Path, required=True,
+                    help="output file, .jsonl or .csv (appended to: resumes)")
+    sc.add_argument("--version", help="model version of the task (default: index default)")
+    sc.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
+    sc.add_argument("--shard", default="0/1", metavar="I/N",
+                    help="score only the stays whose id hashes to shard I of N")
+    sc.add_argument("--chunk-size", type=int, default=256,
+                    help="stays per chunk (scored and written together)")
+    sc.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                    help="ONNX Runtime device, as SCEHR_DEVICE")
+    sc.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: "
+                    "all cores this process may use)")
+    sc.add_argument("--strict", action="store_true",
+                    help="values outside the cleaning ranges are errors, as ?strict=true")
+    sc.add_argument("--quiet", action="store_true", help="no progress bar")
+    sc.set_defaults(func=_score)
+
+    models = subparsers.add_parser("models", help="inspect and manage the model directory")
     msub = models.add_subparsers(dest="models_command", metavar="ACTION")
     ls = msub.add_parser("list", help="list the models of index.json")
     ls.add_argument("--model-dir", type=Path,
                     help="folder with index.json (default: SCEHR_MODEL_DIR, else models/)")
     ls.add_argument("--json", action="store_true", help="print the index entries as JSON")
     ls.set_defaults(func=_list)
+    sd = msub.add_parser("set-default", help="make a version the task's default (prints the "
+                         "change; running services pick it up on restart or reload)")
+    sd.add_argument("task", choices=TASKS)
+    sd.add_argument("version")
+    sd.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
+    sd.set_defaults(func=_set_default)
+    rm = msub.add_parser("remove", help="drop a version from index.json (never the default)")
+    rm.add_argument("task", choices=TASKS)
+    rm.add_argument("version")
+    rm.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
+    rm.add_argument("--delete-files", action="store_true",
+                    help="also delete its folder (default: keep the files)")
+    rm.set_defaults(func=_remove)
+    diff = msub.add_parser("diff", help="compare two model folders: ONNX sha256, manifest "
+                           "metrics and settings; exit 1 when they differ")
+    diff.add_argument("a", type=Path)
+    diff.add_argument("b", type=Path)
+    diff.set_defaults(func=_diff)
     models.set_defaults(func=lambda a: models.print_help() or 2)
 
 
@@ -120,21 +165,78 @@ def _metrics(metrics: dict) -> str:
     return "; ".join(parts)
 
 
-def _list(args: argparse.Namespace) -> int:
-    from service.registry import read_index
+def _score(args: argparse.Namespace) -> int:
+    from service.registry import ModelLoadError
+    from service.scoring import parse_shard, score
+
+    if args.chunk_size < 1:
+        raise ValueError("--chunk-size must be >= 1")
+    try:
+        summary = score(args.model, args.input, args.out, model_dir=_model_dir(args),
+                        version=args.version, shard=parse_shard(args.shard),
+                        chunk_size=args.chunk_size, device=args.device, threads=args.threads,
+                        strict=args.strict, progress=not args.quiet)
+    except ModelLoadError as e:
+        print(f"scehr score: {e}", file=sys.stderr)
+        return 1
+    del summary  # stays with errors are rows of the output, not a failure of the run
+    return 0
+
+
+def _model_dir(args: argparse.Namespace) -> Path:
     from service.settings import Settings
 
-    model_dir = args.model_dir or Settings().model_dir
-    index = read_index(model_dir)
+    return args.model_dir or Settings().model_dir
+
+
+def _set_default(args: argparse.Namespace) -> int:
+    from schemas.model_index import set_default
+
+    print(set_default(_model_dir(args), args.task, args.version))
+    return 0
+
+
+def _remove(args: argparse.Namespace) -> int:
+    from schemas.model_index import remove_model
+
+    message, folder = remove_model(_model_dir(args), args.task, args.version)
+    print(message)
+    if args.delete_files:
+        shutil.rmtree(folder, ignore_errors=True)
+        print(f"deleted {folder}")
+    else:
+        print(f"files kept in {folder} (--delete-files deletes them)")
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from schemas.model_index import compare_models
+
+    differences, notes = compare_models(args.a, args.b)
+    for line in notes:
+        print(f"note: {line}")
+    for line in differences:
+        print(f"differs: {line}")
+    if not differences:
+        print(f"{args.a} and {args.b} are the same model (ONNX sha256, manifest)")
+    return 1 if differences else 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from schemas.model_index import read_index
+
+    index = read_index(_model_dir(args))
     if args.json:
         print(json.dumps(index.model_dump(), indent=2))
         return 0
-    rows = [("TASK", "VERSION", "DEFAULT", "NAME", "ENCODER", "LOSS", "FEATURE SET",
+    rows = [("TASK", "VERSION", "DEFAULT SINCE", "NAME", "ENCODER", "LOSS", "FEATURE SET",
              "TEST METRICS (95% CI)", "PATH")]
     for e in sorted(index.models, key=lambda e: (TASKS.index(e.task) if e.task in TASKS else 9,
                                                  e.version)):
         extra = e.model_dump(exclude_none=True)
-        rows.append((e.task, e.version, "*" if index.defaults.get(e.task) == e.version else "",
+        is_default = index.defaults.get(e.task) == e.version
+        rows.append((e.task, e.version,
+                     (index.default_since.get(e.task) or "*") if is_default else "",
                      e.name or "", str(extra.get("encoder", "")), str(extra.get("loss", "")),
                      str(extra.get("feature_set", "")), _metrics(extra.get("metrics") or {}),
                      e.path))

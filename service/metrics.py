@@ -14,6 +14,7 @@
 | scehr_in_flight_requests | gauge | (none) |
 | scehr_model_info | gauge (1 = serving) | task, name, version, provider |
 | scehr_model_reloads_total | counter | model, outcome |
+| scehr_default_model_since_timestamp_seconds | gauge (Unix time) | task, version |
 
 `endpoint` is the route template (`/predict/{task}/batch`), `unmatched` for unknown paths;
 `model` is a task of the contract, `unknown` for anything else (label values never come from
@@ -23,6 +24,8 @@ every worker and `/metrics` aggregates them: counters and histograms are summed,
 gauge is summed over live workers, and `scehr_model_info` carries a `pid` label per worker, since
 each worker holds its own sessions (a reload reaches one worker only). The live gauges of a
 worker that died without shutting down (killed) are dropped at the next scrape.
+`scehr_default_model_since_timestamp_seconds` is the index's default version of each served task
+and when it became the default (0 when the index does not say).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from datetime import datetime
 from pathlib import Path
 
 from prometheus_client import (
@@ -117,6 +121,11 @@ class Metrics:
         self.model_info = Gauge("scehr_model_info", "Model served (1) with its provider",
                                 ["task", "name", "version", "provider"], registry=reg,
                                 multiprocess_mode="liveall")
+        self._defaults: dict[str, str] = {}
+        self.default_since = Gauge(
+            "scehr_default_model_since_timestamp_seconds",
+            "Default version of the task in index.json and since when (Unix time)",
+            ["task", "version"], registry=reg, multiprocess_mode="mostrecent")
         self.reloads = Counter("scehr_model_reloads", "Admin reloads by outcome",
                                ["model", "outcome"], registry=reg)
 
@@ -131,6 +140,15 @@ class Metrics:
                 with contextlib.suppress(KeyError):
                     self.model_info.remove(*labels)
         self.model_info.labels(task, name, version, provider).set(1)
+
+    def set_default(self, task: str, version: str, since: datetime | None) -> None:
+        """The default version of a task (one series per task: labels stay bounded)."""
+        prev = self._defaults.get(task)
+        if prev is not None and prev != version and not self.multiprocess:
+            with contextlib.suppress(KeyError):
+                self.default_since.remove(task, prev)
+        self._defaults[task] = version
+        self.default_since.labels(task, version).set(since.timestamp() if since else 0.0)
 
     def render(self) -> tuple[bytes, str]:
         if self.multiprocess:

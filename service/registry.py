@@ -80,6 +80,8 @@ class LoadedModel:
     input_names: list[str]
     observe: RunObserver | None = field(default=None, repr=False)
     shown_path: str = ""  # relative to the model dir: /models never shows server paths
+    default_version: str | None = None
+    default_since: datetime | None = None
 
     @property
     def task(self) -> str:
@@ -108,7 +110,8 @@ class LoadedModel:
             providers=self.session.get_providers(), device=self.device,
             calibration=[c.calibration.method for c in m.classes],
             neutralised_channels=[self.spec.fs.variable_ids[i] for i in self.spec.neutralised],
-            metrics=m.metrics, loaded_at=self.loaded_at, worker_pid=os.getpid(),
+            metrics=m.metrics, loaded_at=self.loaded_at, default_version=self.default_version,
+            default_since=self.default_since, worker_pid=os.getpid(),
         )
 
 
@@ -175,6 +178,8 @@ class Registry:
         self.runtime = OrtRuntime(settings.device, settings.ort_threads)
         self.states: dict[str, TaskState] = {}
         self.folders: dict[str, Path] = {}
+        #: task -> (default version in index.json, since when) as read at start-up
+        self.defaults: dict[str, tuple[str | None, datetime | None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -183,6 +188,7 @@ class Registry:
         """Fail fast at start (see `validation.preflight`); every model is then loading."""
         checked = preflight(self.settings.model_dir, list(self.settings.tasks or []),
                             self.runtime)
+        self.defaults = checked.defaults
         for task, folder in checked.folders.items():
             self.folders[task] = folder
             self.states[task] = TaskState(ModelState.LOADING)
@@ -244,6 +250,10 @@ class Registry:
             prev = (om.name, om.version, old.model.provider)
         m = model.spec.manifest
         self.metrics.set_model(task, m.name, m.version, model.provider, prev)
+        version, since = self.defaults.get(task, (None, None))
+        model.default_version, model.default_since = version, since
+        if version is not None:
+            self.metrics.set_default(task, version, since)
         return old
 
     # -- serving
@@ -264,9 +274,13 @@ class Registry:
             index = read_index(self.settings.model_dir)
         except ModelLoadError:
             return []
-        return [AvailableModel(task=e.task, version=e.version, name=e.name, path=e.path,
-                               default=index.defaults.get(e.task) == e.version)
-                for e in index.models]
+        out = []
+        for e in index.models:
+            default = index.defaults.get(e.task) == e.version
+            out.append(AvailableModel(task=e.task, version=e.version, name=e.name, path=e.path,
+                                      default=default,
+                                      default_since=index.since(e.task) if default else None))
+        return out
 
     async def reload(self, task: str, *, version: str | None = None,
                      path: str | None = None) -> tuple[LoadedModel, str | None]:

@@ -10,7 +10,8 @@ graph, and that padding a stay in a batch does not change its result. Every fail
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -148,6 +149,8 @@ class Preflight:
 
     provider: str
     folders: dict[str, Path]
+    #: task -> (its default version in index.json, since when it is the default)
+    defaults: dict[str, tuple[str | None, datetime | None]] = field(default_factory=dict)
 
 
 def preflight(model_dir: Path, tasks: list[str], runtime: OrtRuntime) -> Preflight:
@@ -162,9 +165,13 @@ def preflight(model_dir: Path, tasks: list[str], runtime: OrtRuntime) -> Preflig
     if not tasks:
         raise ModelLoadError(f"{model_dir}/index.json names no default model",
                              rule="no_default_model", status=500)
-    folders = {}
+    folders, defaults = {}, {}
     for task in tasks:
         folder = resolve(model_dir, index, task)
         inspect(folder, task)
         folders[task] = folder
-    return Preflight(provider, folders)
+        defaults[task] = (index.defaults.get(task), index.since(task))
+        log.info("default model", extra={"task": task,
+                                         "default_version": index.defaults.get(task),
+                                         "default_since": index.default_since.get(task)})
+    return Preflight(provider, folders, defaults)

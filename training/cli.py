@@ -238,11 +238,14 @@ def _cell(v: Any) -> str:
 def cmd_export(args: argparse.Namespace) -> int:
     from training.export import export_run
 
-    out = export_run(Path(args.run_dir), Path(args.out), version=args.version,
-                     name=args.name, make_default=not args.no_default,
-                     reproduce=args.reproduce.replace("\\n", "\n") if args.reproduce else None,
-                     limitations=args.limitation, data_description=args.data_description)
+    out, changes = export_run(
+        Path(args.run_dir), Path(args.out), version=args.version, name=args.name,
+        set_default=args.set_default,
+        reproduce=args.reproduce.replace("\\n", "\n") if args.reproduce else None,
+        limitations=args.limitation, data_description=args.data_description)
     print(f"exported {out}")
+    for line in changes:
+        print(line)
     return 0
 
 
@@ -300,7 +303,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="models/<task>/<version>/")
     p.add_argument("--version", help="default: the folder name of --out")
     p.add_argument("--name", help="model name (default scehr-<task>-<encoder>-<loss>)")
-    p.add_argument("--no-default", action="store_true", help="do not make it the task default")
+    p.add_argument("--set-default", action="store_true",
+                   help="make it the task's default (otherwise the default stays, unless the "
+                   "task has none yet); an existing version is never overwritten")
     p.add_argument("--reproduce", help="commands for the model card (default: train + export "
                    "of this run); '\\n' separates lines")
     p.add_argument("--limitation", action="append", default=[],

@@ -30,7 +30,7 @@ from schemas.manifest import (
     SplitInfo,
     sha256_file,
 )
-from schemas.model_index import IndexEntry, MetricCI, read_index_or_empty, write_index
+from schemas.model_index import add_model, entry_for, refuse_existing
 from schemas.run_artifacts import EXPORT_NEEDS, RunArtifacts, require_keys
 from schemas.tasks import task_spec
 from training.calibration import (
@@ -50,6 +50,7 @@ MIN_PROTOTYPE = 20
 
 
 def code_version() -> str:
+    """`git describe --always --dirty` of this checkout: the commit a model was built from."""
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
                              text=True, cwd=Path(__file__).parent, timeout=5)
@@ -194,16 +195,21 @@ def too_rare(test: dict[str, Any]) -> list[str]:
 
 
 def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: str | None = None,
-               make_default: bool = True, reproduce: str | None = None,
+               set_default: bool = False, reproduce: str | None = None,
                limitations: list[str] | None = None, data_description: str | None = None
-               ) -> Path:
-    """Export, validate and register one run; returns the model folder."""
+               ) -> tuple[Path, list[str]]:
+    """Export, validate and register one run; returns the model folder and what changed.
+
+    Refuses an existing version (in the index or on disk) before doing any work; the task's
+    default moves only with `set_default` (or when the task has no default yet).
+    """
     files = RunArtifacts(run_dir)
     files.require(files.checkpoint, files.predictions, files.metrics)
     model, crit, ck = load_checkpoint(files.checkpoint)
     cfg = ck["config"]
     task = cfg["task"]
     fs = TrainConfig(**cfg).features()
+    refuse_existing(out.parent.parent, task, version or out.name, out)
     out.mkdir(parents=True, exist_ok=True)
     onnx_path = out / "model.onnx"
     scoring = ScoringModel(model.encoder, model.head, crit.probability).eval()
@@ -277,8 +283,8 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     command = reproduce or (f"scehr train --config {run_dir / 'config.json'}\n"
                             f"scehr export {run_dir} --out {out}")
     write_model_card(out, manifest, command, limitations)
-    register(out, manifest, make_default)
-    return out
+    changes = register(out, manifest, set_default)
+    return out, changes
 
 
 def _provenance(data: Path, metrics: dict, preds: dict[str, np.ndarray], description: str
@@ -301,16 +307,7 @@ def _provenance(data: Path, metrics: dict, preds: dict[str, np.ndarray], descrip
                       splits=splits, source=str(info.get("converter", "")))
 
 
-def register(folder: Path, manifest: Manifest, make_default: bool) -> None:
-    """Add (or replace) the model in `<models>/index.json`; optionally make it the default."""
+def register(folder: Path, manifest: Manifest, set_default: bool) -> list[str]:
+    """Add the model to `<models>/index.json` (schemas.model_index); returns what changed."""
     root = folder.parent.parent
-    index = read_index_or_empty(root)
-    test_ci = manifest.metrics.get("test_ci", {})
-    index.upsert(IndexEntry(
-        task=manifest.task, version=manifest.version, name=manifest.name,
-        path=folder.relative_to(root).as_posix(), loss=manifest.loss.name,
-        encoder=manifest.encoder.name, feature_set=manifest.feature_set["name"],
-        metrics={k: MetricCI(**{kk: test_ci[k].get(kk) for kk in ("value", "low", "high")})
-                 for k in test_ci},
-    ), make_default)
-    write_index(root, index)
+    return add_model(root, entry_for(folder, root, manifest), set_default=set_default)

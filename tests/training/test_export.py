@@ -193,3 +193,25 @@ async def test_served_probabilities_equal_the_evaluated_ones(models: Path, task:
     items = r.json()["items"]
     got = np.array([[c["probability"] for c in it["prediction"]["results"]] for it in items])
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_export_refuses_an_existing_version_and_keeps_the_default(
+        models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`scehr export` never overwrites a version, and moves the default only when asked."""
+    from scehr_cli import build_parser, main
+    from schemas.model_index import ModelIndexError
+
+    run = models.parent / "run-mortality"
+    before = (models / "mortality" / "0.1.0" / "model.onnx").read_bytes()
+    with pytest.raises(ModelIndexError, match="immutable"):
+        export_run(run, models / "mortality" / "0.1.0", set_default=True)
+    assert (models / "mortality" / "0.1.0" / "model.onnx").read_bytes() == before
+    assert main(["export", str(run), "--out", str(models / "mortality" / "0.2.0")]) == 0
+    out = capsys.readouterr().out
+    assert "added mortality 0.2.0" in out and "default mortality stays 0.1.0" in out
+    assert json.loads((models / "index.json").read_text())["defaults"]["mortality"] == "0.1.0"
+    parser, _ = build_parser("export")
+    assert parser.parse_args(["export", str(run), "--out", "x", "--set-default"]).set_default
+    assert main(["models", "set-default", "mortality", "0.2.0", "--model-dir", str(models)]) == 0
+    assert "default mortality: 0.1.0 -> 0.2.0" in capsys.readouterr().out
+    assert main(["models", "set-default", "mortality", "0.1.0", "--model-dir", str(models)]) == 0

@@ -1,0 +1,466 @@
+"""`scehr score`: offline batch scoring of a folder or file of stays with the service's own code.
+
+A stay goes through exactly what `POST /predict/{task}/batch` runs: `StayPayload` validation,
+`pipeline.prepare` (ingest, cleaning, tensorize), the model's ONNX Runtime session loaded and
+warmed up by `registry.load_model`, and `pipeline.predictions`; so scores equal the service's.
+Needs the `serve` extra only (no torch, no pandas; Parquet input needs pyarrow).
+
+Inputs, streamed one stay at a time (memory is bounded by one chunk of stays plus the set of
+ids already written):
+- a benchmark-layout folder: `listfile.csv` + one `*_timeseries.csv` per stay (+ optional
+  `demographics.csv`), as `scehr data convert-*` and mimic3-benchmarks write them;
+- a JSON Lines file of stay payloads (`.jsonl`), the API's request body per line;
+- long-form observations (`.csv` or `.parquet`): columns `stay_id`, `variable`, `time`, `value`
+  and optionally `unit`, `end_hours`, `age`, `sex`; the rows of one stay are contiguous.
+
+Output: one row per input stay, keyed by its id, as JSON Lines (`.jsonl`) or CSV (`.csv`).
+Rows are appended chunk by chunk and fsynced; a rerun of the same command after a crash or
+SIGKILL reads the ids already written, drops a torn last line, and goes on; a chunk is always
+scored whole, so a resumed run writes exactly what an uninterrupted one would.
+`--shard I/N` keeps the stays whose id hashes to I (blake2b, stable across runs and machines).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from schemas.contract import TASKS
+from schemas.payloads import ClassResult, Prediction, Problem, StayPayload
+from schemas.variables import VARIABLES
+from service.batcher import run_chunked
+from service.pipeline import predictions, prepare, pydantic_problems
+
+#: Output field per class -> where the service's response holds it. The one place that maps
+#: the response contract to output columns: a renamed response field is one edit here.
+CLASS_FIELDS: dict[str, Callable[[ClassResult], Any]] = {
+    "risk": lambda c: c.calibrated_probability,
+    "score": lambda c: c.probability,
+    "alert": lambda c: c.alert,
+}
+
+LISTFILE = "listfile.csv"
+DEMOGRAPHICS = "demographics.csv"
+ID_COLUMNS = ("stay_id", "id", "stay")
+STAY_COLUMNS = ("end_hours", "age", "sex", "admission_time")
+
+Raw = dict[str, Any] | list[Problem]  # a payload to validate, or why it could not be read
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def _number(cell: str) -> float | str:
+    try:
+        return float(cell)
+    except ValueError:
+        return cell
+
+
+def benchmark_payload(csv_path: Path, *, end_hours: float | None = None,
+                      age: float | None = None, sex_male: float | None = None) -> dict[str, Any]:
+    """A benchmark `*_timeseries.csv` as the API's wide form (units as the benchmark's)."""
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    columns: dict[str, list[Any]] = {}
+    for v in VARIABLES:
+        cells = [r.get(v.benchmark_name) or "" for r in rows]
+        columns[v.benchmark_name] = [
+            (c if v.is_categorical else float(c)) if c != "" else None for c in cells]
+    payload: dict[str, Any] = {"wide": {
+        "hours": [float(r["Hours"]) for r in rows], "columns": columns,
+        "units": {v.benchmark_name: v.unit for v in VARIABLES if v.unit_required}}}
+    demo: dict[str, Any] = {}
+    if age is not None:
+        demo["age"] = age
+    if sex_male is not None:
+        demo["sex"] = "male" if sex_male == 1 else "female"
+    if demo:
+        payload["demographics"] = demo
+    if end_hours is not None:
+        payload["end_hours"] = end_hours
+    return payload
+
+
+def _optional_float(cell: str | None) -> float | None:
+    try:
+        return float(cell) if cell not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def count_benchmark(folder: Path) -> int:
+    with open(folder / LISTFILE, newline="") as f:
+        return sum(1 for _ in csv.DictReader(f))
+
+
+def read_benchmark(folder: Path) -> Iterator[tuple[str, Raw]]:
+    """(stay, payload) per listfile row; a missing or unreadable CSV is that stay's error."""
+    demo: dict[str, dict[str, str]] = {}
+    if (folder / DEMOGRAPHICS).is_file():
+        with open(folder / DEMOGRAPHICS, newline="") as f:
+            demo = {r["stay"]: r for r in csv.DictReader(f)}
+    with open(folder / LISTFILE, newline="") as f:
+        for row in csv.DictReader(f):
+            stay = row["stay"]
+            d = demo.get(stay, {})
+            try:
+                yield stay, benchmark_payload(
+                    folder / stay, end_hours=_optional_float(row.get("period_length")),
+                    age=_optional_float(d.get("age")), sex_male=_optional_float(d.get("sex_male")))
+            except (OSError, ValueError, KeyError) as e:
+                yield stay, [Problem(loc=["file", stay], rule="unreadable_timeseries",
+                                     message=f"{type(e).__name__}: {e}")]
+
+
+def _clean_id(value: Any) -> str | None:
+    if isinstance(value, str) and 0 < len(value) <= 128 and value.isprintable():
+        return value
+    return None
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[str, Raw]]:
+    """(id, payload) per line; the key is the payload's `id`, else `line-N` (1-based)."""
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield f"line-{n}", [Problem(loc=["line", n], rule="invalid_json",
+                                            message=str(e))]
+                continue
+            if not isinstance(raw, dict):
+                yield f"line-{n}", [Problem(loc=["line", n], rule="not_an_object",
+                                            message="each line must be one JSON object")]
+                continue
+            yield _clean_id(raw.get("id")) or f"line-{n}", raw
+
+
+def _long_rows_csv(path: Path) -> Iterator[dict[str, Any]]:
+    with open(path, newline="") as f:
+        yield from csv.DictReader(f)
+
+
+def _long_rows_parquet(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ModuleNotFoundError:
+        raise ValueError("reading Parquet needs pyarrow: pip install 'scehr[parquet]'") from None
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+        yield from batch.to_pylist()
+
+
+def _cell(v: Any) -> Any:
+    return _number(v) if isinstance(v, str) else v
+
+
+def read_long(path: Path) -> Iterator[tuple[str, Raw]]:
+    """Long-form observations grouped by stay id (contiguous rows) into payloads."""
+    rows = _long_rows_parquet(path) if path.suffix == ".parquet" else _long_rows_csv(path)
+    key: str | None = None
+    current: dict[str, Any] = {}
+    finished: set[str] = set()
+    for row in rows:
+        id_col = next((c for c in ID_COLUMNS if c in row), None)
+        if id_col is None:
+            raise ValueError(f"{path}: no stay id column (one of {', '.join(ID_COLUMNS)})")
+        sid = str(row[id_col])
+        if sid != key:
+            if key is not None:
+                yield key, current
+                finished.add(key)
+            if sid in finished:
+                raise ValueError(f"{path}: the rows of stay {sid!r} are not contiguous; sort "
+                                 "the file by stay id")
+            key = sid
+            current = {"id": sid if _clean_id(sid) else None, "observations": []}
+            for c in STAY_COLUMNS:
+                if row.get(c) not in (None, ""):
+                    v = _cell(row[c])
+                    if c in ("age", "sex"):
+                        current.setdefault("demographics", {})[c] = v
+                    else:
+                        current[c] = v
+        obs = {"variable": row.get("variable"), "time": _cell(row.get("time")),
+               "value": _cell(row.get("value"))}
+        if row.get("unit") not in (None, ""):
+            obs["unit"] = row["unit"]
+        current["observations"].append(obs)
+    if key is not None:
+        yield key, current
+
+
+def open_input(path: Path) -> tuple[Iterator[tuple[str, Raw]], int | None]:
+    """The stays of INPUT and, when cheap to know, how many there are."""
+    if path.is_dir():
+        if not (path / LISTFILE).is_file():
+            found = sorted(str(p.parent) for p in path.glob(f"*/*/{LISTFILE}"))
+            hint = f"; folders with one: {', '.join(found[:6])}" if found else ""
+            raise ValueError(f"{path} has no {LISTFILE} (a benchmark split folder, e.g. "
+                             f"in-hospital-mortality/test){hint}")
+        return read_benchmark(path), count_benchmark(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    if path.suffix == ".jsonl":
+        return read_jsonl(path), None
+    if path.suffix in (".csv", ".parquet"):
+        return read_long(path), None
+    raise ValueError(f"{path}: expected a benchmark folder, .jsonl, .csv or .parquet")
+
+
+# ---------------------------------------------------------------- shards and chunks
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'I/N' -> (I, N) with 0 <= I < N."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"--shard {text!r}: need 0 <= I < N")
+    return i, n
+
+
+def shard_of(stay_id: str, n: int) -> int:
+    digest = hashlib.blake2b(stay_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % n
+
+
+def chunks(items: Iterable[tuple[str, Raw]], size: int) -> Iterator[list[tuple[str, Raw]]]:
+    buf: list[tuple[str, Raw]] = []
+    for item in items:
+        buf.append(item)
+        if len(buf) == size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def prediction_row(pred: Prediction) -> dict[str, Any]:
+    return {"status": "ok", "model": pred.model.name, "model_version": pred.model.version,
+            "results": {c.label: {k: f(c) for k, f in CLASS_FIELDS.items()}
+                        for c in pred.results},
+            "warnings": sorted({n.code for n in pred.warnings}), "errors": []}
+
+
+def error_row(problems: list[Problem], name: str, version: str) -> dict[str, Any]:
+    return {"status": "error", "model": name, "model_version": version, "results": {},
+            "warnings": [], "errors": [p.model_dump(exclude_none=True) for p in problems]}
+
+
+class Output:
+    """Append-only rows keyed by id, recoverable after a crash (JSONL or CSV by suffix)."""
+
+    def __init__(self, path: Path, labels: list[str], model: tuple[str, str] = ("", "")) -> None:
+        self.path = path
+        self.model = model  # (name, version) every row must carry: never mix two models
+        self.csv = path.suffix == ".csv"
+        self.columns = ["id", "status", "model", "model_version",
+                        *[f"{lab}.{k}" for lab in labels for k in CLASS_FIELDS],
+                        "warnings", "errors"]
+        self.done = self._recover()
+        self.file: TextIO = open(path, "a", newline="")  # noqa: SIM115 - closed by close()
+        if self.csv and path.stat().st_size == 0:
+            self.file.write(",".join(self.columns) + "\r\n")
+
+    def _recover(self) -> set[str]:
+        """Ids already written; a torn last line (killed mid-write) is cut off."""
+        if not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return set()
+        data = self.path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            with open(self.path, "r+b") as f:
+                f.truncate(end)
+        text = data[:end].decode()
+        if self.csv:
+            reader = csv.reader(text.splitlines())
+            header = next(reader, None)
+            if header is not None and header != self.columns:
+                raise ValueError(f"{self.path} has other columns than this model's output: "
+                                 "write to a new file")
+            rows = [{"id": r[0], "model": r[2], "model_version": r[3]} for r in reader if r]
+        else:
+            rows = [json.loads(line) for line in text.splitlines() if line]
+        for r in rows:
+            if (r["model"], r["model_version"]) != self.model:
+                raise ValueError(
+                    f"{self.path} holds rows of {r['model']} {r['model_version']}, this run "
+                    f"uses {self.model[0]} {self.model[1]}: write to a new file, or pin the "
+                    "version it was started with (--version)")
+        return {r["id"] for r in rows}
+
+    def _line(self, stay_id: str, row: dict[str, Any]) -> str:
+        if not self.csv:
+            return json.dumps({"id": stay_id, **row}, separators=(",", ":")) + "\n"
+        flat = {"id": stay_id, **{k: row[k] for k in ("status", "model", "model_version")},
+                "warnings": ";".join(row["warnings"]),
+                "errors": json.dumps(row["errors"]) if row["errors"] else ""}
+        for lab, vals in row["results"].items():
+            for k, v in vals.items():
+                flat[f"{lab}.{k}"] = v
+        buf = io.StringIO()
+        csv.writer(buf).writerow([flat.get(c, "") for c in self.columns])
+        return buf.getvalue()
+
+    def write(self, rows: list[tuple[str, dict[str, Any]]]) -> None:
+        """All rows of a chunk in one write, then fsync: a kill loses at most this chunk."""
+        if not rows:
+            return
+        self.file.write("".join(self._line(i, r) for i, r in rows))
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.done.update(i for i, _ in rows)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+# ---------------------------------------------------------------- scoring
+
+
+@dataclass
+class Summary:
+    read: int = 0
+    other_shard: int = 0
+    already_done: int = 0
+    duplicates: int = 0
+    scored: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def written(self) -> int:
+        return self.scored + self.errors
+
+    def line(self) -> str:
+        rate = self.written / self.seconds if self.seconds > 0 else 0.0
+        return (f"{self.read} stays read: {self.scored} scored, {self.errors} with errors, "
+                f"{self.already_done} already in the output, {self.other_shard} in other "
+                f"shards, {self.duplicates} duplicate ids skipped; {self.seconds:.1f} s, "
+                f"{rate:.0f} stays/s")
+
+
+def score_chunk(model: Any, raws: list[Raw], max_batch_size: int, max_observations: int,
+                strict: bool = False) -> list[Prediction | list[Problem]]:
+    """The batch route's path for a list of raw payloads: one result per input, in order."""
+    parsed: list[StayPayload | list[Problem]] = []
+    for raw in raws:
+        if isinstance(raw, list):
+            parsed.append(raw)
+            continue
+        try:
+            parsed.append(StayPayload.model_validate(raw))
+        except ValidationError as e:
+            parsed.append(pydantic_problems(e))
+    valid = [k for k, p in enumerate(parsed) if isinstance(p, StayPayload)]
+    spec = model.spec
+    prep = prepare(spec, [parsed[k] for k in valid], strict=strict,
+                   max_observations=max_observations)
+    preds = {}
+    if prep.inputs is not None:
+        out = run_chunked(model.run, prep.inputs, max_batch_size)
+        preds = predictions(spec, prep, out)
+    results: list[Prediction | list[Problem]] = list(parsed)  # type: ignore[arg-type]
+    for j, k in enumerate(valid):
+        results[k] = preds[j] if j in preds else prep.problems[j]
+    return results
+
+
+def resolve_model(model_or_task: str, model_dir: Path, version: str | None) -> tuple[Path, str]:
+    """A task name (its default, or --version, in the model dir) or a model folder."""
+    from service.registry import read_index, resolve
+
+    if model_or_task in TASKS:
+        index = read_index(model_dir)
+        return resolve(model_dir, index, model_or_task, version=version), model_or_task
+    folder = Path(model_or_task)
+    if not (folder / "manifest.json").is_file():
+        raise ValueError(f"{model_or_task!r} is neither a task ({', '.join(TASKS)}) nor a "
+                         "folder with manifest.json")
+    task = json.loads((folder / "manifest.json").read_text())["task"]
+    return folder, task
+
+
+def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Path,
+          version: str | None = None, shard: tuple[int, int] = (0, 1), chunk_size: int = 256,
+          device: str = "auto", threads: int | None = None, strict: bool = False,
+          progress: bool = True, log: TextIO = sys.stderr) -> Summary:
+    """Score every stay of `input_path` into `out_path`; resumes what is already there."""
+    from tqdm import tqdm
+
+    from service.registry import load_model
+    from service.settings import Settings
+
+    folder, task = resolve_model(model_or_task, model_dir, version)
+    settings = Settings(model_dir=model_dir, device=device, workers=1,
+                        intra_op_threads=threads)
+    model = load_model(folder, task, settings)
+    m = model.spec.manifest
+    print(f"scehr score: {m.name} {m.version} ({model.provider}) on {input_path}"
+          f"{f', shard {shard[0]}/{shard[1]}' if shard[1] > 1 else ''}", file=log)
+    stays, total = open_input(input_path)
+    output = Output(out_path, list(model.spec.assets.labels), (m.name, m.version))
+    summary = Summary()
+    seen: set[str] = set()
+    t0 = time.perf_counter()
+
+    def mine() -> Iterator[tuple[str, Raw]]:
+        for sid, raw in stays:
+            summary.read += 1
+            if shard[1] > 1 and shard_of(sid, shard[1]) != shard[0]:
+                summary.other_shard += 1
+                continue
+            if sid in seen:
+                summary.duplicates += 1
+                continue
+            seen.add(sid)
+            yield sid, raw
+
+    bar = tqdm(total=total, unit="stay", disable=not progress, file=log,
+               mininterval=1.0 if log.isatty() else 30.0)
+    try:
+        for chunk in chunks(mine(), chunk_size):
+            todo = [sid not in output.done for sid, _ in chunk]
+            summary.already_done += len(chunk) - sum(todo)
+            if any(todo):
+                results = score_chunk(model, [r for _, r in chunk], settings.max_batch_size,
+                                      settings.max_observations, strict)
+                rows = []
+                for (sid, _), res, new in zip(chunk, results, todo, strict=True):
+                    if not new:
+                        continue
+                    if isinstance(res, Prediction):
+                        rows.append((sid, prediction_row(res)))
+                        summary.scored += 1
+                    else:
+                        rows.append((sid, error_row(res, m.name, m.version)))
+                        summary.errors += 1
+                output.write(rows)
+            bar.update(summary.read - bar.n)
+    finally:
+        bar.close()
+        output.close()
+        summary.seconds = time.perf_counter() - t0
+    print(f"scehr score: {summary.line()} -> {out_path}", file=log)
+    return summary

@@ -1,0 +1,67 @@
+"""The Dockerfile: hadolint-clean, and the rules that matter checked on its text."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+DOCKERFILE = REPO / "Dockerfile"
+TEXT = DOCKERFILE.read_text()
+
+
+def instructions(name: str) -> list[str]:
+    """Arguments of every `name` instruction (continuation lines joined)."""
+    joined = re.sub(r"\\\n\s*", " ", TEXT)
+    return [m.group(1).strip() for m in re.finditer(rf"^{name}\s+(.*)$", joined, re.M)]
+
+
+def test_hadolint_passes() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    out = subprocess.run([str(hadolint), "--no-color", str(DOCKERFILE)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_runtime_is_non_root_exposed_healthchecked_and_exec_form() -> None:
+    last_stage = TEXT[TEXT.rindex("\nFROM "):]
+    user = re.findall(r"^USER\s+(\S+)", last_stage, re.M)
+    assert user and user[-1].split(":")[0] not in ("0", "root")
+    assert instructions("EXPOSE") == ["8000"]
+    health = instructions("HEALTHCHECK")[0]
+    assert "/livez" in health and "CMD [" in health and "curl" not in health
+    entry, cmd = json.loads(instructions("ENTRYPOINT")[0]), json.loads(instructions("CMD")[-1])
+    assert entry == ["scehr"]  # exec form: SIGTERM reaches the server, no shell in between
+    assert cmd[:1] == ["serve"] and cmd[cmd.index("--host") + 1] == "0.0.0.0"
+    env = " ".join(instructions("ENV"))
+    assert "TMPDIR=/tmp" in env and "SCEHR_MODEL_DIR=/opt/scehr/models" in env
+
+
+def test_only_the_service_enters_the_image() -> None:
+    ignore = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert ignore[0] == "*" and "!training/" not in ignore and "!service/" in ignore
+    copies = " ".join(instructions("COPY"))
+    assert "training" not in copies and "tests" not in copies
+    assert 'echo serve-cpu || echo serve' in TEXT  # the CPU variant installs plain onnxruntime
+
+
+def test_cuda_base_matches_the_pinned_onnxruntime_gpu() -> None:
+    """The base image's CUDA major equals the one onnxruntime-gpu was built with; cuDNN 9."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    pinned = re.search(r'"onnxruntime-gpu==([\d.]+)', pyproject).group(1)
+    assert f"onnxruntime-gpu=={pinned}" in TEXT
+    base = re.search(r"ARG CUDA_IMAGE=nvidia/cuda:(\d+)\.(\d+)\.\d+-cudnn-runtime", TEXT)
+    assert base, "the GPU base must be an nvidia/cuda cudnn-runtime image"
+    assert f"CUDA {base.group(1)}.{base.group(2)}" in TEXT and "cuDNN 9" in TEXT
+    info = pytest.importorskip("onnxruntime.capi.build_and_package_info")
+    if getattr(info, "package_name", "") != "onnxruntime-gpu":
+        pytest.skip("onnxruntime-gpu is not installed here (CPU wheel)")
+    assert info.__version__ == pinned
+    assert info.cuda_version.split(".")[0] == base.group(1)

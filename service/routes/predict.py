@@ -75,6 +75,31 @@ def _prefixed(problems: list[Problem], prefix: list[str | int]) -> list[Problem]
     return [p.model_copy(update={"loc": [*prefix, *p.loc]}) for p in problems]
 
 
+def _body_loc(loc: list[str | int]) -> list[str | int]:
+    return ["body", *loc]
+
+
+async def score_one(handle: ModelHandle, stay: StayPayload, settings: Settings,
+                    metrics: Metrics, task: str, *, explain: str = "basic",
+                    strict: bool = False,
+                    locate: Callable[[list[str | int]], list[str | int]] = _body_loc,
+                    ) -> Prediction:
+    """The one-stay path every interface runs (JSON, FHIR, CDS Hooks, Open Inference).
+
+    `locate` maps a payload field path to the caller's (e.g. a FHIR path) in 422 problems.
+    """
+    t0 = time.perf_counter()
+    prep = prepare(handle.model.spec, [stay], strict=strict,
+                   max_observations=settings.max_observations,
+                   explain_full=explain == "full")
+    metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
+    _count(metrics, task, prep)
+    if prep.problems:
+        raise ApiError(422, "invalid_stay", [p.model_copy(update={"loc": locate(p.loc)})
+                                             for p in prep.problems[0]])
+    return (await _infer(handle, prep, settings, metrics, task))[0]
+
+
 def _single(task: str) -> Callable[..., Awaitable[Response]]:
     async def label(request: Request) -> None:  # runs even when the body fails validation
         request.state.model = task
@@ -86,15 +111,8 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
         strict: Strict = False,
     ) -> Response:
         handle = handle_for(registry, settings, task)
-        t0 = time.perf_counter()
-        prep = prepare(handle.model.spec, [stay], strict=strict,
-                       max_observations=settings.max_observations,
-                       explain_full=explain == "full")
-        metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
-        _count(metrics, task, prep)
-        if prep.problems:
-            raise ApiError(422, "invalid_stay", _prefixed(prep.problems[0], ["body"]))
-        return _json((await _infer(handle, prep, settings, metrics, task))[0])
+        return _json(await score_one(handle, stay, settings, metrics, task, explain=explain,
+                                     strict=strict))
 
     predict.__doc__ = f"Score one ICU stay with the {task} model."
     return predict

@@ -25,12 +25,20 @@ from service.interop.fhir_in import (
     to_stay,
     validate_resource,
 )
-from service.interop.readout import Level, level_of, rationale, risk_of, top_contributions
+from service.interop.readout import (
+    Level,
+    level_of,
+    rationale,
+    risk_of,
+    score_of,
+    top_contributions,
+)
 
 HOOK = "patient-view"
 SERVICE_PREFIX = "scehr-"
 MAX_CARDS = 5
-SUMMARY_MAX = 140
+SUMMARY_MAX = 139  # the spec: a "<140-character summary"
+EXTENSION = "dev.scehr.result"
 PREFETCH_REQUIRED = ("patient", "encounter", "observations")
 NO_FHIR_ACCESS = ("this service does not query FHIR servers (fhirServer and "
                   "fhirAuthorization are not used): the CDS Client must prefetch")
@@ -113,6 +121,8 @@ class Card(BaseModel):
     indicator: Literal["info", "warning", "critical"]
     source: Source
     links: list[Link] = Field(default_factory=list)
+    extension: dict[str, Any] | None = Field(
+        default=None, description=f"`{EXTENSION}`: the exact risk, score and level")
 
 
 class CdsResponse(BaseModel):
@@ -194,7 +204,10 @@ def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str) ->
         source=Source(label=f"scehr {pred.model.name} {pred.model.version}", url=card_url,
                       topic=None if c is None else Coding(system=c.system, code=c.code,
                                                           display=c.display)),
-        links=[Link(label="Model card", url=card_url)])
+        links=[Link(label="Model card", url=card_url)],
+        extension={EXTENSION: {"label": r.label, "risk": risk_of(r), "score": score_of(r),
+                               "level": level, "model": pred.model.name,
+                               "version": pred.model.version}})
 
 
 def cards(pred: Prediction, manifest: Manifest, card_url: str) -> CdsResponse:

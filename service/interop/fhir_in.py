@@ -47,6 +47,15 @@ def fhir_path(loc: Loc) -> str:
     return out
 
 
+def expression(loc: Loc) -> str:
+    """A request location as a FHIRPath-like expression: ["body", "entry", 3] ->
+    "Bundle.entry[3]"; ["body", "prefetch", "patient"] -> "prefetch.patient"."""
+    parts = list(loc[1:]) if loc and loc[0] == "body" else list(loc)
+    if parts and parts[0] == "entry":
+        parts = ["Bundle", *parts]
+    return fhir_path(parts)
+
+
 @dataclass
 class Issue:
     """A warning about the FHIR input (no patient values in it)."""
@@ -65,14 +74,19 @@ class FhirStay:
     patient: str  # reference to the Patient
     encounter: str | None
     basis: list[str] = field(default_factory=list)  # references to the Observations used
-    sources: list[str] = field(default_factory=list)  # per payload observation: FHIR path
+    #: per payload observation: the FHIR element holding its value, and its value[x] kind
+    sources: list[tuple[Loc, str]] = field(default_factory=list)
     issues: list[Issue] = field(default_factory=list)
 
     def locate(self, loc: Loc) -> Loc:
         """A payload field path as the FHIR path it came from (for 422 problems)."""
         if len(loc) >= 2 and loc[0] == "observations" and isinstance(loc[1], int) \
                 and loc[1] < len(self.sources):
-            return [self.sources[loc[1]], *loc[2:]]
+            holder, kind = self.sources[loc[1]]
+            field = loc[2] if len(loc) > 2 else None
+            tail = {"value": [kind, "value"] if kind == "valueQuantity" else [kind],
+                    "unit": [kind, "code"], "time": ["effective"]}.get(str(field), [])
+            return [*holder, *tail]
         return ["body", *loc]
 
 
@@ -218,12 +232,12 @@ class StayBuilder:
         self.admission = admission
         self.patient_refs = patient_refs
         self.obs: list[Observation] = []
-        self.sources: list[str] = []
+        self.sources: list[tuple[Loc, str]] = []
         self.basis: list[str] = []
         self.issues: list[Issue] = []
 
     def _warn(self, code: str, message: str, item: Located, path: Loc) -> None:
-        self.issues.append(Issue(code, message, item.ref, fhir_path(path)))
+        self.issues.append(Issue(code, message, item.ref, expression(path)))
 
     def add(self, item: Located) -> None:
         obs: FhirObservation = item.resource
@@ -290,7 +304,7 @@ class StayBuilder:
                        "value_not_a_category", f"{ref}: {e}; not used", item, loc)
             return False
         self.obs.append(Observation(variable=var.id, time=when, value=value, unit=unit))
-        self.sources.append(fhir_path([*loc, "value"]))
+        self.sources.append((loc, kind))
         return True
 
 
@@ -333,4 +347,4 @@ def validate_resource(model: type, raw: Any, prefix: Loc, root: str) -> Located:
 
 
 __all__ = ["Encounter", "FhirStay", "Issue", "Located", "Patient", "bundle_resources",
-           "fhir_path", "read_bundle", "to_stay", "validate_resource"]
+           "expression", "fhir_path", "read_bundle", "to_stay", "validate_resource"]

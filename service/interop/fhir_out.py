@@ -21,7 +21,7 @@ from fhir.resources.R4B.riskassessment import RiskAssessment, RiskAssessmentPred
 from schemas.manifest import Manifest
 from schemas.outcomes import outcome_coding
 from schemas.payloads import ClassResult, Prediction
-from service.interop.fhir_in import FhirStay, Issue
+from service.interop.fhir_in import FhirStay, Issue, expression
 from service.interop.readout import QUALITATIVE, level_of, rationale, risk_of
 
 MODEL_SYSTEM = "urn:scehr:model"
@@ -79,7 +79,7 @@ def operation_outcome(issues: list[Issue], pred: Prediction, stay: FhirStay
         out.append(OperationOutcomeIssue(
             severity="warning", code="informational", details=CodeableConcept(text=n.code),
             diagnostics=n.message,
-            expression=[str(where[0])] if where and where[0] != "body" else None))
+            expression=[expression(where)] if where else None))
     return OperationOutcome(id=str(uuid.uuid4()), issue=out) if out else None
 
 

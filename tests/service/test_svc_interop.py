@@ -95,7 +95,8 @@ def test_phenotype_ccs_ids_match_the_benchmark_definitions() -> None:
             / "hcup_ccs_2015_definitions.yaml")
     if not path.is_file():
         pytest.skip(f"{path} is absent")
-    defs = yaml.safe_load(path.read_text())
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    defs = yaml.load(path.read_text(), Loader=loader)
     used = {name: int(d["id"]) for name, d in defs.items() if d["use_in_benchmark"]}
     assert used == PHENOTYPE_CCS
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from schemas.payloads import ErrorBody
 from service.auth import ApiKey
@@ -45,7 +46,7 @@ async def cds_service(service_id: str, body: CdsRequest, request: Request,
     task = service_id.removeprefix(SERVICE_PREFIX)
     handle = handle_for(registry, settings, task)
     request.state.model = task
-    stay = read_prefetch(body)
+    stay = await run_in_threadpool(read_prefetch, body)  # FHIR validation: off the loop
     if stay is None:  # the client has no Observations: no decision support to give
         return CdsResponse(cards=[])
     pred = await score_one(handle, stay.payload, settings, metrics, task, explain="full",

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from service.auth import ApiKey
 from service.deps import MetricsDep, RegistryDep, SettingsDep, handle_for
@@ -44,8 +45,11 @@ async def fhir_predict(
     """The Bundle becomes the same payload `POST /predict/{task}` takes and runs its path."""
     handle = handle_for(registry, settings, task)
     request.state.model = task
-    stay = read_bundle(bundle, admission_time=admission_time, end_hours=end_hours)
+    # FHIR validation and building are pure Python and grow with the Bundle: off the loop
+    stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
+                                   end_hours=end_hours)
     pred = await score_one(handle, stay.payload, settings, metrics, task, explain=explain,
                            strict=strict, locate=stay.locate)
-    return Response(to_json(risk_bundle(pred, handle.model.spec.manifest, stay)),
-                    media_type=FHIR_JSON)
+    text = await run_in_threadpool(
+        lambda: to_json(risk_bundle(pred, handle.model.spec.manifest, stay)))
+    return Response(text, media_type=FHIR_JSON)

@@ -7,9 +7,11 @@ its task (`mortality`, `phenotypes`); its one version is the served model's vers
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
 
 from schemas.contract import CONTRACT_VERSION
 from service.auth import ApiKey
@@ -84,12 +86,35 @@ async def _model_metadata(name: str, registry: Registry, version: str | None) ->
     return JSONResponse(metadata(name, h.model.spec).model_dump())
 
 
-async def _infer(name: str, version: str | None, body: InferRequest, request: Request,
+def _request(raw: bytes, header_length: str | None) -> InferRequest:
+    """The JSON inference request, whatever the content type (Triton clients send none)."""
+    if header_length is not None:
+        try:
+            n = int(header_length)
+        except ValueError:
+            raise OipError("Inference-Header-Content-Length is not an integer") from None
+        if n != len(raw):
+            raise OipError("binary tensor data is not supported: send tensors as JSON")
+    try:
+        return InferRequest.model_validate_json(raw)
+    except ValidationError as e:
+        first = e.errors(include_input=False)[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise OipError(f"not an inference request: {where or 'body'}: {first.get('msg')}") \
+            from None
+
+
+async def _infer(name: str, version: str | None, request: Request,
                  registry: Registry, settings: Settings, metrics: MetricsDep) -> Response:
     try:
         h = _handle(registry, name, version)
     except ApiError as e:
         return _error(e.status, e.error)
+    try:
+        body = _request(await request.body(),
+                        request.headers.get("inference-header-content-length"))
+    except OipError as e:
+        return _error(400, str(e))
     request.state.model = name
     spec = h.model.spec
     given = {t.name: t for t in body.inputs}
@@ -149,17 +174,34 @@ async def model_version_metadata(name: str, version: str, registry: RegistryDep)
     return await _model_metadata(name, registry, version)
 
 
-@router.post("/models/{name}/infer", response_model=InferResponse, summary="Inference")
-async def infer(name: str, body: InferRequest, request: Request, registry: RegistryDep,
-                settings: SettingsDep, metrics: MetricsDep, _: ApiKey) -> Response:
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    """A JSON Schema with its local `$defs` references replaced by their definitions."""
+    if isinstance(node, dict):
+        ref = node.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            return _inline(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inline(v, defs) for k, v in node.items() if k != "$defs"}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
+
+
+_SCHEMA = InferRequest.model_json_schema()
+INFER_BODY = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": _inline(_SCHEMA, _SCHEMA.get("$defs", {}))}}}}
+
+
+@router.post("/models/{name}/infer", response_model=InferResponse, summary="Inference",
+             openapi_extra=INFER_BODY)
+async def infer(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
+                metrics: MetricsDep, _: ApiKey) -> Response:
     """Tensors `x`, `lengths` (and `static`) as the graph takes them, or `stay`: BYTES of
     JSON stay payloads scored like `POST /predict/{task}`."""
-    return await _infer(name, None, body, request, registry, settings, metrics)
+    return await _infer(name, None, request, registry, settings, metrics)
 
 
 @router.post("/models/{name}/versions/{version}/infer", response_model=InferResponse,
-             summary="Inference on a given version")
-async def infer_version(name: str, version: str, body: InferRequest, request: Request,
-                        registry: RegistryDep, settings: SettingsDep, metrics: MetricsDep,
-                        _: ApiKey) -> Response:
-    return await _infer(name, version, body, request, registry, settings, metrics)
+             summary="Inference on a given version", openapi_extra=INFER_BODY)
+async def infer_version(name: str, version: str, request: Request, registry: RegistryDep,
+                        settings: SettingsDep, metrics: MetricsDep, _: ApiKey) -> Response:
+    return await _infer(name, version, request, registry, settings, metrics)

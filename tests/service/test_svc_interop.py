@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ import jsonschema
 import numpy as np
 import pytest
 import tritonclient.http as triton
+import tritonclient.utils as triton_utils
 from fhir.resources.R4B.bundle import Bundle
 from fhir.resources.R4B.riskassessment import RiskAssessment
 
@@ -22,6 +24,7 @@ from schemas.payloads import StayPayload
 from schemas.variables import BY_LOINC, LOINC_PANELS, VARIABLES, by_loinc
 from service.interop.fhir_in import fhir_path
 from service.pipeline import prepare
+from service.settings import Settings
 from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.service import cds_hooks_schema as cds
 from tests.service.conftest import stay
@@ -394,3 +397,48 @@ async def test_oip_rejects_bad_tensors_with_the_protocol_error(
         {"name": "stay", "shape": [1], "datatype": "BYTES", "data": [json.dumps(json_stay())]}],
         "outputs": [{"name": "nope"}]})
     assert r.status_code == 400 and "unknown outputs" in r.json()["error"]
+
+
+def test_a_triton_client_talks_to_the_running_server(
+        make_settings: Callable[..., Settings]) -> None:
+    """tritonclient over real HTTP (it sends no JSON content type, and its own health,
+    metadata and infer calls): the server is started in a thread on a free port."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from service.app import create_app
+
+    server = uvicorn.Server(uvicorn.Config(create_app(make_settings()), host="127.0.0.1",
+                                           port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(500):
+            if server.started:
+                break
+            time.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+        for _ in range(500):
+            if c.is_server_ready():
+                break
+            time.sleep(0.01)
+        assert c.is_server_live() and c.is_model_ready("mortality")
+        assert c.get_model_metadata("mortality")["name"] == "mortality"
+        s = triton.InferInput("stay", [1], "BYTES")
+        s.set_data_from_numpy(np.array([json.dumps(json_stay()).encode()], dtype=object),
+                              binary_data=False)
+        r = c.infer("mortality", [s], outputs=[
+            triton.InferRequestedOutput("risk", binary_data=False),
+            triton.InferRequestedOutput("prediction", binary_data=False)])
+        pred = json.loads(r.as_numpy("prediction")[0])
+        assert r.as_numpy("risk")[0, 0] == pytest.approx(
+            pred["results"][0]["calibrated_probability"], abs=TOL)
+        with pytest.raises(triton_utils.InferenceServerException, match="unknown model"):
+            c.infer("nope", [s])
+        c.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -146,6 +146,10 @@ def read_prefetch(req: CdsRequest) -> FhirStay | None:
         raise ApiError(422, "unsupported_hook", [Problem(
             loc=["body", "hook"], rule="hook", message=f"hook {req.hook!r} is not served here",
             allowed=HOOK)])
+    if not isinstance(req.context.get("patientId"), str):
+        raise ApiError(422, "invalid_context", [Problem(
+            loc=["body", "context", "patientId"], rule="required",
+            message="patient-view needs context.patientId (a string)", allowed="a Patient id")])
     pre = req.prefetch or {}
     missing = [k for k in PREFETCH_REQUIRED if k not in pre]
     if missing:
@@ -167,8 +171,8 @@ def read_prefetch(req: CdsRequest) -> FhirStay | None:
                                       ["body", "prefetch", "observations"], "Bundle")
           if r.resource.get_resource_type() == "Observation"),
     ]
-    patient_id = req.context.get("patientId")
-    if patient_id is not None and resources[0].resource.id not in (None, str(patient_id)):
+    patient_id = req.context["patientId"]
+    if resources[0].resource.id not in (None, patient_id):
         raise ApiError(422, "invalid_fhir", [Problem(
             loc=["body", "prefetch", "patient", "id"], rule="patient_mismatch",
             message="the prefetched Patient is not context.patientId",

@@ -241,7 +241,7 @@ class StayBuilder:
 
     def add(self, item: Located) -> None:
         obs: FhirObservation = item.resource
-        ref = item.ref or fhir_path(item.loc)
+        ref = item.ref or expression(item.loc)  # no id nor fullUrl: named by its place
         subject = obs.subject.reference if obs.subject is not None else None
         if subject and subject not in self.patient_refs:
             raise ApiError(422, "invalid_fhir", [Problem(
@@ -256,6 +256,10 @@ class StayBuilder:
         if when is None:
             self._warn("no_effective_time", f"{ref}: no effectiveDateTime, effectiveInstant "
                        "or effectivePeriod with a time; not used", item, item.loc)
+            return
+        if when.tzinfo is None:
+            self._warn("no_effective_time", f"{ref}: effective time without a timezone; "
+                       "not used", item, item.loc)
             return
         if when < self.admission:
             self._warn("before_admission", f"{ref}: effective before the ICU admission; "

@@ -56,7 +56,8 @@ def risk_assessment(r: ClassResult, pred: Prediction, manifest: Manifest, stay: 
         encounter=Reference(reference=stay.encounter) if stay.encounter else None,
         occurrenceDateTime=when,
         method=_method(pred),
-        basis=[Reference(reference=b) for b in stay.basis] or None,
+        basis=[Reference(display=b) if b.startswith("Bundle.") else Reference(reference=b)
+               for b in stay.basis] or None,
         prediction=[RiskAssessmentPrediction(
             outcome=_outcome(r),
             probabilityDecimal=risk_of(r),

@@ -442,3 +442,39 @@ def test_a_triton_client_talks_to_the_running_server(
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+async def test_cds_context_must_name_the_prefetched_patient(client: httpx.AsyncClient) -> None:
+    req = cds_request(fhir_bundle())
+    req["context"]["patientId"] = "someone-else"
+    r = await client.post("/cds-services/scehr-mortality", json=req)
+    assert r.status_code == 422 and r.json()["detail"][0]["rule"] == "patient_mismatch"
+    del req["context"]["patientId"]
+    r = await client.post("/cds-services/scehr-mortality", json=req)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == [
+        "body", "context", "patientId"]
+
+
+async def test_panels_components_and_resources_without_ids(client: httpx.AsyncClient) -> None:
+    b = fhir_bundle()
+    panel = bundle([[Item(2.0, "8480-6", 120.0, "mm[Hg]"), Item(2.0, "8462-4", 70.0, "mm[Hg]"),
+                     Item(2.0, "99999-9", 1.0, "mm[Hg]")]],
+                   admission=ADMISSION, patient="p1")["entry"][2]
+    del panel["resource"]["id"]
+    del panel["fullUrl"]
+    b["entry"].append(panel)
+    b["entry"].append({"resource": {"resourceType": "Condition", "id": "c1",
+                                    "subject": {"reference": "Patient/p1"}}})
+    r = await client.post("/fhir/predict/mortality", json=b)
+    assert r.status_code == 200, r.text
+    body = Bundle.model_validate(r.json())
+    [oo] = [e.resource for e in body.entry
+            if e.resource.get_resource_type() == "OperationOutcome"]
+    texts = {i.details.text: i for i in oo.issue}
+    assert "99999-9" in texts["unmapped_code"].diagnostics
+    assert texts["unmapped_code"].expression == [
+        f"Bundle.entry[{len(b['entry']) - 2}].resource.component[2].code"]
+    assert "Condition" in texts["resource_ignored"].diagnostics
+    [ra] = risk_assessments(r.json())
+    assert ra.basis[-1].reference is None
+    assert ra.basis[-1].display == f"Bundle.entry[{len(b['entry']) - 2}].resource"

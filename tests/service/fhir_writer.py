@@ -39,8 +39,6 @@ CODES: dict[str, tuple[str, str | None]] = {
     "gcs_verbal": ("9270-0", None),
     "gcs_total": ("9269-2", None),
 }
-UNIT_SPELLING = {"mmol/L": "mmol/L", "%": "%", "Cel": "Cel", "cm": "cm", "kg": "kg",
-                 "mg/dL": "mg/dL", "1": "1"}
 
 
 @dataclass

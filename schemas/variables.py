@@ -58,7 +58,13 @@ class Variable:
     category_aliases: Mapping[str, str] = field(default_factory=dict)
     ranges: Ranges | None = None
     loinc: str | None = None
+    other_loinc: tuple[str, ...] = ()
     description: str = ""
+
+    @property
+    def loinc_codes(self) -> tuple[str, ...]:
+        """Every LOINC code read as this channel (the main one first)."""
+        return ((self.loinc,) if self.loinc else ()) + self.other_loinc
 
     @property
     def is_categorical(self) -> bool:
@@ -130,7 +136,8 @@ def _unit(name: str, *spellings: str, f: Callable[[float], float] = identity) ->
 
 
 MMHG = (_unit("mmHg", "mm[Hg]", "mm hg"),)
-PER_MIN = (_unit("/min", "bpm", "beats/min", "breaths/min", "min-1", "{beats}/min"),)
+PER_MIN = (_unit("/min", "bpm", "beats/min", "breaths/min", "min-1", "{beats}/min",
+                 "{breaths}/min"),)
 
 _EYE = ("To Pain", "3 To speech", "1 No Response", "4 Spontaneously", "None", "To Speech",
         "Spontaneously", "2 To pain")
@@ -162,7 +169,8 @@ VARIABLES: tuple[Variable, ...] = (
         description="0.0 = normal (< 3 s), 1.0 = abnormal (>= 3 s)",
     ),
     Variable("diastolic_bp", "Diastolic blood pressure", "continuous", "59.0", "mmHg", MMHG,
-             ranges=Ranges(0, 0, 375, 375), loinc="8462-4"),
+             ranges=Ranges(0, 0, 375, 375), loinc="8462-4",
+             other_loinc=("76213-8", "76535-4")),
     Variable(
         "fio2", "Fraction inspired oxygen", "continuous", "0.21", "fraction",
         (_unit("fraction", "1", "ratio"), _unit("%", "percent", f=lambda v: v / 100.0)),
@@ -191,6 +199,7 @@ VARIABLES: tuple[Variable, ...] = (
         "glucose", "Glucose", "continuous", "128.0", "mg/dL",
         (_unit("mg/dL", "mg/dl"), _unit("mmol/L", "mmol/l", f=lambda v: v * 18.0156)),
         unit_required=True, ranges=Ranges(0, 33, 2000, 2200), loinc="2345-7",
+        other_loinc=("2339-0",),
     ),
     Variable("heart_rate", "Heart Rate", "continuous", "86", "/min", PER_MIN,
              ranges=Ranges(0, 0, 350, 390), loinc="8867-4"),
@@ -204,11 +213,13 @@ VARIABLES: tuple[Variable, ...] = (
              ranges=Ranges(0, 14, 330, 375), loinc="8478-0"),
     Variable("o2_saturation", "Oxygen saturation", "continuous", "98.0", "%",
              (_unit("%", "percent"),), ranges=Ranges(0, 0, 100, 150), loinc="59408-5",
+             other_loinc=("2708-6",),
              description="SpO2 or SaO2 in percent (the benchmark merges both)"),
     Variable("respiratory_rate", "Respiratory rate", "continuous", "19", "/min", PER_MIN,
              ranges=Ranges(0, 0, 300, 330), loinc="9279-1"),
     Variable("systolic_bp", "Systolic blood pressure", "continuous", "118.0", "mmHg", MMHG,
-             ranges=Ranges(0, 0, 375, 375), loinc="8480-6"),
+             ranges=Ranges(0, 0, 375, 375), loinc="8480-6",
+             other_loinc=("76215-3", "76534-7")),
     Variable(
         "temperature", "Temperature", "continuous", "36.6", "Cel",
         (_unit("Cel", "C", "°C", "degC", "celsius"),
@@ -220,13 +231,28 @@ VARIABLES: tuple[Variable, ...] = (
         (_unit("kg"), _unit("[lb_av]", "lb", "lbs", "pound", f=lambda v: v * 0.45359237),
          _unit("g", f=lambda v: v / 1000.0)),
         unit_required=True, ranges=Ranges(0, 0, 250, 250), loinc="29463-7",
+        other_loinc=("3141-9",),
     ),
     Variable("ph", "pH", "continuous", "7.4", "pH", (_unit("pH", "[pH]", "1"),),
-             ranges=Ranges(6.3, 6.3, 8.4, 10), loinc="11558-4"),
+             ranges=Ranges(6.3, 6.3, 8.4, 10), loinc="11558-4",
+             other_loinc=("2744-1",)),
 )
 
 BY_ID: dict[str, Variable] = {v.id: v for v in VARIABLES}
 BY_BENCHMARK_NAME: dict[str, Variable] = {v.benchmark_name: v for v in VARIABLES}
+BY_LOINC: dict[str, Variable] = {c: v for v in VARIABLES for c in v.loinc_codes}
+
+LOINC_SYSTEM = "http://loinc.org"
+#: LOINC panels whose `component`s carry the channels (each component coded on its own).
+LOINC_PANELS: dict[str, str] = {
+    "85354-9": "Blood pressure panel with all children optional",
+    "55284-4": "Blood pressure systolic and diastolic",
+}
+
+
+def by_loinc(code: str) -> Variable | None:
+    """The channel a LOINC code measures, or None when the catalog does not map it."""
+    return BY_LOINC.get(code.strip())
 
 
 def name_index(variables: Sequence[Variable]) -> dict[str, int]:
@@ -268,7 +294,7 @@ def catalog_markdown() -> str:
         " values between an outlier and a valid bound clipped (each a warning).",
         "",
         "| id | benchmark name | kind | unit (canonical) | accepted units | unit required |"
-        " normal | valid range | outlier bounds | LOINC |",
+        " normal | valid range | outlier bounds | LOINC (first: main; others also read) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in VARIABLES:
@@ -280,8 +306,10 @@ def catalog_markdown() -> str:
         units = ", ".join(f"`{s}`" for u in v.units for s in u.spellings)
         lines.append(f"| `{v.id}` | {v.benchmark_name} | {v.kind} | {v.unit or ''} | {units} | "
                      f"{'yes' if v.unit_required else 'no'} | {v.normal} | {valid} | {outl} | "
-                     f"{v.loinc or ''} |")
-    lines += ["", "## Categories and their aliases", "",
+                     f"{', '.join(v.loinc_codes)} |")
+    lines += ["", "LOINC panels read through their components (FHIR `Observation.component`): "
+              + ", ".join(f"{c} ({n})" for c, n in LOINC_PANELS.items()) + ".", ""]
+    lines += ["## Categories and their aliases", "",
               "Categorical values are the benchmark's exact strings (their one-hot order is the "
               "order below) or one of these aliases, each mapped to exactly one benchmark string. "
               "A JSON number is read as its integer text (4 → \"4\").", ""]

@@ -17,7 +17,7 @@ from service.logs import configure_logging
 from service.metrics import Metrics
 from service.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from service.registry import Registry
-from service.routes import admin, health, models, predict
+from service.routes import admin, cds_hooks, fhir, health, models, oip, predict
 from service.settings import Settings
 
 log = logging.getLogger("scehr.app")
@@ -71,6 +71,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     if settings.open_metrics:
         app.include_router(health.metrics_router)
+    app.include_router(fhir.router)
+    app.include_router(cds_hooks.router)
+    app.include_router(oip.router)
     if settings.api_keys:
         app.include_router(admin.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -77,10 +77,6 @@ def _json(model: Prediction | BatchResponse) -> Response:
     return Response(model.model_dump_json(), media_type="application/json")
 
 
-def _single_response(spec: Any, prep: Prepared, out: Any) -> Response:
-    return _json(predictions(spec, prep, out)[0])
-
-
 def _count(metrics: Metrics, task: str, prep: Prepared,
            extra: list[list[Problem]] | None = None) -> None:
     for problems in [*prep.problems.values(), *(extra or [])]:
@@ -92,7 +88,7 @@ def _count(metrics: Metrics, task: str, prep: Prepared,
 
 
 async def _infer(handle: ModelHandle, prep: Prepared, settings: Settings, metrics: Metrics,
-                 task: str, request: Request) -> Any:
+                 task: str) -> Any:
     """The model's outputs for the prepared rows (None when no stay passed)."""
     if prep.inputs is None:
         return None
@@ -124,6 +120,33 @@ def _prefixed(problems: list[Problem], prefix: list[str | int]) -> list[Problem]
     return [p.model_copy(update={"loc": [*prefix, *p.loc]}) for p in problems]
 
 
+def _body_loc(loc: list[str | int]) -> list[str | int]:
+    return ["body", *loc]
+
+
+async def score_one(handle: ModelHandle, stay: StayPayload, settings: Settings,
+                    metrics: Metrics, task: str, *, explain: str = "basic",
+                    strict: bool = False, heavy: bool = True,
+                    locate: Callable[[list[str | int]], list[str | int]] = _body_loc,
+                    ) -> Prediction:
+    """The one-stay path every interface runs (JSON, FHIR, CDS Hooks, Open Inference).
+
+    `locate` maps a payload field path to the caller's (e.g. a FHIR path) in 422 problems;
+    `heavy` runs the CPU work in a worker thread, off the event loop.
+    """
+    t0 = time.perf_counter()
+    prep = await _work(heavy, prepare, handle.model.spec, [stay], strict=strict,
+                       max_observations=settings.max_observations,
+                       explain_full=explain == "full")
+    metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
+    _count(metrics, task, prep)
+    if prep.problems:
+        raise ApiError(422, "invalid_stay", [p.model_copy(update={"loc": locate(p.loc)})
+                                             for p in prep.problems[0]])
+    out = await _infer(handle, prep, settings, metrics, task)
+    return (await _work(heavy, predictions, handle.model.spec, prep, out))[0]
+
+
 def _single(task: str) -> Callable[..., Awaitable[Response]]:
     async def label(request: Request) -> None:  # runs even when the body fails validation
         request.state.model = task
@@ -135,17 +158,8 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
         strict: Strict = False,
     ) -> Response:
         handle = handle_for(registry, settings, task)
-        heavy = _heavy(request, settings, explain)
-        t0 = time.perf_counter()
-        prep = await _work(heavy, prepare, handle.model.spec, [stay], strict=strict,
-                           max_observations=settings.max_observations,
-                           explain_full=explain == "full")
-        metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
-        _count(metrics, task, prep)
-        if prep.problems:
-            raise ApiError(422, "invalid_stay", _prefixed(prep.problems[0], ["body"]))
-        out = await _infer(handle, prep, settings, metrics, task, request)
-        return await _work(heavy, _single_response, handle.model.spec, prep, out)
+        return _json(await score_one(handle, stay, settings, metrics, task, explain=explain,
+                                     strict=strict, heavy=_heavy(request, settings, explain)))
 
     predict.__doc__ = f"Score one ICU stay with the {task} model."
     return predict
@@ -260,7 +274,7 @@ async def predict_batch(
                                settings.max_observations, explain == "full")
     metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
     _count(metrics, task, prep, [s for s in parsed if not isinstance(s, StayPayload)])
-    out = await _infer(handle, prep, settings, metrics, task, request)
+    out = await _infer(handle, prep, settings, metrics, task)
     return await _work(heavy, _batch_response, handle.model.spec, body.stays, parsed, prep, out)
 
 

@@ -1,0 +1,64 @@
+"""What each interface costs on top of the model: one stay, sequential, in-process (no HTTP).
+
+    .venv/bin/python benchmarks/interop_latency.py [--repeats 30]
+
+Serves the shipped models (models/) through the app with httpx's ASGI transport and times
+`POST /predict/mortality` (JSON), `/fhir/predict/mortality` (the same stay as a FHIR Bundle:
+examples/fhir_bundle.json), `/cds-services/scehr-mortality` (the CDS Hooks example; it scores
+with explain=full) and `/v2/models/mortality/infer` (the JSON stay as a BYTES tensor). Prints
+the median and the 90th percentile in ms, side by side in one run. Only prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from service.settings import Settings  # noqa: E402
+from tests.service.conftest import serve  # noqa: E402
+
+
+async def main(repeats: int) -> None:
+    stay = json.loads((REPO / "examples" / "mortality_stay.json").read_text())
+    stay["observations"] = [o for o in stay["observations"]
+                            if o["variable"] != "capillary_refill_rate"]
+    fhir = json.loads((REPO / "examples" / "fhir_bundle.json").read_text())
+    cds = json.loads((REPO / "examples" / "cds_hooks_request.json").read_text())
+    v2 = {"inputs": [{"name": "stay", "shape": [1], "datatype": "BYTES",
+                      "data": [json.dumps(stay)]}], "outputs": [{"name": "risk"}]}
+    calls = {
+        "JSON  POST /predict/mortality": ("/predict/mortality", stay),
+        "FHIR  POST /fhir/predict/mortality": ("/fhir/predict/mortality", fhir),
+        "CDS   POST /cds-services/scehr-mortality": ("/cds-services/scehr-mortality", cds),
+        "V2    POST /v2/models/mortality/infer": ("/v2/models/mortality/infer", v2),
+    }
+    async with serve(Settings(model_dir=REPO / "models", device="cpu", log_level="WARNING")
+                     ) as client:
+        times: dict[str, list[float]] = {k: [] for k in calls}
+        for _ in range(repeats):  # interleaved, so load changes hit every interface alike
+            for name, (path, body) in calls.items():
+                t0 = time.perf_counter()
+                r = await client.post(path, json=body)
+                times[name].append((time.perf_counter() - t0) * 1000)
+                assert r.status_code == 200, r.text
+    print(f"{len(fhir['entry']) - 2} Observations, {repeats} calls each, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    for name, ts in times.items():
+        ts.sort()
+        print(f"{name:45s} median {statistics.median(ts):7.1f} ms   "
+              f"p90 {ts[int(0.9 * (len(ts) - 1))]:7.1f} ms")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=30)
+    asyncio.run(main(ap.parse_args().repeats))

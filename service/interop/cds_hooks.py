@@ -1,0 +1,222 @@
+"""CDS Hooks 2.0: the discovery document, the patient-view request and its cards.
+
+The service reads only what the CDS Client prefetched (Patient, the ICU Encounter, the
+Observations): it holds no FHIR server credentials and never queries one, so a missing
+prefetch is a 412 Precondition Failed saying so (the spec's answer), never a guess.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.manifest import Manifest
+from schemas.outcomes import outcome_coding
+from schemas.payloads import ClassResult, Prediction, Problem
+from schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES
+from service.errors import ApiError
+from service.interop.fhir_in import (
+    Encounter,
+    FhirStay,
+    Patient,
+    bundle_resources,
+    to_stay,
+    validate_resource,
+)
+from service.interop.readout import (
+    Level,
+    level_of,
+    rationale,
+    risk_of,
+    score_of,
+    top_contributions,
+)
+
+HOOK = "patient-view"
+SERVICE_PREFIX = "scehr-"
+MAX_CARDS = 5
+SUMMARY_MAX = 139  # the spec: a "<140-character summary"
+EXTENSION = "dev.scehr.result"
+PREFETCH_REQUIRED = ("patient", "encounter", "observations")
+NO_FHIR_ACCESS = ("this service does not query FHIR servers (fhirServer and "
+                  "fhirAuthorization are not used): the CDS Client must prefetch")
+
+
+def observation_query() -> str:
+    """The Observation prefetch: every LOINC code the catalog reads, and the BP panels."""
+    codes = [c for v in VARIABLES for c in v.loinc_codes] + list(LOINC_PANELS)
+    return ("Observation?patient={{context.patientId}}&code="
+            + ",".join(f"{LOINC_SYSTEM}|{c}" for c in codes) + "&_count=1000")
+
+
+def prefetch_templates() -> dict[str, str]:
+    return {"patient": "Patient/{{context.patientId}}",
+            "encounter": "Encounter/{{context.encounterId}}",
+            "observations": observation_query()}
+
+
+class CdsService(BaseModel):
+    hook: str
+    title: str
+    description: str
+    id: str
+    prefetch: dict[str, str]
+    usageRequirements: str | None = None
+
+
+class CdsDiscovery(BaseModel):
+    services: list[CdsService]
+
+
+def discovery(tasks: list[str]) -> CdsDiscovery:
+    return CdsDiscovery(services=[CdsService(
+        hook=HOOK, id=f"{SERVICE_PREFIX}{t}",
+        title=f"scehr ICU {t} risk",
+        description=f"ICU {t} risk from the stay's vital signs and labs (scehr {t} model), "
+        "with the variables that raise it most and a link to the model card.",
+        prefetch=prefetch_templates(),
+        usageRequirements="Needs the Patient, the ICU Encounter (period.start = ICU "
+        "admission, so encounterId in the context) and the Observations prefetched; "
+        + NO_FHIR_ACCESS + ". Research software: not for clinical use without local "
+        "validation.") for t in tasks])
+
+
+class CdsRequest(BaseModel):
+    """A CDS Hooks call (fields per the spec; unknown extension fields are allowed)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    hook: str
+    hookInstance: str = Field(max_length=200)
+    fhirServer: str | None = None
+    fhirAuthorization: dict[str, Any] | None = None
+    context: dict[str, Any]
+    prefetch: dict[str, Any] | None = None
+
+
+class Coding(BaseModel):
+    system: str | None = None
+    code: str
+    display: str | None = None
+
+
+class Source(BaseModel):
+    label: str
+    url: str | None = None
+    topic: Coding | None = None
+
+
+class Link(BaseModel):
+    label: str
+    url: str
+    type: Literal["absolute", "smart"] = "absolute"
+
+
+class Card(BaseModel):
+    uuid: str
+    summary: str = Field(max_length=SUMMARY_MAX)
+    detail: str | None = None
+    indicator: Literal["info", "warning", "critical"]
+    source: Source
+    links: list[Link] = Field(default_factory=list)
+    extension: dict[str, Any] | None = Field(
+        default=None, description=f"`{EXTENSION}`: the exact risk, score and level")
+
+
+class CdsResponse(BaseModel):
+    cards: list[Card]
+
+
+def _precondition(missing: list[str], why: str) -> ApiError:
+    return ApiError(412, "precondition_failed", [Problem(
+        loc=["body", "prefetch", k], rule="prefetch_required",
+        message=f"prefetch {k!r} {why}; {NO_FHIR_ACCESS}",
+        allowed=prefetch_templates()[k]) for k in missing])
+
+
+def _usable(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("resourceType") != "OperationOutcome"
+
+
+def read_prefetch(req: CdsRequest) -> FhirStay | None:
+    """The stay from the prefetch; None when the client says there are no Observations."""
+    if req.hook != HOOK:
+        raise ApiError(422, "unsupported_hook", [Problem(
+            loc=["body", "hook"], rule="hook", message=f"hook {req.hook!r} is not served here",
+            allowed=HOOK)])
+    if not isinstance(req.context.get("patientId"), str):
+        raise ApiError(422, "invalid_context", [Problem(
+            loc=["body", "context", "patientId"], rule="required",
+            message="patient-view needs context.patientId (a string)", allowed="a Patient id")])
+    pre = req.prefetch or {}
+    missing = [k for k in PREFETCH_REQUIRED if k not in pre]
+    if missing:
+        raise _precondition(missing, "is missing")
+    errors = [k for k in PREFETCH_REQUIRED
+              if pre[k] is not None and not _usable(pre[k])]
+    if errors:
+        raise _precondition(errors, "is an OperationOutcome or not a resource")
+    nulls = [k for k in ("patient", "encounter") if pre[k] is None]
+    if nulls:
+        raise _precondition(nulls, "is null (the client has no such resource)")
+    if pre["observations"] is None:
+        return None
+    resources = [
+        validate_resource(Patient, pre["patient"], ["body", "prefetch", "patient"], "Patient"),
+        validate_resource(Encounter, pre["encounter"], ["body", "prefetch", "encounter"],
+                          "Encounter"),
+        *(r for r in bundle_resources(pre["observations"],
+                                      ["body", "prefetch", "observations"], "Bundle")
+          if r.resource.get_resource_type() == "Observation"),
+    ]
+    patient_id = req.context["patientId"]
+    if resources[0].resource.id not in (None, patient_id):
+        raise ApiError(422, "invalid_fhir", [Problem(
+            loc=["body", "prefetch", "patient", "id"], rule="patient_mismatch",
+            message="the prefetched Patient is not context.patientId",
+            allowed=str(patient_id))])
+    return to_stay(resources, prefix=["body", "prefetch"])
+
+
+def _summary(label: str, risk: float, level: Level) -> str:
+    tail = f": risk {risk:.0%} ({level})"
+    room = SUMMARY_MAX - len(tail)
+    name = label if len(label) <= room else label[: room - 1] + "…"
+    return name + tail
+
+
+def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str) -> Card:
+    level = level_of(r, manifest)
+    top = top_contributions(r)
+    lines = [rationale(r, manifest), ""]
+    if top:
+        lines += ["**Top contributing variables** (occlusion: risk points added by each "
+                  "variable's values)", ""]
+        lines += [f"- `{v}`: +{d * 100:.1f}" for v, d in top]
+        lines.append("")
+    if pred.warnings:
+        lines.append(f"{len(pred.warnings)} data warning(s): "
+                     + ", ".join(sorted({w.code for w in pred.warnings})) + ".")
+    lines.append("Research software: not for clinical use without local validation.")
+    c = outcome_coding(r.label)
+    label = "in-hospital death" if r.label == "in_hospital_mortality" else r.label
+    return Card(
+        uuid=str(uuid.uuid4()), summary=_summary(label, risk_of(r), level),
+        detail="\n".join(lines), indicator=level,
+        source=Source(label=f"scehr {pred.model.name} {pred.model.version}", url=card_url,
+                      topic=None if c is None else Coding(system=c.system, code=c.code,
+                                                          display=c.display)),
+        links=[Link(label="Model card", url=card_url)],
+        extension={EXTENSION: {"label": r.label, "risk": risk_of(r), "score": score_of(r),
+                               "level": level, "model": pred.model.name,
+                               "version": pred.model.version}})
+
+
+def cards(pred: Prediction, manifest: Manifest, card_url: str) -> CdsResponse:
+    """Classes at warning or critical, highest risk first (at most MAX_CARDS); when none
+    is, one info card for the highest-risk class, so the clinician sees the model ran."""
+    order = sorted(pred.results, key=lambda r: -risk_of(r))
+    flagged = [r for r in order if level_of(r, manifest) != "info"][:MAX_CARDS]
+    return CdsResponse(cards=[card(r, pred, manifest, card_url) for r in flagged or order[:1]])

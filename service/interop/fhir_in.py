@@ -1,0 +1,354 @@
+"""FHIR R4 in: a Bundle (or CDS Hooks prefetch) -> the service's own `StayPayload`.
+
+Resources are validated by `fhir.resources` (the R4B models: R4B changed no element of
+Patient, Encounter, Observation, Bundle or RiskAssessment, and the R4-only release of the
+library needs pydantic 1). Codes and units are read through the variable catalog
+(`schemas.variables`): LOINC codes -> channels, UCUM units -> the catalog's conversions. What
+cannot be used is skipped with a warning naming the resource; what is malformed is a 422
+naming the FHIR path. The payload then goes through exactly the scoring path of
+`POST /predict/{task}`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from fhir.resources.R4B.bundle import Bundle
+from fhir.resources.R4B.encounter import Encounter
+from fhir.resources.R4B.observation import Observation as FhirObservation
+from fhir.resources.R4B.patient import Patient
+from pydantic import ValidationError
+
+from schemas.payloads import Demographics, Observation, Problem, StayPayload
+from schemas.variables import (
+    LOINC_PANELS,
+    LOINC_SYSTEM,
+    CategoryError,
+    UnitError,
+    Variable,
+    by_loinc,
+)
+from service.errors import ApiError
+
+UCUM = "http://unitsofmeasure.org"
+BUNDLE_TYPES = ("collection", "searchset")
+SKIPPED_STATUS = ("entered-in-error", "cancelled")
+Loc = list[str | int]
+
+
+def fhir_path(loc: Loc) -> str:
+    """("entry", 3, "resource", "valueQuantity") -> "entry[3].resource.valueQuantity"."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def expression(loc: Loc) -> str:
+    """A request location as a FHIRPath-like expression: ["body", "entry", 3] ->
+    "Bundle.entry[3]"; ["body", "prefetch", "patient"] -> "prefetch.patient"."""
+    parts = list(loc[1:]) if loc and loc[0] == "body" else list(loc)
+    if parts and parts[0] == "entry":
+        parts = ["Bundle", *parts]
+    return fhir_path(parts)
+
+
+@dataclass
+class Issue:
+    """A warning about the FHIR input (no patient values in it)."""
+
+    code: str
+    message: str
+    resource: str | None = None  # "Observation/o1"
+    expression: str | None = None  # FHIR path of the element
+
+
+@dataclass
+class FhirStay:
+    """The internal payload built from FHIR, with what an answer needs to point back."""
+
+    payload: StayPayload
+    patient: str  # reference to the Patient
+    encounter: str | None
+    basis: list[str] = field(default_factory=list)  # references to the Observations used
+    #: per payload observation: the FHIR element holding its value, and its value[x] kind
+    sources: list[tuple[Loc, str]] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+
+    def locate(self, loc: Loc) -> Loc:
+        """A payload field path as the FHIR path it came from (for 422 problems)."""
+        if len(loc) >= 2 and loc[0] == "observations" and isinstance(loc[1], int) \
+                and loc[1] < len(self.sources):
+            holder, kind = self.sources[loc[1]]
+            field = loc[2] if len(loc) > 2 else None
+            tail = {"value": [kind, "value"] if kind == "valueQuantity" else [kind],
+                    "unit": [kind, "code"], "time": ["effective"]}.get(str(field), [])
+            return [*holder, *tail]
+        return ["body", *loc]
+
+
+@dataclass
+class Located:
+    """A validated resource, where it sits in the request, and how others reference it."""
+
+    resource: Any
+    loc: Loc
+    full_url: str | None = None
+
+    @property
+    def ref(self) -> str | None:
+        r = self.resource
+        if getattr(r, "id", None):
+            return f"{r.get_resource_type()}/{r.id}"
+        return self.full_url
+
+
+def problems_of(err: ValidationError, prefix: Loc, root: str) -> list[Problem]:
+    """fhir.resources validation errors as Problems naming the FHIR path."""
+    out = []
+    for e in err.errors(include_input=False)[:50]:
+        loc = [*prefix, *e.get("loc", ())]
+        path = fhir_path([root, *e.get("loc", ())])
+        out.append(Problem(loc=loc, rule=f"fhir_{e.get('type', 'invalid')}",
+                           message=f"{path}: {e.get('msg', 'invalid')}",
+                           allowed="a valid FHIR R4 element"))
+    return out
+
+
+def validate(model: type, raw: Any, prefix: Loc, root: str) -> Any:
+    """One resource validated by fhir.resources, or a 422 naming the FHIR path."""
+    if not isinstance(raw, dict) or raw.get("resourceType") != model.__name__:
+        raise ApiError(422, "invalid_fhir", [Problem(
+            loc=[*prefix, "resourceType"], rule="fhir_resource_type",
+            message=f"{root}: expected a FHIR {model.__name__} resource",
+            allowed=model.__name__)])
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        raise ApiError(422, "invalid_fhir", problems_of(e, prefix, root)) from None
+
+
+def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle") -> list[Located]:
+    """The resources of a collection or searchset Bundle, validated, in entry order."""
+    bundle: Bundle = validate(Bundle, raw, list(prefix), root)
+    if bundle.type not in BUNDLE_TYPES:
+        raise ApiError(422, "invalid_fhir", [Problem(
+            loc=[*prefix, "type"], rule="fhir_bundle_type",
+            message=f"{root}.type is {bundle.type!r}", allowed=" or ".join(BUNDLE_TYPES))])
+    return [Located(e.resource, [*prefix, "entry", i, "resource"], e.fullUrl)
+            for i, e in enumerate(bundle.entry or []) if e.resource is not None]
+
+
+def _one_patient(found: list[Located], prefix: Loc) -> Located:
+    if len(found) != 1:
+        raise ApiError(422, "invalid_fhir", [Problem(
+            loc=list(prefix), rule="fhir_patient_count",
+            message=f"found {len(found)} Patient resources; a stay belongs to one patient",
+            allowed="exactly one Patient")])
+    return found[0]
+
+
+def _admission(encounters: list[Located], given: datetime | None, prefix: Loc) -> datetime:
+    if given is not None:
+        if given.tzinfo is None:
+            raise ApiError(422, "invalid_fhir", [Problem(
+                loc=["query", "admission_time"], rule="timezone_required",
+                message="admission_time needs a timezone (FHIR times carry one)",
+                allowed="an ISO 8601 date-time with an offset, e.g. 2026-01-15T08:00:00Z")])
+        return given
+    starts = {e.resource.period.start for e in encounters
+              if e.resource.period is not None and e.resource.period.start is not None}
+    if len(starts) == 1:
+        start = starts.pop()
+        if isinstance(start, datetime):
+            return start
+    why = ("no Encounter with period.start" if not starts else
+           f"{len(starts)} Encounters with different period.start")
+    raise ApiError(422, "admission_time_required", [Problem(
+        loc=[*prefix, "Encounter", "period", "start"], rule="admission_time_required",
+        message=f"the ICU admission time is unknown ({why}); send one Encounter whose "
+        "period.start is the ICU admission (with a time), or the admission_time parameter",
+        allowed="Encounter.period.start or ?admission_time=")])
+
+
+def _age(patient: Patient, admission: datetime) -> float | None:
+    born = patient.birthDate
+    if not isinstance(born, date) or isinstance(born, datetime):
+        return None  # absent, or only a year / year-month: not precise enough for an age
+    day = admission.date()
+    years = day.year - born.year - ((day.month, day.day) < (born.month, born.day))
+    return float(years) if 0 <= years <= 130 else None
+
+
+def _demographics(patient: Patient, admission: datetime) -> Demographics:
+    sex = patient.gender if patient.gender in ("female", "male") else None
+    return Demographics(age=_age(patient, admission), sex=sex)
+
+
+def _effective(obs: FhirObservation) -> datetime | None:
+    if isinstance(obs.effectiveDateTime, datetime):
+        return obs.effectiveDateTime
+    if obs.effectiveInstant is not None:
+        return obs.effectiveInstant
+    p = obs.effectivePeriod
+    if p is not None:
+        t = p.start if p.start is not None else p.end
+        return t if isinstance(t, datetime) else None
+    return None
+
+
+def _loinc(concept: Any) -> tuple[str | None, Variable | None]:
+    """(first LOINC code, the channel it maps to) of a CodeableConcept."""
+    first = None
+    for c in (concept.coding or []) if concept is not None else []:
+        if c.system == LOINC_SYSTEM and c.code:
+            first = first or c.code
+            var = by_loinc(c.code)
+            if var is not None:
+                return c.code, var
+    return first, None
+
+
+def _value(holder: Any) -> tuple[float | str | None, str | None, str]:
+    """(value, unit, what it was) of an Observation or component value[x]."""
+    q = holder.valueQuantity
+    if q is not None and q.value is not None:
+        unit = q.code if q.code and q.system in (None, UCUM) else q.unit
+        return float(q.value), unit, "valueQuantity"
+    if holder.valueInteger is not None:
+        return float(holder.valueInteger), None, "valueInteger"
+    if holder.valueString is not None:
+        return holder.valueString, None, "valueString"
+    return None, None, "no supported value[x] (valueQuantity, valueInteger, valueString)"
+
+
+class StayBuilder:
+    """Collects observations from resources into one StayPayload, with warnings."""
+
+    def __init__(self, admission: datetime, patient_refs: set[str]) -> None:
+        self.admission = admission
+        self.patient_refs = patient_refs
+        self.obs: list[Observation] = []
+        self.sources: list[tuple[Loc, str]] = []
+        self.basis: list[str] = []
+        self.issues: list[Issue] = []
+
+    def _warn(self, code: str, message: str, item: Located, path: Loc) -> None:
+        self.issues.append(Issue(code, message, item.ref, expression(path)))
+
+    def add(self, item: Located) -> None:
+        obs: FhirObservation = item.resource
+        ref = item.ref or expression(item.loc)  # no id nor fullUrl: named by its place
+        subject = obs.subject.reference if obs.subject is not None else None
+        if subject and subject not in self.patient_refs:
+            raise ApiError(422, "invalid_fhir", [Problem(
+                loc=[*item.loc, "subject", "reference"], rule="fhir_subject_mismatch",
+                message=f"{ref}: subject {subject!r} is not the bundle's Patient",
+                allowed=" or ".join(sorted(self.patient_refs)))])
+        if obs.status in SKIPPED_STATUS:
+            self._warn("status_skipped", f"{ref}: status {obs.status}, not used", item,
+                       [*item.loc, "status"])
+            return
+        when = _effective(obs)
+        if when is None:
+            self._warn("no_effective_time", f"{ref}: no effectiveDateTime, effectiveInstant "
+                       "or effectivePeriod with a time; not used", item, item.loc)
+            return
+        if when.tzinfo is None:
+            self._warn("no_effective_time", f"{ref}: effective time without a timezone; "
+                       "not used", item, item.loc)
+            return
+        if when < self.admission:
+            self._warn("before_admission", f"{ref}: effective before the ICU admission; "
+                       "not used", item, item.loc)
+            return
+        code, var = _loinc(obs.code)
+        parts: list[tuple[Any, Loc, str | None, Variable | None]] = []
+        if var is not None:
+            parts.append((obs, item.loc, code, var))
+        for i, comp in enumerate(obs.component or []):
+            c_code, c_var = _loinc(comp.code)
+            parts.append((comp, [*item.loc, "component", i], c_code, c_var))
+        if var is None and not obs.component:
+            what = "a panel without components" if code in LOINC_PANELS else \
+                "not a catalog variable"
+            self._warn("unmapped_code", f"{ref}: code {code or 'without a LOINC coding'} is "
+                       f"{what}; not used", item, [*item.loc, "code"])
+            return
+        used = False
+        for holder, loc, p_code, p_var in parts:
+            used |= self._add_value(item, ref, holder, loc, p_code, p_var, when)
+        if used and ref not in self.basis:
+            self.basis.append(ref)
+
+    def _add_value(self, item: Located, ref: str, holder: Any, loc: Loc, code: str | None,
+                   var: Variable | None, when: datetime) -> bool:
+        if var is None:
+            self._warn("unmapped_code", f"{ref}: code {code or 'without a LOINC coding'} at "
+                       f"{fhir_path(loc)} is not a catalog variable; not used", item,
+                       [*loc, "code"])
+            return False
+        value, unit, kind = _value(holder)
+        if value is None:
+            self._warn("no_value", f"{ref}: {kind} for {var.id}; not used", item, loc)
+            return False
+        try:
+            if var.is_categorical:
+                var.category_index(value)
+                unit = None
+            elif isinstance(value, str):
+                raise UnitError(f"{var.id} needs a number (valueQuantity)")
+            else:
+                var.convert(value, unit)
+        except (UnitError, CategoryError) as e:
+            self._warn("unit_not_convertible" if isinstance(e, UnitError) else
+                       "value_not_a_category", f"{ref}: {e}; not used", item, loc)
+            return False
+        self.obs.append(Observation(variable=var.id, time=when, value=value, unit=unit))
+        self.sources.append((loc, kind))
+        return True
+
+
+def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
+            end_hours: float | None = None, prefix: Loc = ("body",)) -> FhirStay:
+    """Patient + Encounter + Observations -> the stay payload; other resources are ignored
+    (one warning per resource type)."""
+    by_type: dict[str, list[Located]] = {}
+    for r in resources:
+        by_type.setdefault(r.resource.get_resource_type(), []).append(r)
+    patient = _one_patient(by_type.get("Patient", []), list(prefix))
+    encounters = by_type.get("Encounter", [])
+    admission = _admission(encounters, admission_time, list(prefix))
+    refs = {f"Patient/{patient.resource.id}"} if patient.resource.id else set()
+    if patient.full_url:
+        refs.add(patient.full_url)
+    builder = StayBuilder(admission, refs)
+    for item in by_type.get("Observation", []):
+        builder.add(item)
+    ignored = Counter({t: len(v) for t, v in by_type.items()
+                       if t not in ("Patient", "Encounter", "Observation")})
+    for t, n in sorted(ignored.items()):
+        builder.issues.append(Issue("resource_ignored", f"{n} {t} resource(s) not used"))
+    encounter = encounters[0].ref if len(encounters) == 1 else None
+    payload = StayPayload(id=patient.resource.id, admission_time=admission,
+                          end_hours=end_hours, observations=builder.obs,
+                          demographics=_demographics(patient.resource, admission))
+    return FhirStay(payload, patient.ref or "Patient", encounter, builder.basis,
+                    builder.sources, builder.issues)
+
+
+def read_bundle(raw: Any, *, admission_time: datetime | None = None,
+                end_hours: float | None = None) -> FhirStay:
+    """A request body Bundle -> FhirStay (422 naming the FHIR path when malformed)."""
+    return to_stay(bundle_resources(raw), admission_time=admission_time, end_hours=end_hours)
+
+
+def validate_resource(model: type, raw: Any, prefix: Loc, root: str) -> Located:
+    return Located(validate(model, raw, prefix, root), prefix)
+
+
+__all__ = ["Encounter", "FhirStay", "Issue", "Located", "Patient", "bundle_resources",
+           "expression", "fhir_path", "read_bundle", "to_stay", "validate_resource"]

@@ -1,0 +1,101 @@
+"""FHIR R4 out: a Prediction -> a Bundle of RiskAssessment (one per class) + OperationOutcome.
+
+Built with the `fhir.resources` models, so what is returned is valid by construction (tests
+validate it again). Risk, level and words come from `service.interop.readout`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from fhir.resources.R4B.bundle import Bundle, BundleEntry
+from fhir.resources.R4B.codeableconcept import CodeableConcept
+from fhir.resources.R4B.coding import Coding
+from fhir.resources.R4B.identifier import Identifier
+from fhir.resources.R4B.operationoutcome import OperationOutcome, OperationOutcomeIssue
+from fhir.resources.R4B.reference import Reference
+from fhir.resources.R4B.riskassessment import RiskAssessment, RiskAssessmentPrediction
+
+from schemas.manifest import Manifest
+from schemas.outcomes import outcome_coding
+from schemas.payloads import ClassResult, Prediction
+from service.interop.fhir_in import FhirStay, Issue, expression
+from service.interop.readout import QUALITATIVE, level_of, rationale, risk_of
+
+MODEL_SYSTEM = "urn:scehr:model"
+RISK_PROBABILITY = "http://terminology.hl7.org/CodeSystem/risk-probability"
+FHIR_JSON = "application/fhir+json"
+
+
+def _method(pred: Prediction) -> CodeableConcept:
+    m = pred.model
+    return CodeableConcept(
+        coding=[Coding(system=MODEL_SYSTEM, code=m.name, version=m.version,
+                       display=f"{m.name} {m.version}")],
+        text=f"{m.name} {m.version} (task {m.task}, loss {m.loss}, "
+             f"model.onnx sha256 {m.sha256})")
+
+
+def _outcome(r: ClassResult) -> CodeableConcept:
+    c = outcome_coding(r.label)
+    coding = [] if c is None else [Coding(system=c.system, code=c.code, display=c.display)]
+    return CodeableConcept(coding=coding or None, text=r.label)
+
+
+def risk_assessment(r: ClassResult, pred: Prediction, manifest: Manifest, stay: FhirStay,
+                    when: datetime) -> RiskAssessment:
+    """One class result as a RiskAssessment."""
+    code, display = QUALITATIVE[level_of(r, manifest)]
+    return RiskAssessment(
+        id=str(uuid.uuid4()),
+        status="final",
+        identifier=[Identifier(system=MODEL_SYSTEM, value=f"{pred.model.name}:{r.label}")],
+        subject=Reference(reference=stay.patient),
+        encounter=Reference(reference=stay.encounter) if stay.encounter else None,
+        occurrenceDateTime=when,
+        method=_method(pred),
+        basis=[Reference(display=b) if b.startswith("Bundle.") else Reference(reference=b)
+               for b in stay.basis] or None,
+        prediction=[RiskAssessmentPrediction(
+            outcome=_outcome(r),
+            probabilityDecimal=risk_of(r),
+            qualitativeRisk=CodeableConcept(
+                coding=[Coding(system=RISK_PROBABILITY, code=code, display=display)]),
+            rationale=rationale(r, manifest),
+        )],
+    )
+
+
+def operation_outcome(issues: list[Issue], pred: Prediction, stay: FhirStay
+                      ) -> OperationOutcome | None:
+    """Conversion warnings and the prediction's own warnings, as FHIR issues."""
+    out = [OperationOutcomeIssue(
+        severity="warning", code="informational",
+        details=CodeableConcept(text=i.code), diagnostics=i.message,
+        expression=[i.expression] if i.expression else None) for i in issues]
+    for n in pred.warnings:
+        where = stay.locate(n.loc) if n.loc else None
+        out.append(OperationOutcomeIssue(
+            severity="warning", code="informational", details=CodeableConcept(text=n.code),
+            diagnostics=n.message,
+            expression=[expression(where)] if where else None))
+    return OperationOutcome(id=str(uuid.uuid4()), issue=out) if out else None
+
+
+def risk_bundle(pred: Prediction, manifest: Manifest, stay: FhirStay,
+                when: datetime | None = None) -> Bundle:
+    """The answer: a collection Bundle of RiskAssessments (+ an OperationOutcome if warned)."""
+    when = when or datetime.now(UTC)
+    entries: list[Any] = [risk_assessment(r, pred, manifest, stay, when) for r in pred.results]
+    oo = operation_outcome(stay.issues, pred, stay)
+    if oo is not None:
+        entries.append(oo)
+    return Bundle(type="collection", timestamp=when,
+                  entry=[BundleEntry(fullUrl=f"urn:uuid:{e.id}", resource=e) for e in entries])
+
+
+def to_json(resource: Any) -> str:
+    """FHIR JSON text (fhir.resources' own serializer, compact, no empty elements)."""
+    return resource.model_dump_json(exclude_none=True)

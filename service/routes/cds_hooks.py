@@ -1,0 +1,67 @@
+"""CDS Hooks 2.0 routes (`/cds-services`) and the model card they link to."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from schemas.payloads import ErrorBody
+from service.auth import ApiKey
+from service.deps import MetricsDep, RegistryDep, SettingsDep, handle_for
+from service.errors import ApiError
+from service.interop.cds_hooks import (
+    SERVICE_PREFIX,
+    CdsDiscovery,
+    CdsRequest,
+    CdsResponse,
+    cards,
+    discovery,
+    read_prefetch,
+)
+from service.routes.predict import ERRORS, score_one
+
+router = APIRouter(tags=["cds-hooks"])
+
+
+@router.get("/cds-services", response_model=CdsDiscovery,
+            summary="CDS Hooks discovery: one patient-view service per served task")
+async def cds_discovery(registry: RegistryDep) -> CdsDiscovery:
+    return discovery(sorted(registry.state))
+
+
+@router.post("/cds-services/{service_id}", response_model=CdsResponse,
+             response_model_exclude_none=True,
+             responses={**ERRORS, 412: {"model": ErrorBody, "description":
+                        "A required prefetch key is missing or null (this service cannot "
+                        "query a FHIR server)"}},
+             summary="CDS Hooks patient-view: risk cards from the prefetched data")
+async def cds_service(service_id: str, body: CdsRequest, request: Request,
+                      registry: RegistryDep, settings: SettingsDep, metrics: MetricsDep,
+                      _: ApiKey) -> CdsResponse:
+    """Cards by operating point (info / warning / critical), with the top contributing
+    variables (occlusion) and a link to the model card."""
+    if not service_id.startswith(SERVICE_PREFIX):
+        raise ApiError(404, "service_not_found", message=f"no CDS service {service_id!r}")
+    task = service_id.removeprefix(SERVICE_PREFIX)
+    handle = handle_for(registry, settings, task)
+    request.state.model = task
+    stay = await run_in_threadpool(read_prefetch, body)  # FHIR validation: off the loop
+    if stay is None:  # the client has no Observations: no decision support to give
+        return CdsResponse(cards=[])
+    pred = await score_one(handle, stay.payload, settings, metrics, task, explain="full",
+                           locate=stay.locate)
+    url = str(request.url_for("model_card", task=task))
+    return cards(pred, handle.model.spec.manifest, url)
+
+
+@router.get("/models/{task}/card", response_class=PlainTextResponse, name="model_card",
+            responses={200: {"content": {"text/markdown": {}}}, 404: {"model": ErrorBody}},
+            summary="The served model's card (Markdown)")
+async def model_card(task: str, registry: RegistryDep, settings: SettingsDep) -> Response:
+    handle = handle_for(registry, settings, task)
+    path = handle.model.path / "MODEL_CARD.md"
+    if not path.is_file():
+        raise ApiError(404, "model_card_not_found",
+                       message=f"the {task} model ships no MODEL_CARD.md")
+    return Response(path.read_text(), media_type="text/markdown; charset=utf-8")

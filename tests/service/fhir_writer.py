@@ -1,0 +1,203 @@
+"""FHIR R4 Bundles written as a hospital would, independently of `service.interop`.
+
+The LOINC codes and UCUM units here are this file's own table (written from LOINC, not read
+from the catalog), so a test that feeds these Bundles to the service checks the catalog's
+mapping rather than reusing it. `python -m tests.service.fhir_writer` rewrites the examples
+(`examples/fhir_bundle.json`, `examples/cds_hooks_request.json`) from
+`examples/mortality_stay.json`; a test checks they are current.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+LOINC = "http://loinc.org"
+UCUM = "http://unitsofmeasure.org"
+BP_PANEL = "85354-9"
+
+#: variable id -> (LOINC code, UCUM unit or None for scores/categories)
+CODES: dict[str, tuple[str, str | None]] = {
+    "heart_rate": ("8867-4", "/min"),
+    "respiratory_rate": ("9279-1", "/min"),
+    "o2_saturation": ("59408-5", "%"),
+    "systolic_bp": ("8480-6", "mm[Hg]"),
+    "diastolic_bp": ("8462-4", "mm[Hg]"),
+    "mean_bp": ("8478-0", "mm[Hg]"),
+    "temperature": ("8310-5", "Cel"),
+    "glucose": ("2345-7", "mg/dL"),
+    "fio2": ("3150-0", "%"),
+    "ph": ("11558-4", "[pH]"),
+    "height": ("8302-2", "cm"),
+    "weight": ("29463-7", "kg"),
+    "gcs_eye": ("9267-6", None),
+    "gcs_motor": ("9268-4", None),
+    "gcs_verbal": ("9270-0", None),
+    "gcs_total": ("9269-2", None),
+}
+
+
+@dataclass
+class Item:
+    """One measurement: hours after admission, LOINC code, value, UCUM unit."""
+
+    hours: float
+    code: str
+    value: float | str
+    unit: str | None = None
+
+
+def _quantity(value: float | str, unit: str | None) -> dict[str, Any]:
+    if isinstance(value, str):
+        return {"valueString": value}
+    q: dict[str, Any] = {"value": value}
+    if unit:
+        q.update(unit=unit, system=UCUM, code=unit)
+    else:
+        q.update(unit="{score}", system=UCUM, code="{score}")
+    return {"valueQuantity": q}
+
+
+def _coding(code: str) -> dict[str, Any]:
+    return {"coding": [{"system": LOINC, "code": code}]}
+
+
+def _time(admission: datetime, hours: float) -> str:
+    return (admission + timedelta(hours=hours)).isoformat().replace("+00:00", "Z")
+
+
+def observation(oid: str, patient: str, admission: datetime, group: list[Item]
+                ) -> dict[str, Any]:
+    """One Observation; a systolic + diastolic pair becomes a blood-pressure panel."""
+    base: dict[str, Any] = {
+        "resourceType": "Observation", "id": oid, "status": "final",
+        "category": [{"coding": [{
+            "system": "http://terminology.hl7.org/CodeSystem/observation-category",
+            "code": "vital-signs"}]}],
+        "subject": {"reference": f"Patient/{patient}"},
+        "effectiveDateTime": _time(admission, group[0].hours),
+    }
+    if len(group) == 1:
+        it = group[0]
+        return {**base, "code": _coding(it.code), **_quantity(it.value, it.unit)}
+    return {**base, "code": _coding(BP_PANEL),
+            "component": [{"code": _coding(it.code), **_quantity(it.value, it.unit)}
+                          for it in group]}
+
+
+def bundle(groups: list[list[Item]], *, admission: datetime, patient: str = "example",
+           birth_date: date | None = None, gender: str | None = None,
+           with_encounter: bool = True, kind: str = "collection") -> dict[str, Any]:
+    """A Bundle with the Patient, the ICU Encounter and one Observation per group."""
+    pat: dict[str, Any] = {"resourceType": "Patient", "id": patient}
+    if birth_date is not None:
+        pat["birthDate"] = birth_date.isoformat()
+    if gender is not None:
+        pat["gender"] = gender
+    entries = [pat]
+    if with_encounter:
+        entries.append({
+            "resourceType": "Encounter", "id": f"{patient}-icu", "status": "in-progress",
+            "class": {"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode",
+                      "code": "IMP", "display": "inpatient encounter"},
+            "subject": {"reference": f"Patient/{patient}"},
+            "period": {"start": _time(admission, 0.0)}})
+    entries += [observation(f"{patient}-obs-{i}", patient, admission, g)
+                for i, g in enumerate(groups)]
+    return {"resourceType": "Bundle", "type": kind,
+            "entry": [{"fullUrl": f"urn:example:{e['resourceType']}/{e['id']}",
+                       "resource": e} for e in entries]}
+
+
+def birth_date_for(age_years: int, admission: datetime) -> date:
+    """A birth date giving exactly `age_years` completed years at admission."""
+    d = admission.date()
+    return d.replace(year=d.year - age_years)
+
+
+def groups_from_stay(stay: dict[str, Any]) -> list[list[Item]]:
+    """A long-form JSON stay as FHIR groups (systolic + diastolic at one time -> a panel).
+
+    Variables without a LOINC code here (capillary refill) are left out.
+    """
+    groups: list[list[Item]] = []
+    pending_sys: dict[float, list[Item]] = {}
+    for o in stay["observations"]:
+        if o["variable"] not in CODES:
+            continue
+        code, unit = CODES[o["variable"]]
+        value = o["value"]
+        if unit is None and isinstance(value, str) and value.replace(".", "").isdigit():
+            value = float(value)  # a score sent as text: FHIR carries it as a quantity
+        item = Item(float(o["time"]), code, value, o.get("unit") or unit)
+        if o["variable"] == "systolic_bp":
+            group = [item]
+            pending_sys[item.hours] = group
+            groups.append(group)
+        elif o["variable"] == "diastolic_bp" and item.hours in pending_sys:
+            pending_sys.pop(item.hours).append(item)
+        else:
+            groups.append([item])
+    return groups
+
+
+EXAMPLE_ADMISSION = datetime.fromisoformat("2026-01-15T08:00:00+00:00")
+
+
+def example_bundle() -> dict[str, Any]:
+    stay = json.loads((REPO / "examples" / "mortality_stay.json").read_text())
+    demo = stay["demographics"]
+    return bundle(groups_from_stay(stay), admission=EXAMPLE_ADMISSION, patient="example",
+                  birth_date=birth_date_for(int(demo["age"]), EXAMPLE_ADMISSION),
+                  gender=demo["sex"])
+
+
+def example_cds_request() -> dict[str, Any]:
+    b = example_bundle()
+    res = [e["resource"] for e in b["entry"]]
+    obs = [r for r in res if r["resourceType"] == "Observation"]
+    return {
+        "hook": "patient-view",
+        "hookInstance": "d1577c69-dfbe-44ad-ba6d-3e05e953b2ea",
+        "context": {"userId": "Practitioner/example", "patientId": "example",
+                    "encounterId": "example-icu"},
+        "prefetch": {
+            "patient": res[0],
+            "encounter": res[1],
+            "observations": {"resourceType": "Bundle", "type": "searchset",
+                             "total": len(obs),
+                             "entry": [{"fullUrl": f"urn:example:Observation/{o['id']}",
+                                        "resource": o} for o in obs]},
+        },
+    }
+
+
+def _compact(doc: Any, indent: str) -> str:
+    """JSON with one Bundle entry (or one top-level field) per line: readable, not huge."""
+    if isinstance(doc, dict) and isinstance(doc.get("entry"), list):
+        head = json.dumps({k: v for k, v in doc.items() if k != "entry"})[:-1]
+        rows = f",\n{indent}  ".join(json.dumps(e) for e in doc["entry"])
+        return f'{head}, "entry": [\n{indent}  {rows}\n{indent}]}}'
+    if isinstance(doc, dict) and indent == "":
+        rows = ",\n  ".join(f"{json.dumps(k)}: {_compact(v, '  ')}" for k, v in doc.items())
+        return "{\n  " + rows + "\n}"
+    if isinstance(doc, dict) and "observations" in doc:
+        rows = f",\n{indent}  ".join(f"{json.dumps(k)}: {_compact(v, indent + '  ')}"
+                                     for k, v in doc.items())
+        return f"{{\n{indent}  {rows}\n{indent}}}"
+    return json.dumps(doc)
+
+
+def render(doc: dict[str, Any]) -> str:
+    return _compact(doc, "") + "\n"
+
+
+EXAMPLES = {"fhir_bundle.json": example_bundle, "cds_hooks_request.json": example_cds_request}
+
+if __name__ == "__main__":
+    for name, make in EXAMPLES.items():
+        (REPO / "examples" / name).write_text(render(make()))

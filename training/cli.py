@@ -69,10 +69,19 @@ def print_summary(final: dict[str, Any]) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from training.bootstrap import format_ci
     from training.evaluate import evaluate_run
 
     out = evaluate_run(Path(args.run_dir), n_boot=args.n_boot)
     print(json.dumps(out["test_ci"], indent=2))
+    for which, ch in out.get("challenge2012", {}).items():
+        if isinstance(ch, dict):
+            best = format_ci(ch["event1_best_threshold_on_test"])
+            print(f"Challenge 2012 on the {which.replace('_', ' ')}: Event 1 "
+                  f"{format_ci(ch['event1'])} at threshold {ch['event1_threshold']:.3f} "
+                  f"(chosen on validation; best on test {best}), "
+                  f"Event 2 H {format_ci(ch['event2_h_normalized'], 2)} "
+                  f"(plain H {format_ci(ch['event2_h'], 2)}); winners 0.5353 / 17.88")
     return 0
 
 

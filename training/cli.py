@@ -174,10 +174,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     out = evaluate_run(Path(args.run_dir), n_boot=args.n_boot)
     if args.json:
-        print(json.dumps(out["test_ci"], indent=2))
-    else:
-        print_table(["TEST METRIC", "VALUE [95% CI]"],
-                    [[name, format_ci(ci)] for name, ci in out["test_ci"].items()])
+        print(json.dumps({k: out[k] for k in ("test_ci", "challenge2012") if k in out},
+                         indent=2))
+        return 0
+    print_table(["TEST METRIC", "VALUE [95% CI]"],
+                [[name, format_ci(ci)] for name, ci in out["test_ci"].items()])
+    for which, ch in out.get("challenge2012", {}).items():
+        if isinstance(ch, dict):
+            best = format_ci(ch["event1_best_threshold_on_test"])
+            print(f"Challenge 2012 on the {which.replace('_', ' ')}: Event 1 "
+                  f"{format_ci(ch['event1'])} at threshold {ch['event1_threshold']:.3f} "
+                  f"(chosen on validation; best on test {best}), "
+                  f"Event 2 H {format_ci(ch['event2_h_normalized'], 2)} "
+                  f"(plain H {format_ci(ch['event2_h'], 2)}); winners 0.5353 / 17.88")
     return 0
 
 

@@ -92,6 +92,9 @@ def evaluate_run(
         out["max_abs_diff_vs_saved_predictions"] = float(
             np.max(np.abs(old["probability"] - test["probability"])))
         out["same_test_stays"] = bool(np.array_equal(old["stays"], test["stays"]))
+    if test["y"].ndim == 1 or test["y"].shape[1] == 1:
+        out["challenge2012"] = challenge2012_scores(cfg, preds, n_boot,
+                                                    cfg.seed if seed is None else seed)
     headline = out["test"]["headline"]
     if saved:
         out["saved_test_headline"] = saved["test"][headline]
@@ -103,6 +106,34 @@ def evaluate_run(
     from training.data.writer import write_json
 
     write_json(run_dir / "evaluation.json", out)
+    return out
+
+
+def challenge2012_scores(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray]], n_boot: int,
+                         seed: int) -> dict[str, Any]:
+    """Challenge 2012 Event 1/2 of a binary run, on the calibrated risk the service would show.
+
+    The calibration map is fitted exactly as `scehr export` fits it (calibration split, chosen
+    on validation); the model's uncalibrated probability is scored too, labelled as such.
+    """
+    from training.challenge2012 import challenge_scores
+    from training.export import POSITIVE_ANCHOR_ONLY, fit_calibration
+
+    def column(split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        d = preds[split]
+        lg = d["anchor_logits"].reshape(len(d["y"]), -1, 2)[:, 0]
+        return d["y"].reshape(-1), d["probability"].reshape(-1), lg[:, 0] - lg[:, 1]
+
+    yv, pv, mv = column("val")
+    yt, pt, mt = column("test")
+    out: dict[str, Any] = {"uncalibrated_probability": challenge_scores(
+        yv, pv, yt, pt, n_boot=n_boot, seed=seed)}
+    if "calib" in preds and len(preds["calib"]["y"]):
+        calib = fit_calibration(column("calib"), (yv, pv, mv), "calibration split",
+                                "probability" if cfg.loss in POSITIVE_ANCHOR_ONLY else "margin")
+        out["calibration"] = calib.method
+        out["risk"] = challenge_scores(yv, calib.apply(pv, mv), yt, calib.apply(pt, mt),
+                                       n_boot=n_boot, seed=seed)
     return out
 
 

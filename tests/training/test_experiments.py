@@ -92,6 +92,9 @@ def test_evaluate_run_matches_saved_metrics(grid: tuple[Path, dict]) -> None:
     out = evaluate_run(run_dir, n_boot=30, plots=False)
     assert out["matches_saved"] and out["source"] == "predictions.npz"
     assert out["test_ci"]["auroc"]["n_boot"] == 30
+    ch = out["challenge2012"]  # binary task: the Challenge's scores, on the served risk too
+    assert 0 <= ch["uncalibrated_probability"]["event1"]["value"] <= 1
+    assert ch["risk"]["event2_h_normalized"]["value"] >= 0
     again = evaluate_run(run_dir, n_boot=10, recompute=True, plots=False)
     assert again["max_abs_diff_vs_saved_predictions"] < 1e-6 and again["same_test_stays"]
     assert (run_dir / "evaluation.json").is_file()

@@ -137,15 +137,14 @@ def parse_records(ids: np.ndarray, bodies: list[bytes], fs: FeatureSet = BENCHMA
                             "value": np.float64},
                      keep_default_na=False, na_values=[""], index_col=False)
     stay = np.repeat(np.arange(n), counts)
-    pos = np.arange(len(df)) - np.repeat(np.cumsum(counts) - counts, counts)
     hours = (df["h"] + df["m"] / 60.0).to_numpy()
     value = df["value"].to_numpy()
     # Parameter names as small integer codes (-1 = empty), so every lookup is a numpy take.
     code, names = pd.factorize(df["param"])
     names = [str(x) for x in names]
     name_code = {name: i for i, name in enumerate(names)}
-    is_desc = (pos < len(DESCRIPTORS)) & np.isin(code, [name_code[d] for d in DESCRIPTORS
-                                                        if d in name_code])
+    is_desc = _descriptor_rows(stay, hours, code, [name_code[d] for d in DESCRIPTORS
+                                                   if d in name_code])
 
     demo = {name: np.full(n, np.nan) for name in DESCRIPTORS}
     for name in DESCRIPTORS:
@@ -229,6 +228,22 @@ def parse_records(ids: np.ndarray, bodies: list[bytes], fs: FeatureSet = BENCHMA
         "weight": demo["Weight"], "icu_type": demo["ICUType"], "record_id": ids,
     })
     return obs, demographics, stats
+
+
+def _descriptor_rows(stay: np.ndarray, hours: np.ndarray, code: np.ndarray,
+                     descriptor_codes: list[int]) -> np.ndarray:
+    """Rows that are a record's descriptors: the first 00:00 row of each descriptor name.
+
+    Descriptors usually open a record, but in about 2% of files they are interleaved with
+    00:00 measurements (e.g. `Age, ICUType, pH, Gender`), so position cannot decide. Weight is
+    both a descriptor and a series: its first 00:00 row is the descriptor, later rows series.
+    """
+    cand = np.flatnonzero((hours == 0) & np.isin(code, descriptor_codes))
+    key = stay[cand] * (int(code.max(initial=0)) + 1) + code[cand]
+    _, first = np.unique(key, return_index=True)  # rows are in file order within a stay
+    out = np.zeros(len(code), dtype=bool)
+    out[cand[first]] = True
+    return out
 
 
 def _cell_key(obs: Observations) -> np.ndarray:

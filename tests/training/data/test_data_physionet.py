@@ -71,6 +71,34 @@ def test_rules_on_hand_made_records() -> None:
     assert np.isnan(demo["height"][1]) and demo["height"][0] == 170.2
 
 
+def test_descriptors_interleaved_with_measurements() -> None:
+    """Descriptors are the first 00:00 row of each name, wherever they stand (set c 153070)."""
+    text = "\n".join([
+        "Time,Parameter,Value", "00:00,RecordID,7", "00:00,Age,82", "00:00,ICUType,1",
+        "00:00,pH,7.52", "00:00,Gender,0", "00:00,Height,165", "00:00,PaCO2,52",
+        "00:00,Weight,62.5", "00:07,HR,70", "03:00,Weight,64",
+    ]) + "\n"
+    obs, demo, _ = parse_records(np.array([7]), [_body(text.encode())], FS)
+    assert demo["sex_male"].tolist() == [0.0]
+    assert demo["height"].tolist() == [165.0] and demo["weight"].tolist() == [62.5]
+    assert demo["icu_type"].tolist() == [1.0] and demo["age"].tolist() == [82.0]
+    cells = {(float(t), int(c)): float(v) for t, c, v in
+             zip(obs.time, obs.channel, obs.value, strict=True)}
+    assert cells[(0.0, CH["height"])] == 165.0 and cells[(0.0, CH["weight"])] == 62.5
+    assert cells[(0.0, CH["ph"])] == 7.52 and cells[(3.0, CH["weight"])] == 64.0
+    # The same record with the descriptors first parses to the same result.
+    ordered = "\n".join([
+        "Time,Parameter,Value", "00:00,RecordID,7", "00:00,Age,82", "00:00,Gender,0",
+        "00:00,Height,165", "00:00,ICUType,1", "00:00,Weight,62.5", "00:00,pH,7.52",
+        "00:00,PaCO2,52", "00:07,HR,70", "03:00,Weight,64",
+    ]) + "\n"
+    obs2, demo2, _ = parse_records(np.array([7]), [_body(ordered.encode())], FS)
+    pd.testing.assert_frame_equal(demo, demo2)
+    assert sorted(cells.items()) == sorted(
+        ((float(t), int(c)), float(v)) for t, c, v in
+        zip(obs2.time, obs2.channel, obs2.value, strict=True))
+
+
 def _fake_source(root: Path) -> Path:
     root.mkdir()
     for k, s in enumerate("abc"):

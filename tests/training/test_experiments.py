@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 import training.experiments as exp
-from training.baseline import baseline_predictions, feature_names, fit_logistic_baseline
+from training.baseline import (
+    baseline_predictions,
+    feature_names,
+    fit_gbm_baseline,
+    fit_logistic_baseline,
+)
 from training.config import TrainConfig
 from training.data.splits import load_split
 from training.data.synthetic import write_synthetic
@@ -117,6 +122,12 @@ def test_baseline_beats_chance(data_dir: Path) -> None:
     assert pred["probability"].shape == (len(te), 1)
     assert auroc(pred["y"], pred["probability"]) > 0.75
     assert model.C in model.val_scores
+    gbm = fit_gbm_baseline(tr, va, grid=[{"learning_rate": 0.1, "max_leaf_nodes": 7},
+                                         {"learning_rate": 0.03, "max_leaf_nodes": 7}])
+    scores = gbm.val_scores
+    assert gbm.summary()["model"] == "gradient_boosting" and len(scores) == 2
+    assert scores[gbm.C] == max(scores.values())  # chosen on validation
+    assert auroc(pred["y"], baseline_predictions(gbm, te)["probability"]) > 0.7
 
 
 def test_baseline_features_use_only_observed_bins() -> None:
@@ -131,9 +142,14 @@ def test_baseline_features_use_only_observed_bins() -> None:
     f = summary_features(x, np.array([4]), fs)[0]
     names = feature_names(fs)
     got = {s: f[names.index(f"heart_rate:{s}")]
-           for s in ("first", "last", "min", "max", "mean", "delta", "count")}
+           for s in ("first", "last", "min", "max", "mean", "delta", "slope", "count")}
     assert got == {"first": 80, "last": 100, "min": 80, "max": 100, "mean": 90, "delta": 20,
-                   "count": 2}
+                   "slope": 10, "count": 2}  # +20 bpm over 2 hours
+    x[0, 3, mask] = 1  # a third observation (100 at bin 3): least squares through 3 points
+    f = summary_features(x, np.array([4]), fs)[0]
+    assert f[names.index("heart_rate:slope")] == pytest.approx(np.polyfit([0, 2, 3],
+                                                                          [80, 100, 100], 1)[0])
+    assert np.isnan(f[names.index("ph:slope")])
     assert np.isnan(f[names.index("ph:mean")]) and f[names.index("ph:count")] == 0
 
 

@@ -14,6 +14,7 @@ from service import errors
 from service.logs import configure_logging
 from service.metrics import Metrics
 from service.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from service.monitoring import Monitoring
 from service.registry import Registry
 from service.routes import admin, health, models, predict
 from service.settings import Settings
@@ -21,8 +22,11 @@ from service.settings import Settings
 log = logging.getLogger("scehr.app")
 
 DESCRIPTION = """ICU risk scores from SCEHR models (supervised contrastive learning with a learned
-positive and negative anchor per class). Every probability comes with the model's own
-explanation: which anchor the stay's embedding is nearer to, and the nearest training prototype.
+positive and negative anchor per class). Each result leads with `risk`, the calibrated
+probability, and says which operating point raised its `alert`; explanations place the stay's
+anchor margin among held-out stays of each outcome, name the nearest training prototypes by
+their outcome rate, and rank the channels that move the risk. Responses carry
+`response_version` (also the `X-Scehr-Response-Version` header) and an `audit` record.
 Errors are JSON (`ErrorBody`) naming the field, the rule and the allowed range."""
 
 
@@ -52,6 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.monitoring = Monitoring(metrics, settings.monitor_window)
     errors.install(app)
     app.include_router(predict.router)
     app.include_router(models.router)

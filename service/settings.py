@@ -62,6 +62,10 @@ class Settings(BaseSettings):
         default_factory=list, description="Comma-separated keys for `X-API-Key`; when set, "
         "predict and admin routes need one; admin routes exist only when set")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    monitor_window: int = Field(
+        1000, ge=10, le=100_000, description="Drift monitoring: the last N scored stays per "
+        "model (and worker) the gauges and GET /models/{task}/monitoring summarize; memory is "
+        "fixed by N, whatever the traffic")
 
     @field_validator("tasks", mode="before")
     @classmethod

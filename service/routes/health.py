@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from service.deps import MetricsDep, RegistryDep
+from service.deps import MetricsDep, MonitoringDep, RegistryDep
 
 router = APIRouter(tags=["health"])
 
@@ -32,7 +32,8 @@ async def readyz(registry: RegistryDep) -> JSONResponse:
 
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {"text/plain": {}}}})
-async def metrics(m: MetricsDep) -> Response:
+async def metrics(m: MetricsDep, monitoring: MonitoringDep) -> Response:
     """Prometheus exposition (aggregated over workers in multiprocess mode)."""
+    monitoring.refresh_all()
     data, content_type = m.render()
     return Response(data, media_type=content_type)

@@ -82,13 +82,18 @@ def main() -> None:
             risk = score = None
             for point in info["operating_points"]:
                 t0 = time.perf_counter()
-                r_, s_, alerts, thr = [], [], [], set()
+                r_, s_, alerts, thr, ok = [], [], [], set(), []
+                rejected: dict[str, str] = {}
                 for i in range(0, len(stays), args.batch):
                     resp = c.post("/predict/mortality/batch",
                                   json={"stays": stays[i : i + args.batch]},
                                   params={"operating_point": point})
                     resp.raise_for_status()
                     for item in resp.json()["items"]:
+                        if item["prediction"] is None:  # e.g. a record without any data
+                            rejected[item["id"]] = item["errors"][0]["rule"]
+                            continue
+                        ok.append(i + item["index"])
                         res = item["prediction"]["results"][0]
                         r_.append(res["risk"])
                         s_.append(res["score"])
@@ -96,12 +101,16 @@ def main() -> None:
                         thr.add((res["operating_point"]["threshold"],
                                  res["operating_point"]["applies_to"]))
                 a = np.asarray(alerts)
+                yy = y[ok]
+                out["rejected"] = rejected
                 alert_rates[point] = {"alert_rate": float(a.mean()), "threshold": sorted(thr),
-                                      "sensitivity": float(a[y == 1].mean()),
-                                      "ppv": float(y[a].mean()) if a.any() else None,
+                                      "sensitivity": float(a[yy == 1].mean()),
+                                      "ppv": float(yy[a].mean()) if a.any() else None,
                                       "seconds": round(time.perf_counter() - t0, 1)}
                 risk, score = np.asarray(r_), np.asarray(s_)
             assert risk is not None and score is not None
+            y = yy
+            out["scored"] = len(y)
             out["ece_risk"] = expected_calibration_error(y, risk)
             out["ece_score"] = expected_calibration_error(y, score)
             out["auroc_risk"] = auroc(y, risk)
@@ -117,7 +126,8 @@ def main() -> None:
             if args.stay:
                 k = int(np.flatnonzero(table["stay"].to_numpy() == args.stay)[0])
                 one = c.post("/predict/mortality", json=stays[k])
-                out["stay"] = {"name": args.stay, "label": int(y[k]), "response": one.json(),
+                out["stay"] = {"name": args.stay, "label": int(table["y_true"].iloc[k]),
+                               "response": one.json(),
                                "headers": {h: one.headers[h] for h in one.headers
                                            if h.lower().startswith("x-scehr")}}
                 t0 = time.perf_counter()

@@ -22,7 +22,7 @@ from service.auth import ApiKey
 from service.batcher import Overloaded
 from service.deps import MetricsDep, MonitoringDep, RegistryDep, SettingsDep, handle_for
 from service.errors import ApiError
-from service.examples import batch_examples, stay_examples
+from service.examples import batch_examples, response_examples, stay_examples
 from service.metrics import Metrics
 from service.monitoring import Monitoring
 from service.operating import Choice
@@ -162,11 +162,13 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
 for _task in ("mortality", "phenotypes"):
     router.add_api_route(
         f"/predict/{_task}", _single(_task), methods=["POST"], response_model=Prediction,
-        responses=ERRORS, name=f"predict_{_task}", summary=f"Score one stay ({_task})",
+        responses={**ERRORS, **(response_examples() if _task == "mortality" else {})},
+        name=f"predict_{_task}", summary=f"Score one stay ({_task})",
         operation_id=f"predict_{_task}")
 
 
-@router.post("/predict/{task}/batch", response_model=BatchResponse, responses=ERRORS,
+@router.post("/predict/{task}/batch", response_model=BatchResponse,
+             responses={**ERRORS, **response_examples(batch=True)},
              summary="Score many stays; each succeeds or fails on its own")
 async def predict_batch(
     task: str,

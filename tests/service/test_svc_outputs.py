@@ -206,3 +206,18 @@ async def test_worsening_a_vital_raises_its_contribution_on_the_shipped_model() 
     assert shock["risk"] > stable["risk"] + 0.02
     assert hr(shock)["delta"] > hr(stable)["delta"] + 0.02
     assert hr(shock)["direction"] == "raises"
+
+
+async def test_openapi_response_example_follows_the_contract(client: httpx.AsyncClient) -> None:
+    from schemas.payloads import Prediction
+
+    example = json.loads((REPO / "examples" / "mortality_response.json").read_text())
+    Prediction.model_validate(example)
+    assert example["response_version"] == RESPONSE_VERSION
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    shown = paths["/predict/mortality"]["post"]["responses"]["200"]["content"][
+        "application/json"]["example"]
+    assert (shown["results"], shown["audit"]) == (example["results"], example["audit"])
+    batch = paths["/predict/{task}/batch"]["post"]["responses"]["200"]["content"][
+        "application/json"]["example"]
+    assert batch["items"][0]["prediction"]["results"] == example["results"]

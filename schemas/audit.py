@@ -17,13 +17,17 @@ import numpy as np
 
 
 def canonical_json(obj: Any) -> bytes:
-    """Sorted keys, no whitespace, UTF-8: the same object always gives the same bytes."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=str).encode()
+    """Sorted keys, no whitespace, ASCII: the same object always gives the same bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
 def feature_set_hash(feature_set: dict[str, Any]) -> str:
-    """sha256 of a feature set's canonical JSON (`FeatureSet.to_dict()` / manifest field)."""
+    """The content hash of a manifest's feature set: the `sha256` it records when it has one
+    (the architecture branch's `FeatureSet.sha256`), else the sha256 of the same canonical
+    JSON of its `to_dict()` form, so both give one value for one feature set."""
+    recorded = feature_set.get("sha256")
+    if isinstance(recorded, str):
+        return recorded
     return hashlib.sha256(canonical_json(feature_set)).hexdigest()
 
 

@@ -221,3 +221,16 @@ async def test_openapi_response_example_follows_the_contract(client: httpx.Async
     batch = paths["/predict/{task}/batch"]["post"]["responses"]["200"]["content"][
         "application/json"]["example"]
     assert batch["items"][0]["prediction"]["results"] == example["results"]
+
+
+def test_feature_set_hash_is_the_recorded_content_hash_when_there_is_one() -> None:
+    import hashlib
+
+    from schemas.audit import feature_set_hash
+    from schemas.featureset import BENCHMARK_48H
+
+    d = BENCHMARK_48H.to_dict()
+    canon = json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
+    assert feature_set_hash(d) == hashlib.sha256(canon).hexdigest()
+    assert feature_set_hash({**d, "sha256": "f" * 64}) == "f" * 64
+    assert feature_set_hash({**d, "timestep": 2.0}) != feature_set_hash(d)

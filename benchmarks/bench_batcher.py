@@ -101,7 +101,7 @@ def ort_alone(model, stays: list[dict], reps: int = 20) -> tuple[float, float, f
 
 
 def probabilities(reply: bytes) -> list[float]:
-    return [c["probability"] for c in json.loads(reply)["results"]]
+    return [c["score"] for c in json.loads(reply)["results"]]
 
 
 def main() -> None:
@@ -118,7 +118,7 @@ def main() -> None:
                        Settings(model_dir=models, device=args.device))
     stays = [full_stay(i) for i in range(256)]
     bodies = [dumps(s) for s in stays]
-    path = f"/predict/{args.task}"
+    path = f"/predict/{args.task}?explain=basic"  # the 1.0 default: no occlusion rows
     print(f"models: {which}; {describe(model)}; {os.cpu_count()} cores; load average before: "
           f"{load_before}")
     print(f"{args.clients} clients x {args.seconds:g} s; one full 48 h stay per request "

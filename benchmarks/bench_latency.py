@@ -83,7 +83,7 @@ def main() -> None:
     bodies = [dumps(s) for s in stays]
     n_obs = np.mean([len(s["observations"]) for s in stays])
     del stays  # as in bench_parity.py: keep this process's heap small for the in-process profile
-    path = f"/predict/{args.task}"
+    path = f"/predict/{args.task}?explain=basic"  # the 1.0 default: no occlusion rows
 
     async def run(port: int) -> tuple[list[float], float]:
         conn = await Conn.open(port)

@@ -59,7 +59,7 @@ def main() -> None:
     print(f"load average before: {loadavg()}")
     models, which = model_dir()
     bodies = [dumps(full_stay(i)) for i in range(256)]
-    path = f"/predict/{args.task}"
+    path = f"/predict/{args.task}?explain=basic"  # the 1.0 default: no occlusion rows
     tmp = Path(tempfile.mkdtemp(prefix="scehr-profile-"))
     out, idle = tmp / "server.prof", tmp / "idle.prof"
     with server(models, profile=idle, max_batch_size=args.batch_size, max_queue_size=1024):

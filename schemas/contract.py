@@ -7,7 +7,18 @@ from schemas.tasks import TASK_NAMES
 
 #: Major.minor of the model contract (manifest + ONNX inputs/outputs). The server refuses a
 #: model whose manifest has another major version.
-CONTRACT_VERSION: Final = "1.0"
+CONTRACT_VERSION: Final = "1.1"
+
+#: Major.minor of the prediction response (`response_version` in every answer and the
+#: `RESPONSE_VERSION_HEADER` header). 1.1 leads with `risk` (calibrated) and `score` (raw);
+#: the 1.0 names `probability` and `calibrated_probability` stay as deprecated aliases for
+#: this minor version only.
+RESPONSE_VERSION: Final = "1.1"
+RESPONSE_VERSION_HEADER: Final = "X-Scehr-Response-Version"
+
+#: Every served risk lies in [RISK_EPS, 1 - RISK_EPS]: no finite training sample supports a
+#: risk of exactly 0 or 1 (applied once, by `schemas.manifest.Calibration.apply`).
+RISK_EPS: Final = 1e-4
 
 #: The ONNX opset every export targets: the highest the pinned ONNX Runtime (1.31) supports.
 #: 26 is ORT 1.31's last official opset (it refuses 27+ as "under development"); torch 2.13's

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.contract import CONTRACT_VERSION
+from schemas.contract import CONTRACT_VERSION, RISK_EPS
 from schemas.tasks import TASK_NAMES
 
 SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
@@ -64,9 +64,11 @@ def logit(p: np.ndarray, eps: float = 1e-7) -> np.ndarray:
 
 
 class Calibration(_M):
-    """Applied by the service on top of the model's probability, per class.
+    """Applied by the service on top of the model's probability, per class: the `risk`.
 
     `apply` is the one read-out: the service serves it and export scores candidates with it.
+    Its output lies in [RISK_EPS, 1 - RISK_EPS] whatever the map (an isotonic map's end knots
+    are often exactly 0 or 1; a sigmoid of a large margin rounds to 1).
     """
 
     method: Literal["none", "temperature", "isotonic"]
@@ -81,9 +83,12 @@ class Calibration(_M):
     ece_after: float | None = None
 
     def apply(self, p: np.ndarray, margin: np.ndarray) -> np.ndarray:
-        """Calibrated probability from the model's probability `p` and margin uᵀz − vᵀz."""
+        """The risk from the model's probability `p` and margin uᵀz − vᵀz, strictly in (0, 1)."""
+        return np.clip(self._map(p, margin), RISK_EPS, 1.0 - RISK_EPS)
+
+    def _map(self, p: np.ndarray, margin: np.ndarray) -> np.ndarray:
         if self.method == "none":
-            return p
+            return np.asarray(p, dtype=np.float64)
         x = margin if self.input == "margin" else p
         if self.method == "temperature":
             m = x if self.input == "margin" else logit(x)
@@ -91,8 +96,16 @@ class Calibration(_M):
         return np.interp(x, np.asarray(self.x, dtype=np.float64),
                          np.asarray(self.y, dtype=np.float64))
 
+    @property
+    def monotone_in_probability(self) -> bool:
+        """True when the risk is a non-decreasing function of the model's probability alone,
+        so that `p >= t` and `risk >= apply(t)` raise the same alerts."""
+        return self.method == "none" or self.input == "probability"
+
 
 class OperatingPoint(_M):
+    """A row of the threshold table on the model's own probability (`score`), validation."""
+
     threshold: float
     sensitivity: float
     ppv: float
@@ -101,14 +114,66 @@ class OperatingPoint(_M):
     name: str = ""
 
 
+class PointStats(_M):
+    """Confusion-derived figures of one threshold on one split; None where undefined."""
+
+    n: int
+    sensitivity: float | None
+    specificity: float | None
+    ppv: float | None
+    npv: float | None
+    alert_rate: float
+
+
+class NamedOperatingPoint(_M):
+    """An alert threshold on the `risk`, chosen by a rule on validation, with its figures."""
+
+    name: str = Field(description="high_sensitivity, balanced or high_ppv")
+    rule: str = Field(description="How the threshold was chosen, in words")
+    threshold: float = Field(description="Alert when risk >= threshold")
+    validation: PointStats
+    test: PointStats | None = None
+
+
+class MarginReference(_M):
+    """Percentiles 1..99 of the anchor margin uᵀz − vᵀz among held-out stays of each outcome.
+
+    Quantiles of at least 20 stays, never an individual value (no minimum or maximum)."""
+
+    split: str = Field(description="Where the margins come from (the calibration split)")
+    percentiles: list[float] = Field(description="The percent levels, 1 to 99")
+    without_outcome: list[float] | None = Field(description="Margin quantiles, label 0")
+    with_outcome: list[float] | None = Field(description="Margin quantiles, label 1")
+    n_without: int
+    n_with: int
+
+
+class Histogram(_M):
+    """Fractions of a reference sample in fixed bins: bin k holds edges[k-1] <= x < edges[k]
+    (`schemas.profile.bin_index`); categorical variables use one bin per category."""
+
+    edges: list[float] = Field(description="Interior cut points (bins = len(edges) + 1); "
+                               "empty for categorical variables")
+    fractions: list[float]
+    n: int = Field(description="Observations the fractions were counted on")
+
+
 class ClassCard(_M):
     """Per-class serving assets."""
 
     label: str
     calibration: Calibration
     operating_points: list[OperatingPoint] = Field(default_factory=list)
-    default_threshold: float = 0.5
+    default_threshold: float = Field(0.5, description="Contract 1.0: the default alert "
+                                     "threshold on the model's probability (`score`)")
     prototypes: list[PrototypeSpec] = Field(default_factory=list)
+    named_points: list[NamedOperatingPoint] = Field(
+        default_factory=list, description="Alert thresholds on the risk (contract >= 1.1)")
+    default_operating_point: str | None = Field(
+        None, description="Name of the point used when a request names none")
+    margin_reference: MarginReference | None = None
+    risk_reference: Histogram | None = Field(
+        None, description="Validation risks in fixed bins (for drift monitoring)")
 
 
 class PrototypeSpec(_M):
@@ -166,6 +231,9 @@ class Manifest(_M):
     created_at: str
     code_version: str
     notes: list[str] = Field(default_factory=list)
+    value_reference: dict[str, Histogram] = Field(
+        default_factory=dict, description="Per variable id: its observed hourly values in the "
+        "training split, in fixed bins (the baseline of the served population-stability index)")
 
 
 class ContractError(ValueError):

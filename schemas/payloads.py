@@ -170,6 +170,7 @@ class Notice(BaseModel):
         "stay_shorter_than_window",
         "observations_after_window",
         "stay_end_unknown",
+        "operating_point_unavailable",
     ]
     message: str
     loc: list[str | int] | None = None
@@ -187,19 +188,49 @@ class ErrorBody(BaseModel):
 # ---------------------------------------------------------------- responses
 
 
+DEPRECATED = {"deprecated": True}
+
+
+class MarginPercentile(BaseModel):
+    """Where this stay's anchor margin falls among held-out training stays of each outcome."""
+
+    without_outcome: float | None = Field(
+        description="Percent (1 to 99) of held-out stays WITHOUT the outcome whose margin is "
+        "below this stay's: 87 = closer to the outcome anchor than 87% of them")
+    with_outcome: float | None = Field(
+        description="The same among held-out stays WITH the outcome")
+    summary: str = Field(description="The two figures in one sentence")
+
+
 class AnchorExplanation(BaseModel):
     """The model's own score: which learned anchor is nearer to this stay's embedding."""
 
     positive_logit: float = Field(description="uᵀz")
     negative_logit: float = Field(description="vᵀz")
     margin: float = Field(description="uᵀz − vᵀz; > 0 means the positive anchor is nearer")
+    margin_percentile: MarginPercentile | None = Field(
+        default=None, description="Absent for models exported without margin percentiles "
+        "(contract 1.0) or where an outcome had fewer than 20 held-out stays")
     nearer_anchor: Literal["positive", "negative"]
     cosine_positive: float
     cosine_negative: float
 
 
+class PrototypeMatch(BaseModel):
+    """A near prototype: a group of >= 20 training stays (never one patient), named by the
+    outcome rate observed in it."""
+
+    name: str = Field(description="e.g. 'outcome rate 8.3% [6.1%, 11.2%] among 412 stays'")
+    cluster: int
+    count: int = Field(description="Training stays nearest to this prototype")
+    outcome_rate: float
+    ci_low: float = Field(description="95% Wilson interval of the outcome rate")
+    ci_high: float
+    cosine: float = Field(description="Cosine similarity of this stay's embedding to it")
+
+
 class Prototype(BaseModel):
-    """The nearest class-conditional prototype (a k-means centre of training embeddings)."""
+    """Deprecated (response 1.0): the nearest prototype with the outcome it was fitted in."""
 
     label: int
     cluster: int
@@ -209,26 +240,55 @@ class Prototype(BaseModel):
 
 
 class Contribution(BaseModel):
-    """Effect on the probability of replacing one channel by 'not observed' (occlusion)."""
+    """Effect on the risk of replacing one channel by 'not observed' (occlusion)."""
 
     variable: str
-    delta: float = Field(description="p(stay) − p(stay with this channel not observed); > 0 "
-                         "means the channel's values raise the model's probability")
+    delta: float = Field(description="risk(stay) − risk(stay with this channel not observed); "
+                         "> 0 means the channel's values raise the risk")
+    direction: Literal["raises", "lowers", "neutral"] = Field(
+        description="The sign of `delta` (neutral when |delta| < 1e-6)")
+    delta_score: float = Field(description="The same difference on the raw score")
     delta_margin: float = Field(description="The same difference on the margin uᵀz − vᵀz")
+
+
+class OperatingPointUsed(BaseModel):
+    """Which alert threshold this result used."""
+
+    name: str = Field(description="A named point of the manifest, or `custom` for ?threshold=")
+    threshold: float
+    applies_to: Literal["risk", "score"] = Field(
+        description="`risk` always, except contract 1.0 models whose calibration reads the "
+        "margin: their stored threshold is on the score, with no exact risk equivalent")
+    source: Literal["default", "request"]
 
 
 class ClassResult(BaseModel):
     label: str
-    probability: float = Field(description="Exactly as the model's loss defines it")
-    calibrated_probability: float = Field(
-        description="After the manifest's calibration map (equal to `probability` for `none`)")
-    alert: bool = Field(description="probability >= threshold")
-    threshold: float = Field(description="The model's default operating point, chosen on its "
-                             "own (uncalibrated) validation probabilities")
+    risk: float = Field(description="The calibrated probability of the outcome, strictly "
+                        "inside (0, 1): the number to show")
+    score: float = Field(description="The model's uncalibrated read-out (CBCE: σ(uᵀz) / "
+                         "(σ(uᵀz) + σ(vᵀz)); CSCE: softmax; BCE: σ(uᵀz)); not a probability "
+                         "to show")
+    alert: bool = Field(description="risk >= operating_point.threshold")
+    operating_point: OperatingPointUsed
     explanation: AnchorExplanation
-    prototype: Prototype | None = None
+    prototypes: list[PrototypeMatch] = Field(
+        default_factory=list, description="The nearest prototypes, nearest first")
     contributions: list[Contribution] | None = Field(
-        default=None, description="Only with `?explain=full`: observed channels by |delta|")
+        default=None, description="Channels by |delta|: the top few by default for single "
+        "stays (`explain=top`), all with `explain=full`, none with `explain=basic`")
+    contributions_total: int | None = Field(
+        default=None, description="Observed channels evaluated (contributions lists the top "
+        "ones unless explain=full)")
+    probability: float = Field(description="Deprecated alias of `score` (response 1.0)",
+                               json_schema_extra=DEPRECATED)
+    calibrated_probability: float = Field(
+        description="Deprecated alias of `risk` (response 1.0)", json_schema_extra=DEPRECATED)
+    threshold: float = Field(description="Deprecated alias of `operating_point.threshold`",
+                             json_schema_extra=DEPRECATED)
+    prototype: Prototype | None = Field(
+        default=None, description="Deprecated (its label can contradict its outcome rate): "
+        "use `prototypes`", json_schema_extra=DEPRECATED)
 
 
 class ModelRef(BaseModel):
@@ -237,14 +297,30 @@ class ModelRef(BaseModel):
     version: str
     sha256: str
     feature_set: str
+    feature_set_hash: str = Field(description="sha256 of the feature set's canonical JSON")
     loss: str
 
 
+class Audit(BaseModel):
+    """What traces this score to the exact model and input later; never a patient value."""
+
+    model_version: str
+    model_sha256: str
+    feature_set_hash: str
+    operating_point: str
+    input_sha256: str = Field(description="sha256 of the canonical model input (the "
+                              "discretized stay and demographics, before normalization): "
+                              "equal for any two payloads the model cannot tell apart")
+    response_version: str
+
+
 class Prediction(BaseModel):
+    response_version: str
     id: str | None = None
     model: ModelRef
     results: list[ClassResult]
     warnings: list[Notice] = Field(default_factory=list)
+    audit: Audit
 
 
 class BatchItem(BaseModel):
@@ -255,6 +331,7 @@ class BatchItem(BaseModel):
 
 
 class BatchResponse(BaseModel):
+    response_version: str
     model: ModelRef
     items: list[BatchItem]
 
@@ -286,6 +363,9 @@ class ModelInfo(BaseModel):
     providers: list[str]
     device: str = Field(description="The `device` setting the session was created under")
     calibration: list[str] = Field(description="Calibration method per class")
+    operating_points: list[str] = Field(
+        default_factory=list, description="Names `?operating_point=` accepts")
+    default_operating_point: str | None = None
     neutralised_channels: list[str] = Field(
         description="Channels never observed in training, always fed as 'not observed'")
     metrics: dict[str, Any]
@@ -335,3 +415,44 @@ class ReloadRequest(BaseModel):
 class ReloadResponse(BaseModel):
     model: ModelInfo
     previous_version: str | None
+
+
+# ---------------------------------------------------------------- drift monitoring
+
+
+class VariableDrift(BaseModel):
+    variable: str
+    observation_rate: float | None = Field(description="Share of window stays observing it")
+    training_observation_rate: float | None = Field(description="The same in training")
+    psi: float | None = Field(description="Population-stability index of its observed hourly "
+                              "values vs training (None: too few observations, or no "
+                              "reference in the manifest)")
+    observed_hours: int = Field(description="Observed hourly values in the window")
+
+
+class RiskDrift(BaseModel):
+    label: str
+    mean_risk: float | None
+    psi: float | None = Field(description="PSI of served risks vs validation risks")
+
+
+class AlertDrift(BaseModel):
+    label: str
+    operating_point: str
+    alert_rate: float | None
+    validation_alert_rate: float | None
+
+
+class MonitoringSummary(BaseModel):
+    """Drift and quality of one model's recent inputs and outputs (this worker's window)."""
+
+    task: str
+    model_version: str
+    window_size: int = Field(description="Stays the window holds at most")
+    stays: int = Field(description="Stays in the window now")
+    min_stays_for_psi: int
+    variables: list[VariableDrift]
+    risk: list[RiskDrift]
+    alerts: list[AlertDrift]
+    notes: list[str] = Field(default_factory=list)
+    worker_pid: int

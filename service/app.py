@@ -16,6 +16,7 @@ from service.admission import Admission, AdmissionMiddleware
 from service.logs import configure_logging
 from service.metrics import Metrics
 from service.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from service.monitoring import Monitoring
 from service.registry import Registry
 from service.routes import admin, cds_hooks, fhir, health, models, oip, predict
 from service.settings import Settings
@@ -23,8 +24,11 @@ from service.settings import Settings
 log = logging.getLogger("scehr.app")
 
 DESCRIPTION = """ICU risk scores from SCEHR models (supervised contrastive learning with a learned
-positive and negative anchor per class). Every probability comes with the model's own
-explanation: which anchor the stay's embedding is nearer to, and the nearest training prototype.
+positive and negative anchor per class). Each result leads with `risk`, the calibrated
+probability, and says which operating point raised its `alert`; explanations place the stay's
+anchor margin among held-out stays of each outcome, name the nearest training prototypes by
+their outcome rate, and rank the channels that move the risk. Responses carry
+`response_version` (also the `X-Scehr-Response-Version` header) and an `audit` record.
 Errors are JSON (`ErrorBody`) naming the field, the rule and the allowed range."""
 
 
@@ -64,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.max_queue_size, settings.request_timeout_s,
         floor=min(settings.max_queue_size, max(64, 2 * settings.max_batch_size)),
         base_retry_s=settings.retry_after_s)
+    app.state.monitoring = Monitoring(metrics, settings.monitor_window)
     errors.install(app)
     app.include_router(predict.router)
     if settings.open_models:

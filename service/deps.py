@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from service.errors import ApiError
 from service.metrics import Metrics
+from service.monitoring import Monitoring
 from service.registry import ModelHandle, ModelNotReady, Registry
 from service.settings import Settings
 
@@ -25,9 +26,14 @@ async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
+async def get_monitoring(request: Request) -> Monitoring:
+    return request.app.state.monitoring
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+MonitoringDep = Annotated[Monitoring, Depends(get_monitoring)]
 
 
 def handle_for(registry: Registry, settings: Settings, task: str) -> ModelHandle:

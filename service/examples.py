@@ -10,6 +10,8 @@ from typing import Any
 from schemas.tasks import task_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLE_FILE = EXAMPLES / "mortality_stay.json"
+RESPONSE_FILE = EXAMPLES / "mortality_response.json"
 
 
 def _long_form(hours: list[float]) -> dict[str, Any]:
@@ -74,3 +76,25 @@ def batch_examples(task: str) -> dict[str, dict[str, Any]]:
     bad = {"id": "bad", "observations": [{"variable": "heart_rate", "time": -1, "value": 80}]}
     return {"mixed": {"summary": "Two stays; the second is rejected on its own",
                       "value": {"stays": [good, wide_stay(), bad]}}}
+
+
+@cache
+def mortality_response() -> dict[str, Any] | None:
+    """A real response (response version 1.1) for the OpenAPI schema, when the file exists."""
+    try:
+        return json.loads(RESPONSE_FILE.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def response_examples(batch: bool = False) -> dict[int | str, dict[str, Any]]:
+    """`responses=` entry with a 200 example (a one-item batch for the batch route)."""
+    one = mortality_response()
+    if one is None:
+        return {}
+    value: dict[str, Any] = one
+    if batch:
+        value = {"response_version": one["response_version"], "model": one["model"],
+                 "items": [{"index": 0, "id": one.get("id"), "prediction": one,
+                            "errors": None}]}
+    return {200: {"content": {"application/json": {"example": value}}}}

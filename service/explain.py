@@ -1,4 +1,5 @@
-"""Serving-side read-outs from a model's outputs: calibration, anchors, prototypes, occlusion.
+"""Serving-side read-outs from a model's outputs: calibration, anchors, margin percentiles,
+prototypes (with their outcome rate's Wilson interval), occlusion.
 
 Everything here is numpy over the whole batch at once and uses only manifest data, so the
 explanation of a stay is the same whichever batch it was computed in.
@@ -25,6 +26,17 @@ def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a[:, None, :] * b[None, :, :]).sum(axis=-1)
 
 
+def wilson_interval(successes: np.ndarray, n: np.ndarray, z: float = 1.959964
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """95% Wilson score interval of a proportion (sound near 0 and 1, unlike the Wald one)."""
+    k = np.asarray(successes, dtype=np.float64)
+    m = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    p = k / m
+    centre = (p + z * z / (2 * m)) / (1 + z * z / m)
+    half = z * np.sqrt(p * (1 - p) / m + z * z / (4 * m * m)) / (1 + z * z / m)
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+
+
 @dataclass
 class Prototypes:
     """One class's prototype centroids (unit length) with their counts and outcome rates."""
@@ -33,6 +45,36 @@ class Prototypes:
     label: np.ndarray  # [P]
     count: np.ndarray  # [P]
     outcome_rate: np.ndarray  # [P]
+    ci_low: np.ndarray  # [P]
+    ci_high: np.ndarray  # [P]
+    names: list[str]
+
+    @classmethod
+    def of(cls, centroids: list[list[float]], label: list[int], count: list[int],
+           rate: list[float]) -> Prototypes:
+        n = np.asarray(count)
+        r = np.asarray(rate, dtype=np.float64)
+        lo, hi = wilson_interval(np.round(r * n), n)
+        names = [f"outcome rate {a:.1%} [{b:.1%}, {c:.1%}] among {k} training stays"
+                 for a, b, c, k in zip(r.tolist(), lo.tolist(), hi.tolist(), n.tolist(),
+                                       strict=True)]
+        return cls(_unit_rows(np.asarray(centroids, dtype=np.float64)), np.asarray(label), n,
+                   r, lo, hi, names)
+
+
+@dataclass
+class MarginPercentiles:
+    """One class's margin quantiles among held-out stays without / with the outcome."""
+
+    levels: np.ndarray
+    without: np.ndarray | None
+    with_: np.ndarray | None
+
+    def percentile(self, margin: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Percent of each group below `margin` (1 to 99: the extremes are not stored)."""
+        def one(q: np.ndarray | None) -> np.ndarray | None:
+            return None if q is None else np.interp(margin, q, self.levels)
+        return one(self.without), one(self.with_)
 
 
 @dataclass
@@ -47,6 +89,7 @@ class ExplainAssets:
     thresholds: np.ndarray  # [C]
     calibrations: list[Calibration]
     prototypes: list[Prototypes | None]
+    margins: list[MarginPercentiles | None]
 
     @classmethod
     def from_manifest(cls, m: Manifest) -> ExplainAssets:
@@ -57,16 +100,22 @@ class ExplainAssets:
             if not card.prototypes:
                 protos.append(None)
                 continue
-            protos.append(Prototypes(
-                _unit_rows(np.asarray([p.centroid for p in card.prototypes], dtype=np.float64)),
-                np.asarray([p.label for p in card.prototypes]),
-                np.asarray([p.count for p in card.prototypes]),
-                np.asarray([p.outcome_rate for p in card.prototypes], dtype=np.float64),
-            ))
+            protos.append(Prototypes.of(
+                [p.centroid for p in card.prototypes], [p.label for p in card.prototypes],
+                [p.count for p in card.prototypes], [p.outcome_rate for p in card.prototypes]))
+        margins: list[MarginPercentiles | None] = []
+        for card in m.classes:
+            ref = card.margin_reference
+            usable = ref is not None and (ref.without_outcome or ref.with_outcome)
+            margins.append(None if not usable else MarginPercentiles(
+                np.asarray(ref.percentiles),
+                None if ref.without_outcome is None else np.asarray(ref.without_outcome),
+                None if ref.with_outcome is None else np.asarray(ref.with_outcome)))
         return cls(
             labels=list(m.label_names), u_unit=_unit_rows(u), v_unit=_unit_rows(v), u=u, v=v,
             thresholds=np.asarray([c.default_threshold for c in m.classes], dtype=np.float64),
             calibrations=[c.calibration for c in m.classes], prototypes=protos,
+            margins=margins,
         )
 
     def calibrate(self, p: np.ndarray, margin: np.ndarray) -> np.ndarray:
@@ -81,8 +130,9 @@ class ExplainAssets:
         zu = _unit_rows(z)
         return _row_dot(zu, self.u_unit), _row_dot(zu, self.v_unit)
 
-    def nearest_prototypes(self, z: np.ndarray) -> list[tuple[np.ndarray, np.ndarray] | None]:
-        """Per class: (index of the nearest prototype by cosine [n], that cosine [n])."""
+    def nearest_prototypes(self, z: np.ndarray, k: int = 1
+                           ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """Per class: (indices of the k nearest prototypes by cosine [n, k], cosines [n, k])."""
         zu = _unit_rows(z)
         out: list[tuple[np.ndarray, np.ndarray] | None] = []
         for p in self.prototypes:
@@ -90,6 +140,6 @@ class ExplainAssets:
                 out.append(None)
                 continue
             cos = _row_dot(zu, p.unit)  # [n, P]
-            idx = cos.argmax(axis=1)
-            out.append((idx, cos[np.arange(len(idx)), idx]))
+            idx = np.argsort(-cos, axis=1, kind="stable")[:, :k]
+            out.append((idx, np.take_along_axis(cos, idx, axis=1)))
         return out

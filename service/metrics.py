@@ -15,6 +15,19 @@
 | scehr_model_info | gauge (1 = serving) | task, name, version, provider |
 | scehr_model_reloads_total | counter | model, outcome |
 | scehr_default_model_since_timestamp_seconds | gauge (Unix time) | task, version |
+| scehr_monitor_window_stays | gauge | model |
+| scehr_monitor_observation_rate | gauge | model, variable |
+| scehr_monitor_training_observation_rate | gauge | model, variable |
+| scehr_monitor_value_psi | gauge | model, variable |
+| scehr_monitor_mean_risk | gauge | model, label |
+| scehr_monitor_risk_psi | gauge | model, label |
+| scehr_monitor_alert_rate | gauge | model, label, operating_point |
+| scehr_monitor_validation_alert_rate | gauge | model, label, operating_point |
+
+The `scehr_monitor_*` gauges summarize the last N scored stays (SCEHR_MONITOR_WINDOW) against
+the model's training and validation figures (service/monitoring.py, docs/monitoring.md); their
+label values come from the model's manifest (variables, labels, operating points), never from a
+request. In multiprocess mode they carry a `pid` label: each worker watches its own share.
 
 `endpoint` is the route template (`/predict/{task}/batch`), `unmatched` for unknown paths;
 `model` is a task of the contract, `unknown` for anything else (label values never come from
@@ -128,6 +141,31 @@ class Metrics:
             ["task", "version"], registry=reg, multiprocess_mode="mostrecent")
         self.reloads = Counter("scehr_model_reloads", "Admin reloads by outcome",
                                ["model", "outcome"], registry=reg)
+
+        def monitor(name: str, doc: str, labels: list[str]) -> Gauge:
+            return Gauge(f"scehr_monitor_{name}", doc, ["model", *labels], registry=reg,
+                         multiprocess_mode="liveall")
+
+        self.monitor_stays = monitor("window_stays", "Scored stays in the monitoring window", [])
+        self.monitor_observed = monitor(
+            "observation_rate", "Share of window stays where the variable was observed",
+            ["variable"])
+        self.monitor_training_observed = monitor(
+            "training_observation_rate", "Share of training stays where it was observed",
+            ["variable"])
+        self.monitor_value_psi = monitor(
+            "value_psi", "Population-stability index of observed values vs training",
+            ["variable"])
+        self.monitor_mean_risk = monitor("mean_risk", "Mean served risk in the window",
+                                         ["label"])
+        self.monitor_risk_psi = monitor(
+            "risk_psi", "Population-stability index of served risks vs validation", ["label"])
+        self.monitor_alert_rate = monitor(
+            "alert_rate", "Share of window stays alerted at the operating point",
+            ["label", "operating_point"])
+        self.monitor_validation_alert_rate = monitor(
+            "validation_alert_rate", "The operating point's alert rate on validation",
+            ["label", "operating_point"])
 
     def set_model(self, task: str, name: str, version: str, provider: str,
                   previous: tuple[str, str, str] | None = None) -> None:

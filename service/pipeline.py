@@ -14,23 +14,36 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from schemas.audit import feature_set_hash, input_hash
+from schemas.contract import RESPONSE_VERSION
 from schemas.featureset import FeatureSet
 from schemas.ingest import DEFAULT_MAX_OBSERVATIONS, ingest
 from schemas.manifest import Manifest
 from schemas.payloads import (
     AnchorExplanation,
+    Audit,
     ClassResult,
     Contribution,
+    MarginPercentile,
     ModelRef,
     Notice,
+    OperatingPointUsed,
     Prediction,
     Problem,
     Prototype,
+    PrototypeMatch,
     StayPayload,
 )
+from schemas.profile import Bins, stays_observed, value_counts
 from schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
 from service.batcher import ModelInputs, ModelOutputs
 from service.explain import ExplainAssets
+from service.operating import Choice, PointTable
+
+#: Contributions shown by default (`explain=top`); `explain=full` lists every observed channel.
+TOP_CONTRIBUTIONS = 3
+#: Nearest prototypes shown per class.
+N_PROTOTYPES = 3
 
 
 def _num(v: object) -> str:
@@ -83,6 +96,9 @@ class ModelSpec:
     static: StaticImputer | None
     assets: ExplainAssets
     neutralised: np.ndarray  # channel indices never observed in training
+    points: PointTable
+    fs_hash: str
+    bins: Bins | None  # value bins of the monitoring reference (None: contract 1.0)
     fixed_t: int | None = None
 
     @classmethod
@@ -94,10 +110,15 @@ class ModelSpec:
                 raise ValueError("encoder.uses_static is true but the manifest has no `static`")
             static = StaticImputer.from_dict(m.static)
         neutral = [i for i, v in enumerate(fs.variable_ids) if m.coverage.get(v, 1.0) <= 0.0]
+        fs_hash = feature_set_hash(m.feature_set)
         ref = ModelRef(task=m.task, name=m.name, version=m.version, sha256=sha256,
-                       feature_set=fs.name, loss=m.loss.name)
+                       feature_set=fs.name, feature_set_hash=fs_hash, loss=m.loss.name)
+        bins = None
+        if m.value_reference:
+            bins = Bins.of(fs, {k: h.edges for k, h in m.value_reference.items() if h.edges})
         return cls(m.task, m, ref, fs, Normalizer.from_dict(m.normalizer), static,
-                   ExplainAssets.from_manifest(m), np.asarray(neutral, dtype=np.int64), fixed_t)
+                   ExplainAssets.from_manifest(m), np.asarray(neutral, dtype=np.int64),
+                   PointTable.from_manifest(m), fs_hash, bins, fixed_t)
 
 
 @dataclass
@@ -111,6 +132,9 @@ class Prepared:
     ids: list[str | None]
     inputs: ModelInputs | None = None
     occluded: list[np.ndarray] = field(default_factory=list)  # per ok stay: channels occluded
+    input_sha256: list[str] = field(default_factory=list)  # per ok stay
+    observed: np.ndarray | None = None  # [n_ok, V] variable observed in the window
+    values: np.ndarray | None = None  # [n_ok, V, width] observed hours per value bin
 
 
 def _neutralise(spec: ModelSpec, obs: Observations, ok: list[int],
@@ -158,7 +182,10 @@ def _variants(obs: Observations, n_ok: int, end_hours: np.ndarray,
 def prepare(spec: ModelSpec, stays: list[StayPayload], *, strict: bool = False,
             max_observations: int = DEFAULT_MAX_OBSERVATIONS,
             explain_full: bool = False) -> Prepared:
-    """Validate, clean, neutralise and tensorize; problems and notices are kept per stay."""
+    """Validate, clean, neutralise and tensorize; problems and notices are kept per stay.
+
+    `explain_full` adds one occlusion variant per observed channel of each stay (for
+    contributions, `explain=top` or `full`)."""
     res = ingest(stays, spec.fs, strict=strict, max_observations=max_observations)
     notices = [list(s.notices) for s in res.stays]
     problems = {i: s.problems for i, s in enumerate(res.stays) if s.problems}
@@ -172,6 +199,15 @@ def prepare(spec: ModelSpec, stays: list[StayPayload], *, strict: bool = False,
     x, lengths = discretize(obs, spec.fs, res.end_hours[src])
     if spec.fixed_t is not None and x.shape[1] < spec.fixed_t:
         x = np.pad(x, ((0, 0), (0, spec.fixed_t - x.shape[1]), (0, 0)))
+    n = len(res.ok)
+    x0, len0 = x[:n], lengths[:n]
+    static_raw = res.static_raw[:n] if spec.static is not None else None
+    prep.input_sha256 = [input_hash(spec.fs_hash, x0[i], int(len0[i]),
+                                    None if static_raw is None else static_raw[i])
+                         for i in range(n)]
+    prep.observed = stays_observed(x0, len0, spec.fs)
+    if spec.bins is not None:
+        prep.values = value_counts(x0, len0, spec.fs, spec.bins)
     x = spec.normalizer.transform(x, lengths)
     static = None
     if spec.static is not None:
@@ -180,69 +216,152 @@ def prepare(spec: ModelSpec, stays: list[StayPayload], *, strict: bool = False,
     return prep
 
 
-def predictions(spec: ModelSpec, prep: Prepared, out: ModelOutputs) -> dict[int, Prediction]:
-    """One Prediction per stay that passed, keyed by its input index."""
-    n = len(prep.ok)
-    z = out.z.astype(np.float64)
+@dataclass
+class Scored:
+    """The read-outs of every row (stays, then their occlusion variants), [rows, C] each."""
+
+    score: np.ndarray
+    margin: np.ndarray
+    risk: np.ndarray
+
+
+def score(spec: ModelSpec, out: ModelOutputs) -> Scored:
     al = out.anchor_logits.astype(np.float64)
     p = out.probability.astype(np.float64)
     margin = al[..., 0] - al[..., 1]
-    pn, mn, zn = p[:n], margin[:n], z[:n]
-    cal = spec.assets.calibrate(pn, mn)
-    alert = pn >= spec.assets.thresholds  # operating points are on the model's probability
-    cos_u, cos_v = spec.assets.anchor_cosines(zn)
-    near = spec.assets.nearest_prototypes(zn)
-    labels, thr = spec.assets.labels, spec.assets.thresholds.tolist()
-    lists = {k: a.tolist() for k, a in (("p", pn), ("cal", cal), ("alert", alert),
-                                         ("u", al[:n, :, 0]), ("v", al[:n, :, 1]), ("m", mn),
+    return Scored(p, margin, spec.assets.calibrate(p, margin))
+
+
+def alerts(choice: Choice, risk: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """[n, C] alerts of a chosen point (on the score only where the point says so)."""
+    return np.where(choice.on_score[None], score, risk) >= choice.thresholds[None]
+
+
+def _margin_percentile(spec: ModelSpec, c: int, m: np.ndarray
+                       ) -> list[MarginPercentile | None]:
+    ref = spec.assets.margins[c]
+    if ref is None:
+        return [None] * len(m)
+    neg, pos = ref.percentile(m)
+    out = []
+    for r in range(len(m)):
+        a = None if neg is None else round(float(neg[r]), 1)
+        b = None if pos is None else round(float(pos[r]), 1)
+        parts = [f"{v:g}% of held-out stays {who}" for v, who in
+                 ((a, "without the outcome"), (b, "with it")) if v is not None]
+        out.append(MarginPercentile(
+            without_outcome=a, with_outcome=b,
+            summary="closer to the outcome anchor than " + " and ".join(parts)))
+    return out
+
+
+def predictions(spec: ModelSpec, prep: Prepared, out: ModelOutputs, *,
+                choice: Choice | None = None, explain: str = "basic",
+                scored: Scored | None = None) -> dict[int, Prediction]:
+    """One Prediction per stay that passed, keyed by its input index.
+
+    explain: basic (anchors, margin percentiles, prototypes), top (+ the top
+    TOP_CONTRIBUTIONS contributions; needs occlusion rows), full (+ every contribution)."""
+    n = len(prep.ok)
+    choice = choice or spec.points.default_choice()
+    sc = scored or score(spec, out)
+    z = out.z.astype(np.float64)[:n]
+    al = out.anchor_logits.astype(np.float64)[:n]
+    risk, raw, mn = sc.risk[:n], sc.score[:n], sc.margin[:n]
+    alert = alerts(choice, risk, raw)
+    cos_u, cos_v = spec.assets.anchor_cosines(z)
+    near = spec.assets.nearest_prototypes(z, N_PROTOTYPES)
+    labels = spec.assets.labels
+    lists = {k: a.tolist() for k, a in (("p", raw), ("r", risk), ("alert", alert),
+                                         ("u", al[:, :, 0]), ("v", al[:, :, 1]), ("m", mn),
                                          ("cu", cos_u), ("cv", cos_v))}
-    contrib = _contributions(spec, prep, p, margin) if prep.occluded else None
+    pct = [_margin_percentile(spec, c, mn[:, c]) for c in range(len(labels))]
+    points = [OperatingPointUsed(name=choice.used[c], threshold=float(choice.thresholds[c]),
+                                 applies_to="score" if choice.on_score[c] else "risk",
+                                 source="default" if choice.source == "default" else "request")
+              for c in range(len(labels))]
+    contrib = None
+    if prep.occluded and explain in ("top", "full"):
+        contrib = _contributions(spec, prep, sc, None if explain == "full" else
+                                 TOP_CONTRIBUTIONS)
     result: dict[int, Prediction] = {}
     for r, idx in enumerate(prep.ok):
         classes = []
         for c, label in enumerate(labels):
             m = lists["m"][r][c]
-            proto = None
+            protos: list[PrototypeMatch] = []
+            legacy = None
             if near[c] is not None:
                 pi, pc = near[c]
                 ps = spec.assets.prototypes[c]
-                k = int(pi[r])
-                proto = Prototype(label=int(ps.label[k]), cluster=k, count=int(ps.count[k]),
-                                  outcome_rate=float(ps.outcome_rate[k]), cosine=float(pc[r]))
+                assert ps is not None
+                for j in range(pi.shape[1]):
+                    k = int(pi[r, j])
+                    protos.append(PrototypeMatch(
+                        name=ps.names[k], cluster=k, count=int(ps.count[k]),
+                        outcome_rate=float(ps.outcome_rate[k]), ci_low=float(ps.ci_low[k]),
+                        ci_high=float(ps.ci_high[k]), cosine=float(pc[r, j])))
+                k0 = int(pi[r, 0])
+                legacy = Prototype(label=int(ps.label[k0]), cluster=k0, count=int(ps.count[k0]),
+                                   outcome_rate=float(ps.outcome_rate[k0]),
+                                   cosine=float(pc[r, 0]))
+            rc = None if contrib is None else contrib[r][c]
             classes.append(ClassResult(
-                label=label, probability=lists["p"][r][c],
-                calibrated_probability=lists["cal"][r][c],
-                alert=lists["alert"][r][c], threshold=thr[c],
+                label=label, risk=lists["r"][r][c], score=lists["p"][r][c],
+                alert=lists["alert"][r][c], operating_point=points[c],
                 explanation=AnchorExplanation(
                     positive_logit=lists["u"][r][c], negative_logit=lists["v"][r][c], margin=m,
+                    margin_percentile=pct[c][r],
                     nearer_anchor="positive" if m > 0 else "negative",
                     cosine_positive=lists["cu"][r][c], cosine_negative=lists["cv"][r][c]),
-                prototype=proto,
-                contributions=None if contrib is None else contrib[r][c],
+                prototypes=protos,
+                contributions=None if rc is None else rc[0],
+                contributions_total=None if rc is None else rc[1],
+                probability=lists["p"][r][c], calibrated_probability=lists["r"][r][c],
+                threshold=points[c].threshold, prototype=legacy,
             ))
-        result[idx] = Prediction(id=prep.ids[idx], model=spec.ref, results=classes,
-                                 warnings=prep.notices[idx])
+        notices = prep.notices[idx]
+        fallback = sorted({u for u in choice.used if u != choice.name})
+        if fallback:
+            notices = [*notices, Notice(
+                code="operating_point_unavailable",
+                message=f"operating point {choice.name!r} is not defined for some labels; "
+                f"they used {', '.join(fallback)} (see each result's operating_point)")]
+        result[idx] = Prediction(
+            response_version=RESPONSE_VERSION, id=prep.ids[idx], model=spec.ref,
+            results=classes, warnings=notices,
+            audit=Audit(model_version=spec.ref.version, model_sha256=spec.ref.sha256,
+                        feature_set_hash=spec.fs_hash, operating_point=choice.name,
+                        input_sha256=prep.input_sha256[r], response_version=RESPONSE_VERSION))
     return result
 
 
-def _contributions(spec: ModelSpec, prep: Prepared, p: np.ndarray,
-                   margin: np.ndarray) -> list[list[list[Contribution]]]:
-    """Per stay, per class: channels sorted by |Δp| of replacing them with 'not observed'."""
+def _direction(d: float) -> str:
+    return "neutral" if abs(d) < 1e-6 else ("raises" if d > 0 else "lowers")
+
+
+def _contributions(spec: ModelSpec, prep: Prepared, sc: Scored, top: int | None
+                   ) -> list[list[tuple[list[Contribution], int]]]:
+    """Per stay, per class: channels by |Δrisk| of replacing them with 'not observed' (the
+    first `top` of them, or all), and how many channels were evaluated."""
     n = len(prep.ok)
     row = n
     out = []
     for s, chans in enumerate(prep.occluded):
         k = len(chans)
-        dp = p[s][None, :] - p[row : row + k]  # [K, C]
-        dm = margin[s][None, :] - margin[row : row + k]
+        dr = sc.risk[s][None, :] - sc.risk[row : row + k]  # [K, C]
+        dp = sc.score[s][None, :] - sc.score[row : row + k]
+        dm = sc.margin[s][None, :] - sc.margin[row : row + k]
         row += k
         per_class = []
-        for c in range(p.shape[1]):
-            order = np.argsort(-np.abs(dp[:, c]), kind="stable")
-            per_class.append([
+        for c in range(sc.risk.shape[1]):
+            # ties on the risk (a flat piece of an isotonic map) are broken by the score
+            order = np.lexsort((-np.abs(dp[:, c]), -np.abs(dr[:, c])))[:top]
+            per_class.append(([
                 Contribution(variable=spec.fs.variable_ids[int(chans[j])],
-                             delta=float(dp[j, c]), delta_margin=float(dm[j, c]))
+                             delta=float(dr[j, c]), direction=_direction(float(dr[j, c])),
+                             delta_score=float(dp[j, c]), delta_margin=float(dm[j, c]))
                 for j in order
-            ])
+            ], k))
         out.append(per_class)
     return out

@@ -109,6 +109,8 @@ class LoadedModel:
             created_at=m.created_at, code_version=m.code_version, provider=self.provider,
             providers=self.session.get_providers(), device=self.device,
             calibration=[c.calibration.method for c in m.classes],
+            operating_points=list(self.spec.points.names),
+            default_operating_point=self.spec.points.default_choice().name,
             neutralised_channels=[self.spec.fs.variable_ids[i] for i in self.spec.neutralised],
             metrics=m.metrics, loaded_at=self.loaded_at, default_version=self.default_version,
             default_since=self.default_since, worker_pid=os.getpid(),

@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     open_docs: bool = Field(True, description="Serve /docs, /redoc and /openapi.json")
     open_models: bool = Field(True, description="Serve /models and /models/{task}")
     open_metrics: bool = Field(True, description="Serve /metrics")
+    monitor_window: int = Field(
+        1000, ge=10, le=100_000, description="Drift monitoring: the last N scored stays per "
+        "model (and worker) the gauges and GET /models/{task}/monitoring summarize; memory is "
+        "fixed by N, whatever the traffic")
 
     @field_validator("tasks", mode="before")
     @classmethod

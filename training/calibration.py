@@ -249,3 +249,66 @@ def operating_points(
         t = pos_scores[min(k, pos_scores.size) - 1]
         rows.append({**_point(yy, pp, t), "target_sensitivity": float(target)})
     return rows
+
+
+# ---------------------------------------------------------------- named operating points
+#: The PPV the `high_ppv` point must reach on validation: one alert in two is a true event.
+HIGH_PPV_LEVEL = 0.5
+#: The sensitivity the `high_sensitivity` point must reach on validation.
+HIGH_SENSITIVITY_LEVEL = 0.8
+#: True positives a `high_ppv` threshold needs on validation, so that one lucky stay at the
+#: top of the ranking cannot make a PPV.
+MIN_TRUE_POSITIVES = 10
+
+
+def point_stats(y: ArrayLike, risk: ArrayLike, t: float) -> dict[str, Any]:
+    """n, sensitivity, specificity, PPV, NPV and alert rate of `risk >= t` (None if undefined)."""
+    yy = np.asarray(y).ravel().astype(int)
+    r = _point(yy, np.asarray(risk, dtype=np.float64).ravel(), t)
+    tn, fn = r["tn"], r["fn"]
+    return {"n": len(yy), "sensitivity": r["sensitivity"], "specificity": r["specificity"],
+            "ppv": r["ppv"], "npv": tn / (tn + fn) if tn + fn > 0 else None,
+            "alert_rate": float(r["alert_rate"] or 0.0)}
+
+
+def _curve(y: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct thresholds (descending) with the true and false positives of `r >= t`."""
+    order = np.argsort(-r, kind="stable")
+    rs, ys = r[order], y[order]
+    last = np.r_[np.flatnonzero(np.diff(rs) != 0), len(rs) - 1]  # end of each tie block
+    tp = np.cumsum(ys)[last]
+    fp = np.cumsum(1 - ys)[last]
+    return rs[last], tp, fp
+
+
+def choose_named_points(y: ArrayLike, risk: ArrayLike) -> dict[str, tuple[float, str]]:
+    """Thresholds on the validation risk, by name, with the rule in words.
+
+    high_sensitivity: the highest threshold (fewest alerts) with sensitivity >= 0.8;
+    balanced: the threshold maximizing min(sensitivity, PPV) (the PhysioNet 2012 Challenge's
+    Event 1), the higher one on a tie; high_ppv: the lowest threshold (most events caught) with
+    PPV >= HIGH_PPV_LEVEL and at least MIN_TRUE_POSITIVES true positives. A point whose rule
+    cannot be met (e.g. PPV 0.5 for a rare label) is left out, never approximated.
+    """
+    yy = np.asarray(y).ravel().astype(int)
+    r = np.asarray(risk, dtype=np.float64).ravel()
+    pos = int(yy.sum())
+    if pos == 0 or pos == len(yy):
+        return {}
+    t, tp, fp = _curve(yy, r)
+    se, ppv = tp / pos, tp / (tp + fp)
+    out: dict[str, tuple[float, str]] = {}
+    ok = np.flatnonzero(se >= HIGH_SENSITIVITY_LEVEL - 1e-12)
+    if ok.size:
+        out["high_sensitivity"] = (float(t[ok[0]]), "the highest risk threshold with "
+                                   f"sensitivity >= {HIGH_SENSITIVITY_LEVEL:g} on validation")
+    score = np.minimum(se, ppv)
+    best = int(np.flatnonzero(score == score.max())[0])
+    out["balanced"] = (float(t[best]), "the risk threshold maximizing min(sensitivity, PPV) "
+                       "on validation (the PhysioNet 2012 Challenge's Event 1)")
+    ok = np.flatnonzero((ppv >= HIGH_PPV_LEVEL) & (tp >= MIN_TRUE_POSITIVES))
+    if ok.size:
+        out["high_ppv"] = (float(t[ok[-1]]), "the lowest risk threshold with PPV >= "
+                           f"{HIGH_PPV_LEVEL:g} (and >= {MIN_TRUE_POSITIVES} true positives) "
+                           "on validation")
+    return {k: out[k] for k in ("high_sensitivity", "balanced", "high_ppv") if k in out}

@@ -21,24 +21,31 @@ from schemas.manifest import (
     Calibration,
     ClassCard,
     EncoderSpec,
+    Histogram,
     LossSpec,
     Manifest,
+    MarginReference,
+    NamedOperatingPoint,
     OnnxSpec,
     OperatingPoint,
+    PointStats,
     PrototypeSpec,
     Provenance,
     SplitInfo,
     sha256_file,
 )
 from schemas.model_index import add_model, entry_for, refuse_existing
+from schemas.profile import Bins, bin_index, decile_edges, value_counts
 from schemas.run_artifacts import EXPORT_NEEDS, RunArtifacts, require_keys
 from schemas.tasks import task_spec
 from training.calibration import (
     IsotonicCalibrator,
     TemperatureCalibrator,
     brier,
+    choose_named_points,
     expected_calibration_error,
     operating_points,
+    point_stats,
 )
 from training.config import TrainConfig
 from training.fit import load_checkpoint
@@ -156,6 +163,84 @@ def _points(y: np.ndarray, p: np.ndarray,
     return pts, (target[0].threshold if target else 0.5)
 
 
+def named_points(val: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray] | None
+                 ) -> list[NamedOperatingPoint]:
+    """Operating points on the risk, chosen on validation (y, risk); test figures beside."""
+    yv, rv = val
+    out = []
+    for name, (t, rule) in choose_named_points(yv, rv).items():
+        out.append(NamedOperatingPoint(
+            name=name, rule=rule, threshold=t, validation=PointStats(**point_stats(yv, rv, t)),
+            test=None if test is None else PointStats(**point_stats(test[0], test[1], t))))
+    return out
+
+
+#: Stays of one outcome needed before its margin percentiles are stored.
+MIN_REFERENCE = 20
+PERCENTILES = list(range(1, 100))
+
+
+def margin_reference(y: np.ndarray, margin: np.ndarray, split: str) -> MarginReference:
+    """Margin percentiles 1..99 per outcome (None for an outcome with < MIN_REFERENCE stays)."""
+    def q(m: np.ndarray) -> list[float] | None:
+        return (np.round(np.percentile(m, PERCENTILES), 5).tolist()
+                if len(m) >= MIN_REFERENCE else None)
+    neg, pos = margin[y < 0.5], margin[y >= 0.5]
+    return MarginReference(split=split, percentiles=[float(p) for p in PERCENTILES],
+                           without_outcome=q(neg), with_outcome=q(pos),
+                           n_without=len(neg), n_with=len(pos))
+
+
+def histogram(values: np.ndarray, edges: list[float]) -> Histogram:
+    counts = np.bincount(bin_index(values, np.asarray(edges)), minlength=len(edges) + 1)
+    return Histogram(edges=edges, fractions=(counts / max(len(values), 1)).round(6).tolist(),
+                     n=len(values))
+
+
+def risk_reference(risk: np.ndarray) -> Histogram:
+    """Validation risks in bins cut at their deciles (the served-risk drift baseline)."""
+    edges = np.unique(np.round(np.quantile(risk, np.linspace(0, 1, 11)[1:-1]), 6)).tolist()
+    return histogram(risk, edges)
+
+
+def value_reference(cfg: dict[str, Any]) -> dict[str, Histogram]:
+    """The training split's observed hourly values per variable in fixed bins (the PSI
+    baseline), counted with `schemas.profile` exactly as the service counts served stays.
+
+    Re-reads the run's data folder (cached arrays) with the run's own split rules; empty when
+    that folder is gone."""
+    from training.config import TrainConfig
+    from training.fit import prepare
+
+    if not Path(cfg["data"]).is_dir():
+        return {}
+    data = prepare(TrainConfig(**cfg))
+    train = data.raw["train"]
+    fs = TrainConfig(**cfg).features()
+    bins = Bins.of(fs, decile_edges(train.x, train.lengths, fs))
+    counts = value_counts(train.x, train.lengths, fs, bins).sum(axis=0)  # [V, width]
+    out = {}
+    for k, var in enumerate(fs.variables):
+        nb = bins.n_bins(fs, k)
+        c = counts[k, :nb]
+        if c.sum() == 0:
+            continue
+        edges = bins.edges[k]
+        out[var.id] = Histogram(edges=[] if edges is None else edges.tolist(),
+                                fractions=(c / c.sum()).round(6).tolist(), n=int(c.sum()))
+    return out
+
+
+#: The point used when a request names none: the same rule as contract 1.0's single threshold
+#: (sensitivity >= 0.8), now on the risk; a request picks another by name.
+DEFAULT_POINT = "high_sensitivity"
+
+
+def _default_point(named: list[NamedOperatingPoint]) -> str | None:
+    names = [p.name for p in named]
+    return DEFAULT_POINT if DEFAULT_POINT in names else (names[0] if names else None)
+
+
 def subgroup_auroc(y: np.ndarray, p: np.ndarray, static_raw: np.ndarray) -> dict[str, Any]:
     """Test AUROC by sex and age band (mortality), with counts; None where undefined."""
     age, male = static_raw[:, 0], static_raw[:, 1]
@@ -238,15 +323,28 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         lg = preds[f"{split}_anchor_logits"][:, c]
         return preds[f"{split}_y"][:, c], preds[f"{split}_probability"][:, c], lg[:, 0] - lg[:, 1]
 
+    def risk(cal: Calibration, split: str, c: int) -> tuple[np.ndarray, np.ndarray]:
+        y, p, m = triple(split, c)
+        return y, cal.apply(p, m)
+
     for c, label in enumerate(labels):
         calib = fit_calibration(triple("calib", c) if has_calib else None, triple("val", c),
                                 where, temperature_input)
         pts, thr = _points(preds["val_y"][:, c], preds["val_probability"][:, c],
                            spec.default_operating_point)
         protos = prototypes(preds["train_z"], preds["train_y"][:, c])
-        classes.append(ClassCard(label=label, calibration=calib, operating_points=pts,
-                                 default_threshold=thr,
-                                 prototypes=[PrototypeSpec(**p) for p in protos]))
+        val_risk = risk(calib, "val", c)
+        named = named_points(val_risk, risk(calib, "test", c))
+        ref_split = "calib" if has_calib else "val"
+        yr, _, mr = triple(ref_split, c)
+        classes.append(ClassCard(
+            label=label, calibration=calib, operating_points=pts, default_threshold=thr,
+            prototypes=[PrototypeSpec(**p) for p in protos], named_points=named,
+            default_operating_point=_default_point(named),
+            margin_reference=margin_reference(
+                yr, mr, "calibration split (held out of training and early stopping)"
+                if has_calib else "validation split"),
+            risk_reference=risk_reference(val_risk[1])))
     prov = _provenance(Path(cfg["data"]), metrics, preds, data_description or "")
     version = version or out.name
     manifest = Manifest(
@@ -278,6 +376,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         code_version=code_version(),
         notes=[f"trained by: scehr train --config {run_dir}/config.json",
                "not for clinical use without local validation"],
+        value_reference=value_reference(cfg),
     )
     (out / "manifest.json").write_text(manifest_json(manifest))
     command = reproduce or (f"scehr train --config {run_dir / 'config.json'}\n"

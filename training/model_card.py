@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from schemas.manifest import Manifest
+from schemas.manifest import Manifest, PointStats
 from schemas.tasks import task_spec
 
 
@@ -20,6 +20,34 @@ MIN_POSITIVES = 10
 
 def _num(x: float | None, digits: int = 4) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _stats(s: PointStats | None) -> str:
+    if s is None:
+        return "n/a | n/a | n/a | n/a | n/a"
+    return " | ".join(_num(x, 3) for x in (s.sensitivity, s.specificity, s.ppv, s.npv,
+                                            s.alert_rate))
+
+
+def operating_point_table(m: Manifest) -> list[str]:
+    """Named operating points on the risk, with validation and test figures, per class."""
+    rules = {p.name: p.rule for c in m.classes for p in c.named_points}
+    lines = ["", "## Operating points (thresholds on the risk)", "",
+             "Chosen on validation; a request picks one with `?operating_point=NAME` (default "
+             "marked *) or gives its own `?threshold=`. Se sensitivity, Sp specificity, PPV/NPV "
+             "positive/negative predictive value, alert = share of stays alerted.", ""]
+    lines += [f"- `{k}`: {v}." for k, v in rules.items()]
+    lines += ["", "| class | point | risk threshold | val Se | val Sp | val PPV | val NPV | "
+              "val alert | test Se | test Sp | test PPV | test NPV | test alert |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in m.classes:
+        for p in c.named_points:
+            star = "*" if p.name == c.default_operating_point else ""
+            lines.append(f"| {c.label} | {p.name}{star} | {p.threshold:.4f} | "
+                         f"{_stats(p.validation)} | {_stats(p.test)} |")
+        if not c.named_points:
+            lines.append(f"| {c.label} | none reachable | | | | | | | | | | | |")
+    return lines
 
 
 def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] | None = None
@@ -100,29 +128,26 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
         cal = c.calibration
         lines.append(f"| {c.label} | {cal.method} | {_num(cal.ece_before)} | "
                      f"{_num(cal.ece_after)} |")
-    if task_spec(m.task).binary:
+    if any(c.named_points for c in m.classes):
+        lines += operating_point_table(m)
+    elif task_spec(m.task).binary:
         lines += ["", "## Operating points (validation data)", "",
-                  "Thresholds apply to the model's own probability (not the calibrated one).",
+                  "Thresholds apply to the model's own probability (`score`), not the risk.",
                   "",
                   "| point | threshold | sensitivity | PPV | specificity | alert rate |",
                   "|---|---:|---:|---:|---:|---:|"]
         for o in m.classes[0].operating_points:
             lines.append(f"| {o.name} | {o.threshold:.3f} | {o.sensitivity:.3f} | {o.ppv:.3f} | "
                          f"{o.specificity:.3f} | {o.alert_rate:.3f} |")
-        names = {o.name: o.threshold for o in m.classes[0].operating_points}
-        thr = m.classes[0].default_threshold
-        why = ("the lowest-alert threshold reaching sensitivity >= 0.8 on validation"
-               if names.get("sensitivity>=0.8") == thr else "0.5: no validation operating "
-               "point reached sensitivity 0.8")
-        lines.append(f"\nDefault alert threshold: {thr:.3f} ({why}).")
+        lines.append(f"\nDefault alert threshold: {m.classes[0].default_threshold:.3f}.")
     lines += ["", "## Channels never seen in training", "",
               (", ".join(f"`{c}`" for c in never) if never else "none") + ". The service "
               "treats these as not observed (their normal value) whatever a request sends, "
               "and says so in a warning."]
     lines += ["", "## Limitations", ""] + [f"- {x}" for x in (extra or [])] + [
         "- Trained on one data source; performance elsewhere must be checked locally.",
-        "- Probabilities are the model's own read-out; the calibrated probability is a "
-        "separate map fitted on held-out data.",
+        "- The risk is the model's score after a calibration map fitted on held-out data; "
+        "the raw score is not a probability to show a clinician.",
         "", "## Reproduce", "", "```bash", command, "```", ""]
     path = folder / "MODEL_CARD.md"
     path.write_text("\n".join(lines))

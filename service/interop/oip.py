@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from schemas.audit import input_hash
 from schemas.contract import INPUT_LENGTHS, INPUT_STATIC, INPUT_X
 from schemas.payloads import Prediction, StayPayload
 from service.batcher import ModelInputs, ModelOutputs
@@ -178,10 +179,14 @@ def stays(t: TensorIn, max_rows: int) -> list[StayPayload]:
     return out
 
 
-def plain_prepared(inputs: ModelInputs) -> Prepared:
-    """A Prepared for tensors given as they are (no payload, no notices)."""
+def plain_prepared(inputs: ModelInputs, fs_hash: str = "") -> Prepared:
+    """A Prepared for tensors given as they are (no payload, no notices); the audit's input
+    hash is over the tensors as given (already normalized), not a raw discretized stay."""
     n = inputs.rows
-    return Prepared(n, list(range(n)), {}, [[] for _ in range(n)], [None] * n, inputs)
+    sha = [input_hash(fs_hash, inputs.x[i], int(inputs.lengths[i]),
+                      None if inputs.static is None else inputs.static[i]) for i in range(n)]
+    return Prepared(n, list(range(n)), {}, [[] for _ in range(n)], [None] * n, inputs,
+                    input_sha256=sha)
 
 
 def outputs(out: ModelOutputs, preds: list[Prediction], wanted: list[str] | None

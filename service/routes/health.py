@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from service.deps import MetricsDep, RegistryDep
+from service.deps import MetricsDep, MonitoringDep, RegistryDep
 
 router = APIRouter(tags=["health"])
 metrics_router = APIRouter(tags=["health"])  # closable: SCEHR_OPEN_METRICS=false
@@ -34,8 +34,12 @@ async def readyz(registry: RegistryDep) -> JSONResponse:
 
 @metrics_router.get("/metrics", response_class=Response,
             responses={200: {"content": {"text/plain": {}}}})
-async def metrics(m: MetricsDep) -> Response:
+async def metrics(m: MetricsDep, monitoring: MonitoringDep) -> Response:
     """Prometheus exposition (aggregated over workers in multiprocess mode), rendered in a
     worker thread so a large scrape never stalls the event loop."""
-    data, content_type = await run_in_threadpool(m.render)
+    def render() -> tuple[bytes, str]:
+        monitoring.refresh_all()
+        return m.render()
+
+    data, content_type = await run_in_threadpool(render)
     return Response(data, media_type=content_type)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from schemas.payloads import ErrorBody, ModelInfo, ModelList
-from service.deps import RegistryDep
+from schemas.payloads import ErrorBody, ModelInfo, ModelList, MonitoringSummary
+from service.deps import MonitoringDep, RegistryDep
 from service.errors import ApiError
+from service.registry import ModelHandle, Registry
 
 router = APIRouter(tags=["models"])
 
@@ -22,10 +23,22 @@ async def list_models(registry: RegistryDep) -> ModelList:
             responses={404: {"model": ErrorBody}, 503: {"model": ErrorBody}})
 async def get_model(task: str, registry: RegistryDep) -> ModelInfo:
     """One task's model."""
+    return _handle(registry, task).model.info()
+
+
+def _handle(registry: Registry, task: str) -> ModelHandle:
     h = registry.handles.get(task)
     if h is None:
         if task in registry.state:
             raise ApiError(503, "model_not_ready",
                            message=f"the {task} model is {registry.state[task]}")
         raise ApiError(404, "model_not_found", message="no model is served here for this task")
-    return h.model.info()
+    return h
+
+
+@router.get("/models/{task}/monitoring", response_model=MonitoringSummary,
+            responses={404: {"model": ErrorBody}, 503: {"model": ErrorBody}})
+async def get_monitoring(task: str, registry: RegistryDep,
+                         monitoring: MonitoringDep) -> MonitoringSummary:
+    """Drift of the last scored stays (this worker) against training and validation."""
+    return monitoring.for_spec(_handle(registry, task).model.spec).refresh_gauges()

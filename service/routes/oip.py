@@ -134,7 +134,8 @@ async def _infer(name: str, version: str | None, request: Request,
                 return _error(400, f"input {INPUT_STAY!r}[{i}]: "
                               f"{'.'.join(map(str, p.loc))}: {p.message} ({p.rule})")
         else:
-            prep = plain_prepared(tensor_inputs(spec, given, settings.max_batch_stays))
+            prep = plain_prepared(tensor_inputs(spec, given, settings.max_batch_stays),
+                                  spec.fs_hash)
         assert prep.inputs is not None
         try:
             out = await h.batcher.submit(prep.inputs)

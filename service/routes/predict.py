@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from schemas.contract import RESPONSE_VERSION, RESPONSE_VERSION_HEADER
 from schemas.payloads import (
     BatchItem,
     BatchRequest,
@@ -26,21 +27,44 @@ from schemas.payloads import (
 from schemas.tasks import TASK_NAMES
 from service.auth import ApiKey
 from service.batcher import DeadlineExceeded, Overloaded
-from service.deps import MetricsDep, RegistryDep, SettingsDep, handle_for
+from service.deps import MetricsDep, MonitoringDep, RegistryDep, SettingsDep, handle_for
 from service.errors import ApiError
-from service.examples import batch_examples, stay_examples
+from service.examples import (
+    batch_examples,
+    mortality_response,
+    response_examples,
+    stay_examples,
+)
 from service.metrics import Metrics
-from service.pipeline import Prepared, parse_stays, predictions, prepare
+from service.monitoring import Monitoring
+from service.operating import Choice
+from service.pipeline import (
+    ModelSpec,
+    Prepared,
+    parse_stays,
+    predictions,
+    prepare,
+    score,
+)
 from service.registry import ModelHandle
 from service.settings import Settings
 
 router = APIRouter(tags=["predict"])
 log = logging.getLogger("scehr.predict")
+audit_log = logging.getLogger("scehr.audit")
 T = TypeVar("T")
 
-Explain = Annotated[Literal["basic", "full"], Query(
-    description="basic: anchors and nearest prototype; full: also per-variable contributions "
-    "by occlusion (one batched ONNX run)")]
+_EXPLAIN = ("basic: anchors, margin percentiles and nearest prototypes; top: also the "
+            "channels contributing most to the risk (occlusion, one batched ONNX run of one "
+            "row per observed channel); full: every channel's contribution")
+ExplainSingle = Annotated[Literal["basic", "top", "full"], Query(description=_EXPLAIN)]
+ExplainBatch = Annotated[Literal["basic", "top", "full"], Query(description=_EXPLAIN)]
+Explain = ExplainSingle  # the name the FHIR and CDS Hooks routes import
+PointName = Annotated[str | None, Query(
+    max_length=64, description="A named operating point of the model (GET /models/{task} "
+    "lists them, e.g. high_sensitivity, balanced, high_ppv); default: the model's default")]
+Threshold = Annotated[float | None, Query(
+    gt=0, lt=1, description="Your own alert threshold on the risk, instead of a named point")]
 Strict = Annotated[bool, Query(description="Reject values outside the cleaning ranges "
                                            "instead of dropping or clipping them")]
 
@@ -74,7 +98,34 @@ def _heavy(request: Request, settings: Settings, explain: str) -> bool:
 
 def _json(model: Prediction | BatchResponse) -> Response:
     """Serialize once (the route's response_model is for the schema only)."""
-    return Response(model.model_dump_json(), media_type="application/json")
+    return Response(model.model_dump_json(), media_type="application/json",
+                    headers={RESPONSE_VERSION_HEADER: RESPONSE_VERSION})
+
+
+def choose_point(spec: ModelSpec, name: str | None, threshold: float | None) -> Choice:
+    """The request's operating point; 422 naming the query parameter when it is not valid."""
+    if name is not None and threshold is not None:
+        raise ApiError(422, "validation_error", [Problem(
+            loc=["query", "operating_point"], rule="exclusive_parameters",
+            message="give `operating_point` or `threshold`, not both",
+            allowed="one of operating_point, threshold")])
+    if name is not None and name not in spec.points.names:
+        raise ApiError(422, "validation_error", [Problem(
+            loc=["query", "operating_point"], rule="unknown_operating_point",
+            message=f"{spec.task} model {spec.ref.version} has no operating point {name!r}",
+            allowed=", ".join(spec.points.names))])
+    return spec.points.choose(name, threshold)
+
+
+def _audit(spec: ModelSpec, preds: dict[int, Prediction]) -> None:
+    """One structured log line per prediction: identifiers and hashes, never values."""
+    for p in preds.values():
+        a = p.audit
+        audit_log.info("prediction", extra={
+            "task": spec.task, "model_version": a.model_version,
+            "model_sha256": a.model_sha256, "feature_set_hash": a.feature_set_hash,
+            "operating_point": a.operating_point, "input_sha256": a.input_sha256,
+            "alerts": sum(r.alert for r in p.results)})
 
 
 def _count(metrics: Metrics, task: str, prep: Prepared,
@@ -116,6 +167,24 @@ async def _infer(handle: ModelHandle, prep: Prepared, settings: Settings, metric
                        "batch; the request id is in the server's logs") from None
 
 
+def _finish(spec: ModelSpec, prep: Prepared, out: Any, choice: Choice | None, explain: str,
+            monitoring: Monitoring | None) -> dict[int, Prediction]:
+    """Predictions from the model's outputs, observed by monitoring and written to the audit
+    log ({} when no stay passed)."""
+    if out is None:
+        return {}
+    sc = score(spec, out)
+    preds = predictions(spec, prep, out, choice=choice, explain=explain, scored=sc)
+    if monitoring is not None:
+        n = len(prep.ok)
+        assert prep.observed is not None
+        monitoring.for_spec(spec).observe(
+            prep.observed, prep.values, sc.risk[:n],
+            spec.points.alerts(sc.risk[:n], sc.score[:n]))
+    _audit(spec, preds)
+    return preds
+
+
 def _prefixed(problems: list[Problem], prefix: list[str | int]) -> list[Problem]:
     return [p.model_copy(update={"loc": [*prefix, *p.loc]}) for p in problems]
 
@@ -128,23 +197,26 @@ async def score_one(handle: ModelHandle, stay: StayPayload, settings: Settings,
                     metrics: Metrics, task: str, *, explain: str = "basic",
                     strict: bool = False, heavy: bool = True,
                     locate: Callable[[list[str | int]], list[str | int]] = _body_loc,
+                    choice: Choice | None = None, monitoring: Monitoring | None = None,
                     ) -> Prediction:
     """The one-stay path every interface runs (JSON, FHIR, CDS Hooks, Open Inference).
 
     `locate` maps a payload field path to the caller's (e.g. a FHIR path) in 422 problems;
-    `heavy` runs the CPU work in a worker thread, off the event loop.
+    `heavy` runs the CPU work in a worker thread, off the event loop; `choice` is the
+    operating point (default: the model's), `monitoring` observes the scored stay.
     """
     t0 = time.perf_counter()
     prep = await _work(heavy, prepare, handle.model.spec, [stay], strict=strict,
                        max_observations=settings.max_observations,
-                       explain_full=explain == "full")
+                       explain_full=explain != "basic")
     metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
     _count(metrics, task, prep)
     if prep.problems:
         raise ApiError(422, "invalid_stay", [p.model_copy(update={"loc": locate(p.loc)})
                                              for p in prep.problems[0]])
     out = await _infer(handle, prep, settings, metrics, task)
-    return (await _work(heavy, predictions, handle.model.spec, prep, out))[0]
+    return (await _work(heavy, _finish, handle.model.spec, prep, out, choice, explain,
+                        monitoring))[0]
 
 
 def _single(task: str) -> Callable[..., Awaitable[Response]]:
@@ -154,21 +226,28 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
     async def predict(
         stay: Annotated[StayPayload, Body(openapi_examples=stay_examples(task))],
         request: Request, registry: RegistryDep, settings: SettingsDep, metrics: MetricsDep,
-        _: ApiKey, __: Annotated[None, Depends(label)], explain: Explain = "basic",
-        strict: Strict = False,
+        monitoring: MonitoringDep, _: ApiKey, __: Annotated[None, Depends(label)],
+        explain: ExplainSingle = "top", operating_point: PointName = None,
+        threshold: Threshold = None, strict: Strict = False,
     ) -> Response:
         handle = handle_for(registry, settings, task)
+        choice = choose_point(handle.model.spec, operating_point, threshold)
         return _json(await score_one(handle, stay, settings, metrics, task, explain=explain,
-                                     strict=strict, heavy=_heavy(request, settings, explain)))
+                                     strict=strict, heavy=_heavy(request, settings, explain),
+                                     choice=choice, monitoring=monitoring))
 
     predict.__doc__ = f"Score one ICU stay with the {task} model."
     return predict
 
 
+#: The task of the recorded response example (examples/*_response.json), when there is one.
+_EXAMPLE_TASK = ((mortality_response() or {}).get("model") or {}).get("task")
+
 for _task in TASK_NAMES:
     router.add_api_route(
         f"/predict/{_task}", _single(_task), methods=["POST"], response_model=Prediction,
-        responses=ERRORS, name=f"predict_{_task}", summary=f"Score one stay ({_task})",
+        responses={**ERRORS, **(response_examples() if _task == _EXAMPLE_TASK else {})},
+        name=f"predict_{_task}", summary=f"Score one stay ({_task})",
         operation_id=f"predict_{_task}")
 
 
@@ -250,16 +329,19 @@ _BATCH_BODY = {"requestBody": {"required": True, "content": {"application/json":
     "schema": BatchRequest.model_json_schema(), "examples": batch_examples(TASK_NAMES[0])}}}}
 
 
-@router.post("/predict/{task}/batch", response_model=BatchResponse, responses=ERRORS,
+@router.post("/predict/{task}/batch", response_model=BatchResponse,
+             responses={**ERRORS, **response_examples(batch=True)},
              summary="Score many stays; each succeeds or fails on its own",
              openapi_extra=_BATCH_BODY)
 async def predict_batch(
     task: str, request: Request, registry: RegistryDep, settings: SettingsDep,
-    metrics: MetricsDep, _: ApiKey, explain: Explain = "basic", strict: Strict = False,
+    metrics: MetricsDep, monitoring: MonitoringDep, _: ApiKey, explain: ExplainBatch = "basic",
+    operating_point: PointName = None, threshold: Threshold = None, strict: Strict = False,
 ) -> Response:
-    """Score up to SCEHR_MAX_BATCH_STAYS stays; 422 only for a malformed envelope."""
+    """Score up to SCEHR_MAX_BATCH_STAYS stays; 422 only for a malformed envelope or query."""
     handle = handle_for(registry, settings, task)
     request.state.model = task
+    choice = choose_point(handle.model.spec, operating_point, threshold)
     raw = await request.body()
     body = await _work(len(raw) > settings.offload_bytes, _parse_batch, raw)
     if len(body.stays) > settings.max_batch_stays:
@@ -271,11 +353,12 @@ async def predict_batch(
     heavy = _heavy(request, settings, explain) or len(body.stays) > 1
     t0 = time.perf_counter()
     parsed, prep = await _work(heavy, _prepare_batch, handle.model.spec, body.stays, strict,
-                               settings.max_observations, explain == "full")
+                               settings.max_observations, explain != "basic")
     metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
     _count(metrics, task, prep, [s for s in parsed if not isinstance(s, StayPayload)])
     out = await _infer(handle, prep, settings, metrics, task)
-    return await _work(heavy, _batch_response, handle.model.spec, body.stays, parsed, prep, out)
+    return await _work(heavy, _batch_response, handle.model.spec, body.stays, parsed, prep, out,
+                       choice, explain, monitoring)
 
 
 def _prepare_batch(spec: Any, raw: list[Any], strict: bool, max_observations: int,
@@ -287,8 +370,9 @@ def _prepare_batch(spec: Any, raw: list[Any], strict: bool, max_observations: in
 
 
 def _batch_response(spec: Any, raw: list[Any], parsed: list[StayPayload | list[Problem]],
-                    prep: Prepared, out: Any) -> Response:
-    preds = predictions(spec, prep, out) if out is not None else {}
+                    prep: Prepared, out: Any, choice: Choice, explain: str,
+                    monitoring: Monitoring) -> Response:
+    preds = _finish(spec, prep, out, choice, explain, monitoring)
     items: list[BatchItem] = []
     k = 0
     for i, s in enumerate(parsed):
@@ -307,5 +391,7 @@ def _batch_response(spec: Any, raw: list[Any], parsed: list[StayPayload | list[P
     # Item by item: each short encoder call lets the event loop's thread take the GIL in
     # between, where one call for a response of megabytes would hold it throughout.
     parts = b",".join(item.model_dump_json().encode() for item in items)
-    body = b'{"model":' + spec.ref.model_dump_json().encode() + b',"items":[' + parts + b"]}"
-    return Response(body, media_type="application/json")
+    body = (b'{"response_version":' + json.dumps(RESPONSE_VERSION).encode() + b',"model":'
+            + spec.ref.model_dump_json().encode() + b',"items":[' + parts + b"]}")
+    return Response(body, media_type="application/json",
+                    headers={RESPONSE_VERSION_HEADER: RESPONSE_VERSION})

@@ -178,8 +178,12 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
                 seed: int = 0, dim: int = 16, uses_static: bool | None = None,
                 unseen: tuple[str, ...] | None = None, corrupt_sha: bool = False,
                 contract_version: str = CONTRACT_VERSION, ignore_lengths: bool = False,
-                lstm_hidden: int = 0, mangle: dict[str, Any] | None = None) -> Path:
-    """Write `root/<task>/<version>/{model.onnx, manifest.json, MODEL_CARD.md}`; return the dir."""
+                lstm_hidden: int = 0, mangle: dict[str, Any] | None = None,
+                named: bool = False) -> Path:
+    """Write `root/<task>/<version>/{model.onnx, manifest.json, MODEL_CARD.md}`; return the dir.
+
+    `named` adds the contract 1.1 serving assets: named operating points on the risk, margin
+    percentiles, a validation risk histogram and training value histograms."""
     mortality = task == "mortality"
     fs = BENCHMARK_48H if mortality else BENCHMARK_STAY
     loss = loss or ("cbce" if mortality else "csce")
@@ -205,6 +209,8 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
         else:
             cal = {"method": "none"}
         cards.append(_class_card(lab, i, dim, rng, cal))
+        if named:
+            cards[-1].update(NAMED_CARD)
     static = None
     if uses_static:
         static = StaticImputer(np.array([65.0, 1.0]), np.array([64.0, 0.55]),
@@ -237,6 +243,8 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
         "created_at": "2026-01-01T00:00:00Z",
         "code_version": "test",
     }
+    if named:
+        manifest["value_reference"] = value_reference(fs)
     if corrupt_sha:
         manifest["onnx"]["sha256"] = "0" * 64
     if mangle:
@@ -245,6 +253,48 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
         Manifest.model_validate(manifest)  # the fixture itself must honour the contract
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     (out / "MODEL_CARD.md").write_text(f"# {manifest['name']}\n\nTest fixture, not a model.\n")
+    return out
+
+
+def _stats(alert_rate: float) -> dict[str, Any]:
+    return {"n": 1000, "sensitivity": 0.7, "specificity": 0.8, "ppv": 0.4, "npv": 0.9,
+            "alert_rate": alert_rate}
+
+
+#: Contract 1.1 per-class assets of the `named` fixtures (thresholds on the risk).
+NAMED_CARD: dict[str, Any] = {
+    "named_points": [
+        {"name": n, "rule": f"fixture {n}", "threshold": t, "validation": _stats(a),
+         "test": _stats(a)}
+        for n, t, a in (("high_sensitivity", 0.2, 0.4), ("balanced", 0.5, 0.2),
+                        ("high_ppv", 0.8, 0.05))],
+    "default_operating_point": "high_sensitivity",
+    "margin_reference": {"split": "fixture", "percentiles": list(range(1, 100)),
+                         "without_outcome": np.linspace(-3.0, 1.0, 99).tolist(),
+                         "with_outcome": np.linspace(-1.0, 3.0, 99).tolist(),
+                         "n_without": 500, "n_with": 100},
+    "risk_reference": {"edges": [0.1 * k for k in range(1, 10)], "fractions": [0.1] * 10,
+                       "n": 1000},
+}
+
+#: Standard-normal deciles: a variable's fixture reference is normal ± spread x these.
+Z_DECILES = (-1.2816, -0.8416, -0.5244, -0.2533, 0.0, 0.2533, 0.5244, 0.8416, 1.2816)
+
+
+def spread(var: Any) -> float:
+    return max(abs(var.normal_float) * 0.15, 1.0)
+
+
+def value_reference(fs: FeatureSet) -> dict[str, Any]:
+    """Training value histograms of a population around each variable's normal value."""
+    out: dict[str, Any] = {}
+    for var in fs.variables:
+        if var.is_categorical:
+            k = len(var.categories)
+            out[var.id] = {"edges": [], "fractions": [1.0 / k] * k, "n": 1000}
+        else:
+            edges = [round(var.normal_float + spread(var) * z, 6) for z in Z_DECILES]
+            out[var.id] = {"edges": edges, "fractions": [0.1] * 10, "n": 1000}
     return out
 
 

@@ -33,7 +33,8 @@ async def test_batched_equals_unbatched(make_settings: Callable[..., Settings],
     for size in (1, 32):
         async with serve(make_settings(max_batch_size=size, max_queue_delay_ms=20)) as c:
             before = batch_runs((await c.get("/metrics")).text, task)
-            rs = await asyncio.gather(*(c.post(f"/predict/{task}", json=s) for s in stays))
+            rs = await asyncio.gather(*(c.post(f"/predict/{task}", json=s,
+                                               params={"explain": "basic"}) for s in stays))
             after = batch_runs((await c.get("/metrics")).text, task)
         assert all(r.status_code == 200 for r in rs)
         runs, rows = after[0] - before[0], after[1] - before[1]

@@ -40,10 +40,19 @@ async def test_mortality_response_follows_the_contract(client: httpx.AsyncClient
     assert e["nearer_anchor"] == ("positive" if e["margin"] > 0 else "negative")
     assert -1 <= e["cosine_positive"] <= 1 and -1 <= e["cosine_negative"] <= 1
     # temperature calibration on the margin, T = 1.5 in the fixture manifest
-    assert res["calibrated_probability"] == pytest.approx(sig(e["margin"] / 1.5), abs=1e-9)
-    assert res["alert"] == (res["probability"] >= res["threshold"])
+    assert res["risk"] == pytest.approx(sig(e["margin"] / 1.5), abs=1e-9)
+    # response 1.0 names stay as deprecated aliases
+    assert (res["probability"], res["calibrated_probability"]) == (res["score"], res["risk"])
+    # a contract 1.0 point on a margin map stays on the score, and says so
+    op = res["operating_point"]
+    assert (op["name"], op["applies_to"], op["source"]) == ("high_sensitivity", "score",
+                                                            "default")
+    assert res["alert"] == (res["score"] >= op["threshold"]) and res["threshold"] == op["threshold"]
     assert res["prototype"]["count"] >= 20 and res["prototype"]["label"] in (0, 1)
-    assert res["contributions"] is None
+    assert len(res["prototypes"]) == 3 and res["prototypes"][0]["cluster"] == res["prototype"][
+        "cluster"]
+    assert len(res["contributions"]) == 3 and res["contributions_total"] == 5  # explain=top
+    assert out["response_version"] == "1.1" and out["audit"]["model_version"] == "v1"
 
 
 async def test_wide_form_scores_like_long_form(client: httpx.AsyncClient) -> None:
@@ -81,12 +90,14 @@ async def test_explain_full_occlusion(client: httpx.AsyncClient) -> None:
                                                  "gcs_total", "glucose"}
     deltas = [abs(c["delta"]) for c in contrib]
     assert deltas == sorted(deltas, reverse=True)
-    # delta = p(stay) - p(stay with that channel not observed)
+    # delta = risk(stay) - risk(stay with that channel not observed); the same on the score
     top = contrib[0]
     without = {**body, "observations": [o for o in body["observations"]
                                         if o["variable"] != top["variable"]]}
-    p_without = (await post(client, "mortality", without))["results"][0]["probability"]
-    assert top["delta"] == pytest.approx(res["probability"] - p_without, abs=1e-6)
+    other = (await post(client, "mortality", without))["results"][0]
+    assert top["delta"] == pytest.approx(res["risk"] - other["risk"], abs=1e-6)
+    assert top["delta_score"] == pytest.approx(res["score"] - other["score"], abs=1e-6)
+    assert top["direction"] == ("raises" if top["delta"] > 0 else "lowers")
 
 
 async def test_warnings_name_rules_not_values(client: httpx.AsyncClient) -> None:

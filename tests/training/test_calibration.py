@@ -105,3 +105,32 @@ def test_operating_points_monotonic_and_targets():
         above = p[y == 1] > r["threshold"]
         assert above.mean() < r["target_sensitivity"]
     json.dumps(rows)
+
+
+def test_named_points_follow_their_rules_on_validation() -> None:
+    from training.calibration import choose_named_points, point_stats
+
+    rng = np.random.default_rng(0)
+    y = (rng.random(2000) < 0.15).astype(int)
+    risk = np.clip(0.15 + 0.25 * (y - 0.15) + rng.normal(0, 0.12, 2000), 0.001, 0.999)
+    pts = choose_named_points(y, risk)
+    assert list(pts) == ["high_sensitivity", "balanced", "high_ppv"]
+    hs, bal, hp = (point_stats(y, risk, pts[k][0]) for k in pts)
+    assert hs["sensitivity"] >= 0.8 and hp["ppv"] >= 0.5
+    # high_sensitivity is the highest threshold reaching 0.8: one step up loses it
+    above = np.sort(np.unique(risk))
+    nxt = above[np.searchsorted(above, pts["high_sensitivity"][0]) + 1]
+    assert point_stats(y, risk, nxt)["sensitivity"] < 0.8
+    # balanced maximizes min(Se, PPV) over every threshold
+    best = max(min(point_stats(y, risk, t)["sensitivity"], point_stats(y, risk, t)["ppv"] or 0)
+               for t in above[::20])
+    assert min(bal["sensitivity"], bal["ppv"]) >= best - 1e-12
+    assert hs["alert_rate"] > bal["alert_rate"]
+    # high_ppv is the lowest threshold reaching PPV 0.5: every lower one falls short
+    lower = above[above < pts["high_ppv"][0]]
+    assert all((point_stats(y, risk, t)["ppv"] or 0) < 0.5 for t in lower[-50:])
+    assert set(hs) == {"n", "sensitivity", "specificity", "ppv", "npv", "alert_rate"}
+    # a rule that cannot be met is left out, never approximated
+    rare = choose_named_points(np.r_[np.zeros(500), np.ones(3)].astype(int),
+                               rng.random(503))
+    assert "high_ppv" not in rare

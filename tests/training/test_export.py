@@ -63,6 +63,23 @@ def test_export_writes_a_valid_manifest_card_and_index(models: Path, task: str) 
     assert m.provenance.splits["train"].n > 0 and "calib" in m.provenance.splits
     card = (folder / "MODEL_CARD.md").read_text()
     assert "not for clinical use" in card.lower() and "scehr export" in card
+    # contract 1.1 serving assets: points on the risk, margin percentiles, drift references
+    assert m.contract_version == "1.1"
+    for c in m.classes:
+        for pt in c.named_points:
+            assert pt.name in ("high_sensitivity", "balanced", "high_ppv")
+            assert 0 < pt.threshold < 1 and pt.test is not None
+            assert pt.validation.n == m.provenance.splits["val"].n
+        assert c.default_operating_point in {pt.name for pt in c.named_points} | {None}
+        assert c.risk_reference is not None and sum(c.risk_reference.fractions) == (
+            pytest.approx(1.0, abs=1e-4))
+        ref = c.margin_reference
+        assert ref is not None and ref.percentiles[0] == 1 and ref.percentiles[-1] == 99
+        assert ref.n_without + ref.n_with == m.provenance.splits["calib"].n
+    assert any(c.named_points for c in m.classes)
+    assert "## Operating points (thresholds on the risk)" in card
+    assert m.value_reference and all(
+        sum(h.fractions) == pytest.approx(1.0, abs=1e-4) for h in m.value_reference.values())
     index = json.loads((models / "index.json").read_text())
     assert index["defaults"][task] == "0.1.0"
 

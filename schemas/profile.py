@@ -1,0 +1,109 @@
+"""The input profile of stays: which variables were observed, and their values in fixed bins.
+
+One implementation for both sides of drift monitoring: export counts the training split with
+it (the manifest's `value_reference` and `coverage`), the service counts each served stay with
+it, so a population-stability index compares like with like. It reads the discretized,
+not yet normalized tensor (`schemas.tensorize.discretize`): a value counts once per hour it was
+observed (its mask column is 1), a categorical value by its category.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from schemas.featureset import FeatureSet
+
+#: Bins per continuous variable (cut at training deciles of its observed values).
+VALUE_BINS = 10
+#: Floor on bin fractions inside the PSI, so an empty bin gives a large but finite term.
+PSI_FLOOR = 1e-4
+
+
+def bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bin k holds edges[k-1] <= v < edges[k] (bin 0 below edges[0], the last from edges[-1])."""
+    return np.searchsorted(edges, values, side="right")
+
+
+@dataclass(frozen=True)
+class Bins:
+    """Per variable: the interior cut points (None for categorical: one bin per category)."""
+
+    edges: tuple[np.ndarray | None, ...]
+    width: int  # bins of the widest variable: counts are [.., V, width]
+
+    @classmethod
+    def of(cls, fs: FeatureSet, edges: dict[str, list[float]]) -> Bins:
+        out: list[np.ndarray | None] = []
+        width = 1
+        for v in fs.variables:
+            if v.is_categorical:
+                out.append(None)
+                width = max(width, len(v.categories))
+            else:
+                e = np.asarray(edges.get(v.id, []), dtype=np.float64)
+                out.append(e)
+                width = max(width, len(e) + 1)
+        return cls(tuple(out), width)
+
+    def n_bins(self, fs: FeatureSet, k: int) -> int:
+        e = self.edges[k]
+        return len(fs.variables[k].categories) if e is None else len(e) + 1
+
+
+def observed_mask(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet) -> np.ndarray:
+    """[N, T, V] True where a variable was observed in a valid hour of the stay."""
+    masks = x[:, :, fs.n_value_columns : fs.n_value_columns + fs.n_channels] > 0.5
+    valid = np.arange(x.shape[1])[None, :] < np.asarray(lengths)[:, None]
+    return masks & valid[:, :, None]
+
+
+def value_counts(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet, bins: Bins) -> np.ndarray:
+    """[N, V, width] per stay and variable: observed hours per value bin (int32)."""
+    n = x.shape[0]
+    seen = observed_mask(x, lengths, fs)
+    out = np.zeros((n, fs.n_channels, bins.width), dtype=np.int32)
+    for k, (var, begin) in enumerate(zip(fs.variables, fs.begins, strict=True)):
+        stay, hour = np.nonzero(seen[:, :, k])
+        if stay.size == 0:
+            continue
+        if var.is_categorical:
+            b = x[stay, hour, begin : begin + len(var.categories)].argmax(axis=1)
+        else:
+            edges = bins.edges[k]
+            assert edges is not None
+            b = bin_index(x[stay, hour, begin].astype(np.float64), edges)
+        np.add.at(out, (stay, k, b), 1)
+    return out
+
+
+def stays_observed(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet) -> np.ndarray:
+    """[N, V] True where the variable was observed at least once in the stay's window."""
+    return observed_mask(x, lengths, fs).any(axis=1)
+
+
+def decile_edges(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet,
+                 n_bins: int = VALUE_BINS) -> dict[str, list[float]]:
+    """Per continuous variable observed in `x`: distinct interior cut points at its quantiles."""
+    seen = observed_mask(x, lengths, fs)
+    out: dict[str, list[float]] = {}
+    levels = np.linspace(0, 1, n_bins + 1)[1:-1]
+    for k, (var, begin) in enumerate(zip(fs.variables, fs.begins, strict=True)):
+        if var.is_categorical:
+            continue
+        vals = x[:, :, begin][seen[:, :, k]].astype(np.float64)
+        if vals.size:
+            out[var.id] = np.unique(np.round(np.quantile(vals, levels), 6)).tolist()
+    return out
+
+
+def psi(expected: np.ndarray, actual_counts: np.ndarray) -> float | None:
+    """Population-stability index Σ (a − e) ln(a / e) of observed counts against reference
+    fractions (each floored at PSI_FLOOR); None without observations."""
+    total = float(actual_counts.sum())
+    if total <= 0:
+        return None
+    a = np.maximum(actual_counts / total, PSI_FLOOR)
+    e = np.maximum(np.asarray(expected, dtype=np.float64), PSI_FLOOR)
+    return float(np.sum((a - e) * np.log(a / e)))

@@ -1,0 +1,113 @@
+"""Drift monitoring: fixed memory and series whatever the traffic; gauges move under drift."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from schemas.profile import psi
+from service.settings import Settings
+from tests.service.conftest import serve
+from tests.service.fixture_model import write_index, write_model
+
+pytestmark = pytest.mark.anyio
+WINDOW = 60
+
+
+@pytest.fixture(scope="module")
+def named_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("monitored")
+    write_model(root, "mortality", "n1", loss="cbce", seed=1, named=True)
+    write_index(root, [("mortality", "n1")])
+    return root
+
+
+def population(rng: np.random.Generator, n: int, hr_shift: float = 0.0,
+               drop: str | None = None) -> list[dict[str, Any]]:
+    """Distinct stays around the fixture's reference (normal value ± 15%, as its deciles say);
+    `hr_shift` moves heart rate, `drop` stops measuring a variable."""
+    stays = []
+    for _ in range(n):
+        obs = []
+        for t in np.sort(rng.uniform(0, 47, size=12)).round(3).tolist():
+            obs.append({"variable": "heart_rate", "time": t,
+                        "value": round(float(rng.normal(86 + hr_shift, 12.9)), 2)})
+            if drop != "respiratory_rate":
+                obs.append({"variable": "respiratory_rate", "time": t,
+                            "value": round(float(rng.normal(19, 2.85)), 2)})
+        stays.append({"observations": obs})
+    return stays
+
+
+async def send(c: httpx.AsyncClient, stays: list[dict[str, Any]]) -> None:
+    for i in range(0, len(stays), 50):
+        r = await c.post("/predict/mortality/batch", json={"stays": stays[i : i + 50]})
+        assert r.status_code == 200, r.text
+
+
+def gauge(text: str, name: str, **labels: str) -> float:
+    sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    m = re.search(rf"^{name}{{{re.escape(sel)}}} (\S+)$", text, re.M)
+    assert m is not None, (name, labels)
+    return float(m.group(1))
+
+
+def series(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.startswith("scehr_monitor_"))
+
+
+async def test_memory_and_series_do_not_grow_and_gauges_move_under_drift(
+        named_dir: Path) -> None:
+    rng = np.random.default_rng(0)
+    async with serve(Settings(model_dir=named_dir, device="cpu",
+                              monitor_window=WINDOW)) as c:
+        monitoring = c.app.state.monitoring  # type: ignore[attr-defined]
+        await send(c, population(rng, WINDOW))
+        [mon] = monitoring.monitors()
+        size, text = mon.nbytes, (await c.get("/metrics")).text
+        before = series(text)
+        calm_psi = gauge(text, "scehr_monitor_value_psi", model="mortality",
+                         variable="heart_rate")
+        calm_rr = gauge(text, "scehr_monitor_observation_rate", model="mortality",
+                        variable="respiratory_rate")
+        assert gauge(text, "scehr_monitor_window_stays", model="mortality") == WINDOW
+        assert calm_psi < 0.1 and calm_rr == 1.0
+        # five windows of distinct stays, drifted: tachycardia, respiratory rate not charted
+        await send(c, population(rng, 5 * WINDOW, hr_shift=40.0, drop="respiratory_rate"))
+        text = (await c.get("/metrics")).text
+        assert mon.nbytes == size and series(text) == before
+        assert gauge(text, "scehr_monitor_window_stays", model="mortality") == WINDOW
+        assert gauge(text, "scehr_monitor_value_psi", model="mortality",
+                     variable="heart_rate") > 0.25
+        assert gauge(text, "scehr_monitor_observation_rate", model="mortality",
+                     variable="respiratory_rate") == 0.0
+        assert gauge(text, "scehr_monitor_training_observation_rate", model="mortality",
+                     variable="respiratory_rate") == pytest.approx(0.9)
+        summary = (await c.get("/models/mortality/monitoring")).json()
+    assert summary["stays"] == WINDOW and summary["window_size"] == WINDOW
+    hr = next(v for v in summary["variables"] if v["variable"] == "heart_rate")
+    assert hr["psi"] > 0.25 and 0 < hr["observed_hours"] <= 12 * WINDOW  # hourly cells
+    alerts = {(a["label"], a["operating_point"]) for a in summary["alerts"]}
+    assert alerts == {("in_hospital_mortality", p)
+                      for p in ("high_sensitivity", "balanced", "high_ppv")}
+    assert all(0 <= a["alert_rate"] <= 1 and a["validation_alert_rate"] is not None
+               for a in summary["alerts"])
+    assert summary["risk"][0]["psi"] is not None and summary["notes"] == []
+
+
+async def test_monitoring_route_404s_for_an_unserved_task(named_dir: Path) -> None:
+    async with serve(Settings(model_dir=named_dir, device="cpu")) as c:
+        r = await c.get("/models/phenotypes/monitoring")
+    assert r.status_code == 404
+
+
+def test_psi_is_zero_on_the_reference_and_large_on_a_shift() -> None:
+    ref = np.full(10, 0.1)
+    assert psi(ref, np.full(10, 7)) == pytest.approx(0.0)
+    assert psi(ref, np.array([0] * 8 + [50, 50])) > 1.0
+    assert psi(ref, np.zeros(10)) is None

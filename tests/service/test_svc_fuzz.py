@@ -29,7 +29,11 @@ from tests.service.test_svc_process import REPO, free_port, scehr_command
 
 KEY = {"X-API-Key": "s3cret"}
 EXAMPLES = int(os.environ.get("SCEHR_FUZZ_EXAMPLES", "40"))
-OPEN = {"/livez", "/readyz", "/metrics", "/models", "/models/{task}", "/openapi.json"}
+OPEN = {"/livez", "/readyz", "/metrics", "/models", "/models/{task}", "/openapi.json",
+        # discovery and metadata of the other interfaces, open like /models
+        "/cds-services", "/models/{task}/card", "/v2", "/v2/health/live", "/v2/health/ready",
+        "/v2/models/{name}", "/v2/models/{name}/ready", "/v2/models/{name}/versions/{version}",
+        "/v2/models/{name}/versions/{version}/ready"}
 
 
 @pytest.fixture(scope="module")

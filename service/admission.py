@@ -129,6 +129,18 @@ def predict_task(scope: Scope) -> str | None:
     return m.group(1) if m and m.group(1) in TASKS else None
 
 
+#: Routes that carry patient data or change state: the API key is checked before the body is read.
+KEYED_PREFIXES = ("/predict/", "/admin/", "/fhir/", "/cds-services/")
+
+
+def needs_key(path: str) -> bool:
+    """Whether `path` needs the API key (when keys are set): scoring in every interface
+    (JSON, FHIR, CDS Hooks services, Open Inference `infer`) and admin; discovery, metadata
+    and probes stay open like `/models` (closable by settings)."""
+    return path.startswith(KEYED_PREFIXES) or (path.startswith("/v2/")
+                                               and path.endswith("/infer"))
+
+
 def _api_key(scope: Scope) -> str | None:
     for k, v in scope.get("headers", []):
         if k == b"x-api-key":
@@ -153,8 +165,7 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         task = predict_task(scope)
-        guarded = scope.get("path", "").startswith(("/predict/", "/admin/"))
-        if guarded and self.api_keys:
+        if self.api_keys and needs_key(scope.get("path", "")):
             key = _api_key(scope)
             if key is None or not key_matches(key, self.api_keys):
                 await send_error(send, 401, ErrorBody(

@@ -35,6 +35,13 @@ class OipError(ValueError):
     """A request the protocol answers with 400 and {"error": message}."""
 
 
+class V2Error(BaseModel):
+    """The protocol's error body: `{"error": message}` (400 bad request, 404 unknown model,
+    503 not ready or overloaded)."""
+
+    error: str
+
+
 class TensorIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -56,7 +56,9 @@ async def cds_service(service_id: str, body: CdsRequest, request: Request,
 
 
 @router.get("/models/{task}/card", response_class=PlainTextResponse, name="model_card",
-            responses={200: {"content": {"text/markdown": {}}}, 404: {"model": ErrorBody}},
+            responses={200: {"content": {"text/markdown": {}}},
+                       404: {"content": {"application/json": {
+                           "schema": {"$ref": "#/components/schemas/ErrorBody"}}}}},
             summary="The served model's card (Markdown)")
 async def model_card(task: str, registry: RegistryDep, settings: SettingsDep) -> Response:
     handle = handle_for(registry, settings, task)

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from schemas.contract import CONTRACT_VERSION
+from schemas.payloads import ErrorBody
 from service.auth import ApiKey
 from service.batcher import Overloaded
 from service.deps import MetricsDep, RegistryDep, SettingsDep
@@ -24,6 +25,7 @@ from service.interop.oip import (
     InferResponse,
     ModelMetadata,
     OipError,
+    V2Error,
     metadata,
     outputs,
     plain_prepared,
@@ -34,7 +36,8 @@ from service.pipeline import predictions, prepare
 from service.registry import ModelHandle, ModelNotReady, Registry
 from service.settings import Settings
 
-router = APIRouter(prefix="/v2", tags=["open-inference-protocol"])
+router = APIRouter(prefix="/v2", tags=["open-inference-protocol"], responses={
+    code: {"model": V2Error} for code in (400, 404, 503)})
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -53,6 +56,9 @@ def _handle(registry: Registry, name: str, version: str | None) -> ModelHandle:
                        f"(served: {h.model.spec.manifest.version})")
     return h
 
+
+#: With API keys set, `infer` answers 401 (the service's error body) without a valid key.
+KEYED: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}}
 
 @router.get("/health/live", summary="Server live (200) or not")
 async def live() -> dict[str, bool]:
@@ -193,7 +199,7 @@ INFER_BODY = {"requestBody": {"required": True, "content": {"application/json": 
 
 
 @router.post("/models/{name}/infer", response_model=InferResponse, summary="Inference",
-             openapi_extra=INFER_BODY)
+             openapi_extra=INFER_BODY, responses=KEYED)
 async def infer(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
                 metrics: MetricsDep, _: ApiKey) -> Response:
     """Tensors `x`, `lengths` (and `static`) as the graph takes them, or `stay`: BYTES of
@@ -202,7 +208,8 @@ async def infer(name: str, request: Request, registry: RegistryDep, settings: Se
 
 
 @router.post("/models/{name}/versions/{version}/infer", response_model=InferResponse,
-             summary="Inference on a given version", openapi_extra=INFER_BODY)
+             summary="Inference on a given version", openapi_extra=INFER_BODY,
+             responses=KEYED)
 async def infer_version(name: str, version: str, request: Request, registry: RegistryDep,
                         settings: SettingsDep, metrics: MetricsDep, _: ApiKey) -> Response:
     return await _infer(name, version, request, registry, settings, metrics)

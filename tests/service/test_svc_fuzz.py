@@ -30,11 +30,10 @@ from tests.service.test_svc_process import REPO, free_port, scehr_command
 KEY = {"X-API-Key": "s3cret"}
 EXAMPLES = int(os.environ.get("SCEHR_FUZZ_EXAMPLES", "40"))
 OPEN = {"/livez", "/readyz", "/metrics", "/models", "/models/{task}", "/openapi.json",
-        "/models/{task}/card",
-        "/cds-services",  # CDS Hooks discovery is open by its spec
-        # Open Inference Protocol health and metadata (inference needs the key)
-        "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/{name}",
-        "/v2/models/{name}/ready", "/v2/models/{name}/versions/{version}",
+        "/models/{task}/monitoring",
+        # discovery and metadata of the other interfaces, open like /models
+        "/cds-services", "/models/{task}/card", "/v2", "/v2/health/live", "/v2/health/ready",
+        "/v2/models/{name}", "/v2/models/{name}/ready", "/v2/models/{name}/versions/{version}",
         "/v2/models/{name}/versions/{version}/ready"}
 
 

@@ -124,7 +124,8 @@ def test_sigterm_under_load_loses_no_request(model_dir: Path, tmp_path: Path) ->
 
         def send(i: int) -> None:
             try:
-                r = clients[i].post("/predict/mortality", json=stay(hr=80 + i))
+                r = clients[i].post("/predict/mortality", json=stay(hr=80 + i),
+                                    params={"explain": "basic"})  # one row each: they wait
                 results.append(r.status_code)
             except httpx.HTTPError as e:
                 results.append(repr(e))

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from schemas.contract import RISK_EPS
 from training.calibration import (
     IsotonicCalibrator,
     TemperatureCalibrator,
@@ -69,14 +70,18 @@ def test_isotonic_roundtrip_equals_sklearn():
     cal = IsotonicCalibrator().fit(p, y)
     d = json.loads(json.dumps(cal.to_dict()))
     x_new = np.concatenate([rng.random(200), [-0.5, 0.0, 1.0, 2.0]])  # incl. out of range
-    np.testing.assert_allclose(apply_calibration(d, x_new), cal.models[0].transform(x_new))
-    np.testing.assert_allclose(IsotonicCalibrator.from_dict(d).transform(x_new),
-                               cal.models[0].transform(x_new))
+    # The served read-out keeps risks strictly inside (0, 1) (schemas.contract.RISK_EPS).
+    expected = np.clip(cal.models[0].transform(x_new), RISK_EPS, 1 - RISK_EPS)
+    np.testing.assert_allclose(apply_calibration(d, x_new), expected)
+    np.testing.assert_allclose(
+        np.clip(IsotonicCalibrator.from_dict(d).transform(x_new), RISK_EPS, 1 - RISK_EPS),
+        expected)
     Y2 = np.stack([y, 1 - y], axis=1)
     P2 = np.stack([p, 1 - p], axis=1)
     cal2 = IsotonicCalibrator().fit(P2, Y2)
     out = apply_calibration(cal2.to_dict(), P2[:20])
-    np.testing.assert_allclose(out[:, 1], cal2.models[1].transform(P2[:20, 1]))
+    np.testing.assert_allclose(out[:, 1], np.clip(cal2.models[1].transform(P2[:20, 1]),
+                                                  RISK_EPS, 1 - RISK_EPS))
 
 
 def test_apply_calibration_none():

@@ -1,56 +1,92 @@
 """The shipped models' answers to the example payloads do not move under refactoring.
 
-The expected values were recorded from the served responses before the architecture work of
-issue 8 (see `record` below: `python -m tests.service.test_svc_served_outputs_frozen`). Only
-numbers are compared, per class, to 1e-6; if the response renames a field, change `FIELDS`.
+One golden file per shipped version (`golden/served_examples-<version>.json`), recorded from
+the served responses of that version (see `record` below:
+`python -m tests.service.test_svc_served_outputs_frozen VERSION`). Each version is served on
+its own from a copy of `models/` whose index makes it the default, so changing the shipped
+default does not change what is compared. Only numbers are compared, per class, to 1e-6; if
+the response renames a field, change `FIELDS`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from schemas.model_index import ModelIndex, read_index, write_index
 from service.settings import Settings
 from tests.service.conftest import serve
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
-GOLDEN = Path(__file__).parent / "golden" / "served_examples.json"
+GOLDEN_DIR = Path(__file__).parent / "golden"
 TASKS = ("mortality", "phenotypes")
 
 #: Recorded name -> where the current response keeps that number (per class result).
 FIELDS = {"probability": "probability", "calibrated_probability": "calibrated_probability"}
 
 
-async def served(task: str) -> list[dict[str, Any]]:
-    """Per class: label and the numbers of FIELDS, from /predict on the shipped default."""
+def golden(version: str) -> Path:
+    return GOLDEN_DIR / f"served_examples-{version}.json"
+
+
+def recorded_versions() -> list[str]:
+    return sorted(p.stem.removeprefix("served_examples-")
+                  for p in GOLDEN_DIR.glob("served_examples-*.json"))
+
+
+def models_with_default(version: str, into: Path) -> Path:
+    """A model dir holding only `version` of each task, as every task's default."""
+    shipped = read_index(REPO / "models")
+    entries = [e for e in shipped.models if e.version == version]
+    for e in entries:
+        shutil.copytree(REPO / "models" / e.path, into / e.path)
+    write_index(into, ModelIndex(defaults={e.task: version for e in entries}, models=entries))
+    return into
+
+
+async def served(task: str, model_dir: Path) -> list[dict[str, Any]]:
+    """Per class: label and the numbers of FIELDS, from /predict on the model dir's default."""
     payload = json.loads((REPO / "examples" / f"{task}_stay.json").read_text())
-    async with serve(Settings(model_dir=REPO / "models", device="cpu")) as client:
+    async with serve(Settings(model_dir=model_dir, device="cpu")) as client:
         r = await client.post(f"/predict/{task}", json=payload)
     assert r.status_code == 200, r.text
     return [{"label": c["label"], **{k: c[v] for k, v in FIELDS.items()}}
             for c in r.json()["results"]]
 
 
+def test_every_shipped_version_has_a_golden_file() -> None:
+    shipped = {e.version for e in read_index(REPO / "models").models}
+    assert shipped <= set(recorded_versions()), "record the new version's golden file"
+
+
+@pytest.mark.parametrize("version", recorded_versions())
 @pytest.mark.parametrize("task", TASKS)
-async def test_served_probabilities_of_the_examples_did_not_move(task: str) -> None:
-    want = json.loads(GOLDEN.read_text())[task]
-    got = await served(task)
+async def test_served_probabilities_of_the_examples_did_not_move(
+        task: str, version: str, tmp_path: Path) -> None:
+    want = json.loads(golden(version).read_text())[task]
+    got = await served(task, models_with_default(version, tmp_path))
     assert [c["label"] for c in got] == [c["label"] for c in want]
     for g, w in zip(got, want, strict=True):
         for k in FIELDS:
-            assert g[k] == pytest.approx(w[k], abs=1e-6), (task, g["label"], k)
+            assert g[k] == pytest.approx(w[k], abs=1e-6), (task, version, g["label"], k)
 
 
-def record() -> None:
-    """Write the golden file from the current code (run only on a known-good revision)."""
-    out = {task: asyncio.run(served(task)) for task in TASKS}
-    GOLDEN.write_text(json.dumps(out, indent=1) + "\n")
+def record(version: str, scratch: Path) -> None:
+    """Write `version`'s golden file from the current code (only on a known-good revision)."""
+    model_dir = models_with_default(version, scratch)
+    out = {task: asyncio.run(served(task, model_dir)) for task in TASKS}
+    golden(version).write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    record()
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        record(sys.argv[1], Path(d))

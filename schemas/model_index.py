@@ -17,6 +17,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,38 @@ def add_model(model_dir: Path, entry: IndexEntry, *, set_default: bool) -> list[
                        f"{entry.task} {entry.version}` to serve the new version)")
     write_index(model_dir, index)
     return changes
+
+
+def import_model(model_dir: Path, folder: Path, *, set_default: bool) -> list[str]:
+    """Copy a model folder built elsewhere (a scratch or CI build) into `model_dir` as
+    `<task>/<version>/` and register it; returns what changed.
+
+    The folder must carry a valid manifest whose ONNX sha256 matches its graph, so what is
+    registered is exactly what was built; an existing version is refused (versions are
+    immutable), and the copy lands under a temporary name first so a failure leaves nothing
+    half-copied behind.
+    """
+    from schemas.manifest import ContractError, load_manifest, sha256_file
+
+    folder = Path(folder)
+    try:
+        manifest = load_manifest(folder / "manifest.json")
+    except ContractError as e:
+        raise ModelIndexError(str(e), rule="manifest_invalid") from e
+    graph = folder / manifest.onnx.file
+    if not graph.is_file() or sha256_file(graph) != manifest.onnx.sha256:
+        raise ModelIndexError(f"{graph} is missing or its sha256 differs from the manifest's",
+                              rule="sha256_mismatch")
+    dest = Path(model_dir) / manifest.task / manifest.version
+    refuse_existing(model_dir, manifest.task, manifest.version, dest)
+    if dest.exists():
+        raise ModelIndexError(f"{dest} exists: versions are immutable", rule="version_exists")
+    staging = dest.with_name(f".{dest.name}.importing")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(folder, staging)
+    staging.rename(dest)
+    return [f"copied {folder} -> {dest}",
+            *add_model(model_dir, entry_for(dest, model_dir, manifest), set_default=set_default)]
 
 
 def set_default(model_dir: Path, task: str, version: str) -> str:

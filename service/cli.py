@@ -1,4 +1,4 @@
-"""`scehr serve`, `scehr score` and `scehr models list | set-default | remove | diff`."""
+"""`scehr serve`, `scehr score` and `scehr models list | add | set-default | remove | diff`."""
 
 from __future__ import annotations
 
@@ -63,6 +63,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     help="folder with index.json (default: SCEHR_MODEL_DIR, else models/)")
     ls.add_argument("--json", action="store_true", help="print the index entries as JSON")
     ls.set_defaults(func=_list)
+    add = msub.add_parser("add", help="copy a model folder built elsewhere (e.g. by "
+                          "build_default_models --models DIR) into the model directory and "
+                          "register it; an existing version is refused")
+    add.add_argument("folder", type=Path, help="a folder with manifest.json and its ONNX graph")
+    add.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
+    add.add_argument("--set-default", action="store_true",
+                     help="make it the task's default (otherwise the default stays)")
+    add.set_defaults(func=_add)
     sd = msub.add_parser("set-default", help="make a version the task's default (prints the "
                          "change; running services pick it up on restart or reload)")
     sd.add_argument("task", choices=TASKS)
@@ -187,6 +195,14 @@ def _model_dir(args: argparse.Namespace) -> Path:
     from service.settings import Settings
 
     return args.model_dir or Settings().model_dir
+
+
+def _add(args: argparse.Namespace) -> int:
+    from schemas.model_index import import_model
+
+    for line in import_model(_model_dir(args), args.folder, set_default=args.set_default):
+        print(line)
+    return 0
 
 
 def _set_default(args: argparse.Namespace) -> int:

@@ -132,6 +132,35 @@ def test_cli_prints_every_change(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert json.loads((tmp_path / "index.json").read_text())["default_since"]["mortality"]
 
 
+def test_add_copies_a_built_folder_verified_and_never_overwrites(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    built = write_model(tmp_path / "scratch", "mortality", "v3")
+    served = tmp_path / "served"
+    write_model(served, "mortality", "v1")
+    write_fixture_index(served, [("mortality", "v1")])
+    md = ["--model-dir", str(served)]
+    assert scehr_cli.main(["models", "add", str(built), *md]) == 0
+    out = capsys.readouterr().out
+    assert f"-> {served / 'mortality' / 'v3'}" in out and "default mortality stays v1" in out
+    assert (served / "mortality" / "v3" / "model.onnx").read_bytes() == \
+        (built / "model.onnx").read_bytes()
+    assert read_index(served).entry("mortality", "v3") is not None
+    # the same version again: refused, nothing changed
+    assert scehr_cli.main(["models", "add", str(built), "--set-default", *md]) == 1
+    assert "immutable" in capsys.readouterr().err
+    assert read_index(served).defaults["mortality"] == "v1"
+    # a graph that is not the one the manifest describes is never registered
+    bad = write_model(tmp_path / "scratch", "mortality", "v4", corrupt_sha=True)
+    assert scehr_cli.main(["models", "add", str(bad), "--set-default", *md]) == 1
+    assert "sha256" in capsys.readouterr().err
+    assert not (served / "mortality" / "v4").exists()
+    assert read_index(served).entry("mortality", "v4") is None
+    # asked to, it moves the default and says so
+    v5 = write_model(tmp_path / "scratch", "mortality", "v5")
+    assert scehr_cli.main(["models", "add", str(v5), "--set-default", *md]) == 0
+    assert "default mortality: v1 -> v5" in capsys.readouterr().out
+
+
 def test_compare_models_says_exactly_what_differs(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     a = write_model(tmp_path / "a", "mortality", "1.0.0", seed=1)

@@ -17,6 +17,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -234,6 +235,15 @@ def entry_for(folder: Path, root: Path, manifest: Any) -> IndexEntry:
 #: Manifest keys that differ between two builds of the same model by design.
 BUILD_STAMPS = ("created_at", "code_version")
 
+#: The run folder a build trained in appears in the manifest's notes ("trained by: scehr train
+#: --config <run>/config.json"); where the run folder was is a build stamp too, not the model.
+_RUN_FOLDER = re.compile(r"--config \S+/config\.json")
+
+
+def _without_run_folder(notes: Any) -> Any:
+    return ([_RUN_FOLDER.sub("--config <run>/config.json", n) if isinstance(n, str) else n
+             for n in notes] if isinstance(notes, list) else notes)
+
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(d, dict):
@@ -264,6 +274,11 @@ def compare_models(a: Path, b: Path) -> tuple[list[str], list[str]]:
     fa, fb = _flatten(ma), _flatten(mb)
     notes = [f"{k}: {_short(fa.get(k))} vs {_short(fb.get(k))}" for k in BUILD_STAMPS
              if fa.get(k) != fb.get(k)]
+    if fa.get("notes") != fb.get("notes") and \
+            _without_run_folder(fa.get("notes")) == _without_run_folder(fb.get("notes")):
+        notes.append(f"notes: trained in another run folder ({_short(fa.get('notes'), 60)} vs "
+                     f"{_short(fb.get('notes'), 60)})")
+        fb["notes"] = fa.get("notes")
     for k in sorted(set(fa) | set(fb)):
         if k in BUILD_STAMPS or fa.get(k) == fb.get(k):
             continue

@@ -132,6 +132,24 @@ def test_cli_prints_every_change(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert json.loads((tmp_path / "index.json").read_text())["default_since"]["mortality"]
 
 
+def test_the_run_folder_in_the_notes_is_a_build_stamp(tmp_path: Path) -> None:
+    a = write_model(tmp_path / "a", "mortality", "1.0.0", seed=1)
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+
+    def with_notes(folder: Path, notes: list[str]) -> None:
+        m = json.loads((folder / "manifest.json").read_text())
+        m["notes"] = notes
+        (folder / "manifest.json").write_text(json.dumps(m))
+
+    with_notes(a, ["trained by: scehr train --config runs/default-x/config.json", "n"])
+    with_notes(b, ["trained by: scehr train --config runs/check-x/run/config.json", "n"])
+    diffs, notes = compare_models(a, b)
+    assert diffs == [] and any("another run folder" in n for n in notes)
+    with_notes(b, ["trained by: scehr train --config runs/check-x/run/config.json", "other"])
+    assert any(d.startswith("manifest notes:") for d in compare_models(a, b)[0])
+
+
 def test_add_copies_a_built_folder_verified_and_never_overwrites(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     built = write_model(tmp_path / "scratch", "mortality", "v3")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -90,14 +89,13 @@ def test_cache_invalidated_when_a_file_changes(tmp_path: Path) -> None:
     assert len(list(first.cache_path.parent.glob("mortality-test-*.npz"))) == 1
 
 
-def test_seeded_and_fast(tmp_path: Path) -> None:
-    t0 = time.perf_counter()
+def test_seeded(tmp_path: Path) -> None:
+    """Same seed, same files. (Its speed is not asserted here: a timed unit test fails on a
+    loaded machine; the synthetic writer is small enough that the suite shows any slowdown.)"""
     a = write_synthetic(tmp_path / "a", task="both", n_train=200, n_test=50, seed=5)
-    elapsed = time.perf_counter() - t0
     b = write_synthetic(tmp_path / "b", task="both", n_train=200, n_test=50, seed=5)
     name = "in-hospital-mortality/train/900007_episode1_timeseries.csv"
     assert (a / name).read_text() == (b / name).read_text()
-    assert elapsed < 5.0  # ~0.5 s on one free core
 
 
 @pytest.mark.parametrize("task", ["mortality", "phenotypes"])

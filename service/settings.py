@@ -65,6 +65,10 @@ class Settings(BaseSettings):
     device: Literal["auto", "cuda", "cpu"] = Field(
         "auto", description="auto: CUDA when ONNX Runtime can really use it, else CPU; cuda: fail "
         "at start without a working CUDA provider")
+    io_binding: Literal["auto", "on", "off"] = Field(
+        "auto", description="Run ORT through an I/O binding (inputs copied to the device once "
+        "per run, outputs back to host memory); auto: on the CUDA provider only. Not yet "
+        "measured on a GPU")
     workers: int = Field(1, ge=1, description="uvicorn worker processes (sizes ORT threads); "
                          "`scehr serve` sets it, by default to the available cores")
     intra_op_threads: int | None = Field(

@@ -22,10 +22,8 @@ from schemas.manifest import Manifest
 from schemas.payloads import (
     Audit,
     Contribution,
-    MarginPercentile,
     ModelRef,
     Notice,
-    OperatingPointUsed,
     Prediction,
     Problem,
     StayPayload,
@@ -234,7 +232,8 @@ def alerts(choice: Choice, risk: np.ndarray, score: np.ndarray) -> np.ndarray:
 
 
 def _margin_percentile(spec: ModelSpec, c: int, m: np.ndarray
-                       ) -> list[MarginPercentile | None]:
+                       ) -> list[dict[str, Any] | None]:
+    """Per row, a MarginPercentile's fields (validated with the whole Prediction)."""
     ref = spec.assets.margins[c]
     if ref is None:
         return [None] * len(m)
@@ -245,9 +244,8 @@ def _margin_percentile(spec: ModelSpec, c: int, m: np.ndarray
         b = None if pos is None else round(float(pos[r]), 1)
         parts = [f"{v:g}% of held-out stays {who}" for v, who in
                  ((a, "without the outcome"), (b, "with it")) if v is not None]
-        out.append(MarginPercentile(
-            without_outcome=a, with_outcome=b,
-            summary="closer to the outcome anchor than " + " and ".join(parts)))
+        out.append({"without_outcome": a, "with_outcome": b,
+                    "summary": "closer to the outcome anchor than " + " and ".join(parts)})
     return out
 
 
@@ -272,9 +270,9 @@ def predictions(spec: ModelSpec, prep: Prepared, out: ModelOutputs, *,
                                          ("u", al[:, :, 0]), ("v", al[:, :, 1]), ("m", mn),
                                          ("cu", cos_u), ("cv", cos_v))}
     pct = [_margin_percentile(spec, c, mn[:, c]) for c in range(len(labels))]
-    points = [OperatingPointUsed(name=choice.used[c], threshold=float(choice.thresholds[c]),
-                                 applies_to="score" if choice.on_score[c] else "risk",
-                                 source="default" if choice.source == "default" else "request")
+    source = "default" if choice.source == "default" else "request"
+    points = [{"name": choice.used[c], "threshold": float(choice.thresholds[c]),
+               "applies_to": "score" if choice.on_score[c] else "risk", "source": source}
               for c in range(len(labels))]
     contrib = None
     if prep.occluded and explain in ("top", "full"):
@@ -316,7 +314,7 @@ def predictions(spec: ModelSpec, prep: Prepared, out: ModelOutputs, *,
                 "contributions": None if rc is None else rc[0],
                 "contributions_total": None if rc is None else rc[1],
                 "probability": lists["p"][r][c], "calibrated_probability": lists["r"][r][c],
-                "threshold": points[c].threshold, "prototype": legacy,
+                "threshold": points[c]["threshold"], "prototype": legacy,
             })
         notices = prep.notices[idx]
         fallback = sorted({u for u in choice.used if u != choice.name})

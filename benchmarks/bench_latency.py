@@ -1,7 +1,7 @@
 """Latency at concurrency 1 for one full stay, next to raw ORT time for batch 1.
 
     .venv/bin/python benchmarks/bench_latency.py [--requests 300] [--task mortality] [--hours 48]
-        [--device cpu]
+        [--device cpu] [--real 200] [--workers 1]
 
 One keep-alive connection sends `--requests` single-stay requests one after another (stays of
 `--hours` hours; phenotypes stays carry `end_hours`). Also prints the server's own mean ORT
@@ -31,6 +31,7 @@ from common import (
     post,
     server,
 )
+from payloads import real_stays
 
 from schemas.payloads import StayPayload
 from schemas.tasks import task_spec
@@ -38,16 +39,19 @@ from service.pipeline import predictions, prepare
 from service.registry import load_model, read_index, resolve
 from service.settings import Settings
 
+#: The request parse before this commit's fast path (FastAPI's body parameter: json.loads, then
+#: validation of the dict) and now (pydantic validates while parsing the bytes).
+BEFORE, NOW = "json.loads + model_validate (before)", "model_validate_json (now)"
+
 
 def stage_profile(m, bodies: list[bytes]) -> dict[str, list[float]]:
-    st: dict[str, list[float]] = {k: [] for k in ("json.loads", "pydantic StayPayload",
-                                                  "ingest+tensorize", "ORT batch 1",
-                                                  "read-outs", "response JSON")}
+    st: dict[str, list[float]] = {k: [] for k in (BEFORE, NOW, "ingest+tensorize",
+                                                  "ORT batch 1", "read-outs", "response JSON")}
     for b in bodies:
         t = [time.perf_counter()]
-        raw = json.loads(b)
+        StayPayload.model_validate(json.loads(b))
         t.append(time.perf_counter())
-        stay = StayPayload.model_validate(raw)
+        stay = StayPayload.model_validate_json(b)
         t.append(time.perf_counter())
         prep = prepare(m.spec, [stay])
         t.append(time.perf_counter())
@@ -73,15 +77,22 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
                     help="SCEHR_DEVICE of the server and of the in-process session")
     ap.add_argument("--hours", type=int, default=48)
+    ap.add_argument("--real", type=int, default=0, metavar="N",
+                    help="N real test stays (benchmarks/payloads.py) instead of synthetic ones")
+    ap.add_argument("--workers", type=int, default=1, help="scehr serve --workers")
     args = ap.parse_args()
     load_before = loadavg()
     models, which = model_dir()
-    stays = [full_stay(i, args.hours) for i in range(50)]
-    if task_spec(args.task).ends_at_period_length:  # whole-stay tasks read up to end_hours
-        for s in stays:
-            s["end_hours"] = float(args.hours)
+    found = real_stays(args.task, args.real) if args.real else None
+    if found is not None:
+        stays, what = found
+    else:
+        stays = [full_stay(i, args.hours) for i in range(50)]
+        what = f"full {args.hours} h synthetic stays"
+        if task_spec(args.task).ends_at_period_length:  # whole-stay tasks read to end_hours
+            for s in stays:
+                s["end_hours"] = float(args.hours)
     bodies = [dumps(s) for s in stays]
-    n_obs = np.mean([len(s["observations"]) for s in stays])
     del stays  # as in bench_parity.py: keep this process's heap small for the in-process profile
     path = f"/predict/{args.task}?explain=basic"  # the 1.0 default: no occlusion rows
 
@@ -102,24 +113,26 @@ def main() -> None:
                               for t in (after, before))
         return lat, (s1 - s0) / (c1 - c0) * 1e3
 
-    with server(models, device=args.device) as srv:
+    with server(models, device=args.device, workers=args.workers) as srv:
         lat, server_ort = asyncio.run(run(srv.port))
     m = load_model(resolve(models, read_index(models), args.task), args.task,
                    Settings(model_dir=models, device=args.device))
     st = stage_profile(m, bodies * 4)
     print(f"models: {which}; {describe(m)}; {os.cpu_count()} cores; load average before: "
           f"{load_before}")
-    print(f"{args.requests} sequential requests, full {args.hours} h stays (~{n_obs:.0f} "
-          f"observations, {np.mean([len(b) for b in bodies]) / 1e3:.0f} kB)")
+    print(f"{args.requests} sequential requests, {what} "
+          f"({np.mean([len(b) for b in bodies]) / 1e3:.1f} kB)")
     print(f"end to end (loopback HTTP): p50 {pct(lat, 50) * 1e3:.2f} ms  "
           f"p99 {pct(lat, 99) * 1e3:.2f} ms")
     print(f"ORT inside the server:      mean {server_ort:.3f} ms per request (batch 1)")
     ort = st["ORT batch 1"]
     print(f"raw ORT, batch 1:           p50 {pct(ort, 50):.3f} ms  p99 {pct(ort, 99):.3f} ms")
-    total = sum(np.median(v) for v in st.values())
-    print("in-process stages (median ms):")
+    total = sum(np.median(v) for k, v in st.items() if k != BEFORE)
+    print(f"in-process stages (median ms; total {total:.3f} with the parse of now, "
+          f"{total - np.median(st[NOW]) + np.median(st[BEFORE]):.3f} with the one before):")
     for k, v in st.items():
-        print(f"    {k:24s} {np.median(v):7.3f}  ({np.median(v) / total:5.1%})")
+        share = "" if k == BEFORE else f"  ({np.median(v) / total:5.1%})"
+        print(f"    {k:38s} {np.median(v):7.3f}{share}")
 
 
 if __name__ == "__main__":

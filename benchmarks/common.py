@@ -112,17 +112,42 @@ class Server:
     pid: int
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time the server process has used so far (Linux /proc)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU time the server and its live worker processes have used so far."""
+        return tree_cpu_seconds(self.pid)
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of `root` and its live descendants (Linux /proc; uvicorn's workers are
+    children of the server process)."""
+    stats: dict[int, tuple[int, float]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(d.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12]))
+                              / os.sysconf("SC_CLK_TCK"))
+    keep, total = {root}, 0.0
+    changed = True
+    while changed:
+        changed = False
+        for pid, (ppid, _) in stats.items():
+            if ppid in keep and pid not in keep:
+                keep.add(pid)
+                changed = True
+    for pid in keep:
+        total += stats.get(pid, (0, 0.0))[1]
+    return total
 
 
 @contextmanager
-def server(models: Path, profile: Path | None = None, device: str = "cpu",
+def server(models: Path, profile: Path | None = None, device: str = "cpu", workers: int = 1,
            **settings: Any) -> Iterator[Server]:
-    """`scehr serve` on a free loopback port until ready; SIGTERM on exit. With `profile`,
-    the server runs under cProfile (wall-clock timer: a per-thread CPU timer would halve the
-    server's speed) and writes its statistics there when it stops."""
+    """`scehr serve --workers N` on a free loopback port until ready; SIGTERM on exit. With
+    `profile`, the server runs under cProfile (wall-clock timer: a per-thread CPU timer would
+    halve the server's speed) and writes its statistics there when it stops."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCEHR_")}
     env.update({f"SCEHR_{k.upper()}": str(v) for k, v in settings.items()})
@@ -132,7 +157,8 @@ def server(models: Path, profile: Path | None = None, device: str = "cpu",
     if profile is not None:
         cmd = [sys.executable, "-c", _PROFILED, str(profile)]
     proc = subprocess.Popen([*cmd, "serve", "--port", str(port), "--model-dir", str(models),
-                             "--device", device], stdout=log, stderr=log, env=env, cwd=REPO)
+                             "--device", device, "--workers", str(workers)],
+                            stdout=log, stderr=log, env=env, cwd=REPO)
     try:
         deadline = time.monotonic() + 60
         while True:

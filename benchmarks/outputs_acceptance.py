@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -24,35 +23,9 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import server
-from schemas.featureset import BENCHMARK_48H
+from benchmarks.payloads import stay_payload
 from training.calibration import expected_calibration_error
 from training.metrics import auroc
-
-UNITS = {v.benchmark_name: v.unit for v in BENCHMARK_48H.variables
-         if v.unit_required and v.unit}
-
-
-def stay_payload(folder: Path, name: str, demo: dict[str, Any]) -> dict[str, Any]:
-    """One benchmark CSV as a wide-form payload (canonical units), with age and sex."""
-    df = pd.read_csv(folder / name)
-    cols = {}
-    for c in df.columns[1:]:
-        vals = df[c].tolist()
-        if all(isinstance(v, float) and math.isnan(v) for v in vals):
-            continue
-        cols[c] = [None if isinstance(v, float) and math.isnan(v) else
-                   (str(v) if df[c].dtype == object else float(v)) for v in vals]
-    body: dict[str, Any] = {"id": name, "wide": {
-        "hours": df["Hours"].astype(float).tolist(), "columns": cols,
-        "units": {c: u for c, u in UNITS.items() if c in cols}}}
-    d = {}
-    if not math.isnan(demo.get("age", math.nan)):
-        d["age"] = min(float(demo["age"]), 130.0)
-    if not math.isnan(demo.get("sex_male", math.nan)):
-        d["sex"] = "male" if demo["sex_male"] == 1 else "female"
-    if d:
-        body["demographics"] = d
-    return body
 
 
 def main() -> None:

@@ -6,11 +6,15 @@ import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
 from schemas.contract import CONTRACT_VERSION
+from schemas.payloads import StayPayload
 from service import errors
 from service.admission import Admission, AdmissionMiddleware
 from service.logs import configure_logging
@@ -71,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.monitoring = Monitoring(metrics, settings.monitor_window)
     errors.install(app)
     app.include_router(predict.router)
+    openapi_components(app, StayPayload)
     if settings.open_models:
         app.include_router(models.router)
     app.include_router(health.router)
@@ -87,6 +92,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        api_keys=[k.get_secret_value() for k in settings.api_keys])
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
+
+
+def openapi_components(app: FastAPI, *models: type[BaseModel]) -> None:
+    """Add `models` (and the models they use) to the OpenAPI components: routes that read
+    their body themselves (`/predict/{task}`) refer to them by `$ref`."""
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = plain()
+            _, top = models_json_schema([(m, "validation") for m in models],
+                                        ref_template="#/components/schemas/{model}")
+            schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+            for name, schema in top.get("$defs", {}).items():
+                schemas.setdefault(name, schema)
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def build_app() -> FastAPI:

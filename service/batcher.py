@@ -1,7 +1,9 @@
 """Dynamic micro-batching: concurrent requests for one model share one ONNX Runtime run.
 
-LitServe-like: `batch` (concatenate the queued requests, padding to the longest T), one blocking
-ORT call in a worker thread (off the event loop), `unbatch` (split the outputs back by rows).
+LitServe-like: `batch` (concatenate the queued requests, padding to the longest T), blocking
+ORT calls in a worker thread (off the event loop), `unbatch` (split the outputs back by rows).
+Queued requests of very different lengths (whole-stay phenotype models) are run as a few
+length groups (`length_groups`), so padding to the longest stay does not cancel the gain.
 While a batch computes, the next one gathers in a bounded queue; a full queue refuses new work
 (`Overloaded` -> 503 with Retry-After) instead of letting latency grow without bound. One batcher
 per model and per worker process: batching never spans processes.
@@ -63,6 +65,32 @@ def batch(items: list[ModelInputs]) -> ModelInputs:
     lengths = np.concatenate([i.lengths for i in items])
     static = None if items[0].static is None else np.concatenate([i.static for i in items])
     return ModelInputs(x, lengths, static)
+
+
+#: Padded time steps a length group may hold per real one: grouping stops adding longer stays
+#: to a group once padding would exceed this share (1.25: at most a fifth of the work padding).
+PADDING_SLACK = 1.25
+
+
+def length_groups(lengths: list[int], rows: list[int],
+                  slack: float = PADDING_SLACK) -> list[list[int]]:
+    """Indices of queued requests, grouped by time length so that each ORT run pads little.
+
+    Requests are sorted by length; a group takes the next (longer) one while its padded size
+    (rows x the longest length) stays within `slack` x its real size. Equal lengths (every
+    fixed-window model) always form one group, so batching is never split for nothing."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    real = n = 0
+    for i in order:
+        t, r = lengths[i], rows[i]
+        if groups and (n + r) * t <= slack * (real + r * t):
+            groups[-1].append(i)
+            real, n = real + r * t, n + r
+        else:
+            groups.append([i])
+            real, n = r * t, r
+    return groups
 
 
 def unbatch(out: ModelOutputs, sizes: list[int]) -> list[ModelOutputs]:
@@ -220,6 +248,10 @@ class MicroBatcher:
             rows += nxt.inputs.rows
         return items, False
 
+    def _run_groups(self, groups: list[list[ModelInputs]]) -> list[ModelOutputs]:
+        """One ORT run per length group (padding and copying in the worker thread too)."""
+        return [run_chunked(self._run, batch(g), self.max_batch_size) for g in groups]
+
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         done = False
@@ -236,10 +268,11 @@ class MicroBatcher:
                 i.started = True
             start = time.perf_counter()
             self._notify([start - i.enqueued for i in items])
+            groups = [[items[k] for k in g] for g in length_groups(
+                [i.inputs.x.shape[1] for i in items], [i.inputs.rows for i in items])]
             try:
-                joined = batch([i.inputs for i in items])
-                out = await loop.run_in_executor(self._executor, run_chunked, self._run, joined,
-                                                 self.max_batch_size)
+                outs = await loop.run_in_executor(self._executor, self._run_groups,
+                                                  [[i.inputs for i in g] for g in groups])
             except Exception as e:  # the model failed: every caller in the batch learns it
                 log.exception("inference failed", extra={"model": self.name,
                                                          "rows": sum(i.inputs.rows
@@ -248,9 +281,10 @@ class MicroBatcher:
                     if not i.future.done():
                         i.future.set_exception(e)
                 continue
-            for i, o in zip(items, unbatch(out, [i.inputs.rows for i in items]), strict=True):
-                if not i.future.done():
-                    i.future.set_result(o)
+            for g, out in zip(groups, outs, strict=True):
+                for i, o in zip(g, unbatch(out, [i.inputs.rows for i in g]), strict=True):
+                    if not i.future.done():
+                        i.future.set_result(o)
         # Anything left behind the sentinel (a submit raced the close) runs now.
         while self._carry or not self._queue.empty():
             p = await self._next(0)

@@ -21,8 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "models of models/index.json on 127.0.0.1:8000. Every SCEHR_* setting also applies.")
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     serve.add_argument("--port", type=int, default=8000, help="TCP port")
-    serve.add_argument("--workers", type=int, default=1,
-                       help="worker processes; each loads its own models and batcher")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="worker processes, each with its own models and batcher (default: "
+                       "one per available core, cgroup CPU quota included; ORT intra-op "
+                       "threads per worker = cores // workers)")
     serve.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     serve.add_argument("--device", choices=["auto", "cuda", "cpu"], help="SCEHR_DEVICE")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
@@ -97,14 +99,18 @@ def _serve(args: argparse.Namespace) -> int:
 
     from service.logs import uvicorn_log_config
     from service.registry import ModelLoadError, Registry, load_model
-    from service.settings import Settings
+    from service.settings import Settings, available_cores
 
     for opt, env in (("model_dir", "SCEHR_MODEL_DIR"), ("device", "SCEHR_DEVICE"),
                      ("log_level", "SCEHR_LOG_LEVEL")):
         value = getattr(args, opt)
         if value is not None:
             os.environ[env] = str(Path(value).resolve()) if opt == "model_dir" else str(value)
-    os.environ["SCEHR_WORKERS"] = str(args.workers)
+    workers = args.workers if args.workers is not None else available_cores()
+    if workers < 1:
+        print("scehr serve: --workers must be >= 1", file=sys.stderr)
+        return 2
+    os.environ["SCEHR_WORKERS"] = str(workers)
     settings = Settings()
     # Fail here, with one clear line, before any worker starts: every configured model is
     # loaded and warmed up once (a corrupt graph whose sha256 matches, anchors that do not
@@ -117,13 +123,13 @@ def _serve(args: argparse.Namespace) -> int:
     except ModelLoadError as e:
         print(f"scehr serve: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
-    created = _multiprocess_dir(args.workers)
+    created = _multiprocess_dir(workers)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler;
     # a no-op handler here makes a graceful stop exit with status 0, as process managers expect.
     signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         uvicorn.run("service.app:build_app", factory=True, host=args.host, port=args.port,
-                    workers=args.workers, log_config=uvicorn_log_config(settings.log_level),
+                    workers=workers, log_config=uvicorn_log_config(settings.log_level),
                     access_log=False, timeout_graceful_shutdown=30,
                     # Longer than a load balancer's idle timeout (60 s is common) and than the
                     # longest Retry-After: refused clients come back on the same connection

@@ -133,13 +133,32 @@ class ExplainAssets:
     def nearest_prototypes(self, z: np.ndarray, k: int = 1
                            ) -> list[tuple[np.ndarray, np.ndarray] | None]:
         """Per class: (indices of the k nearest prototypes by cosine [n, k], cosines [n, k])."""
-        zu = _unit_rows(z)
         out: list[tuple[np.ndarray, np.ndarray] | None] = []
-        for p in self.prototypes:
+        if self._proto_unit is None:  # no class has prototypes
+            return [None] * len(self.prototypes)
+        # One product against every class's prototypes at once (stacked at load), then each
+        # class's slice: the same per-element dot products as class by class, computed once.
+        cos_all = _row_dot(_unit_rows(z), self._proto_unit)  # [n, all prototypes]
+        sizes = {b - a for a, b in self._proto_bounds}
+        if len(sizes) == 1 and all(p is not None for p in self.prototypes):
+            # every class has P prototypes: one sort over [n, C, P] (the same stable order)
+            cos = cos_all.reshape(len(z), len(self.prototypes), sizes.pop())
+            idx = np.argsort(-cos, axis=2, kind="stable")[:, :, :k]
+            top = np.take_along_axis(cos, idx, axis=2)
+            return [(idx[:, c], top[:, c]) for c in range(len(self.prototypes))]
+        rows = np.arange(len(z))[:, None]
+        for p, (a, b) in zip(self.prototypes, self._proto_bounds, strict=True):
             if p is None:
                 out.append(None)
                 continue
-            cos = _row_dot(zu, p.unit)  # [n, P]
+            cos = cos_all[:, a:b]  # [n, P]
             idx = np.argsort(-cos, axis=1, kind="stable")[:, :k]
-            out.append((idx, np.take_along_axis(cos, idx, axis=1)))
+            out.append((idx, cos[rows, idx]))
         return out
+
+    def __post_init__(self) -> None:
+        units = [p.unit for p in self.prototypes if p is not None]
+        self._proto_unit = np.ascontiguousarray(np.concatenate(units)) if units else None
+        sizes = [0 if p is None else len(p.unit) for p in self.prototypes]
+        ends = np.cumsum(sizes).tolist()
+        self._proto_bounds = [(e - n, e) for e, n in zip(ends, sizes, strict=True)]

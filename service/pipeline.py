@@ -20,18 +20,12 @@ from schemas.featureset import FeatureSet
 from schemas.ingest import DEFAULT_MAX_OBSERVATIONS, ingest
 from schemas.manifest import Manifest
 from schemas.payloads import (
-    AnchorExplanation,
     Audit,
-    ClassResult,
     Contribution,
-    MarginPercentile,
     ModelRef,
     Notice,
-    OperatingPointUsed,
     Prediction,
     Problem,
-    Prototype,
-    PrototypeMatch,
     StayPayload,
 )
 from schemas.profile import Bins, stays_observed, value_counts
@@ -238,7 +232,8 @@ def alerts(choice: Choice, risk: np.ndarray, score: np.ndarray) -> np.ndarray:
 
 
 def _margin_percentile(spec: ModelSpec, c: int, m: np.ndarray
-                       ) -> list[MarginPercentile | None]:
+                       ) -> list[dict[str, Any] | None]:
+    """Per row, a MarginPercentile's fields (validated with the whole Prediction)."""
     ref = spec.assets.margins[c]
     if ref is None:
         return [None] * len(m)
@@ -249,9 +244,8 @@ def _margin_percentile(spec: ModelSpec, c: int, m: np.ndarray
         b = None if pos is None else round(float(pos[r]), 1)
         parts = [f"{v:g}% of held-out stays {who}" for v, who in
                  ((a, "without the outcome"), (b, "with it")) if v is not None]
-        out.append(MarginPercentile(
-            without_outcome=a, with_outcome=b,
-            summary="closer to the outcome anchor than " + " and ".join(parts)))
+        out.append({"without_outcome": a, "with_outcome": b,
+                    "summary": "closer to the outcome anchor than " + " and ".join(parts)})
     return out
 
 
@@ -276,20 +270,22 @@ def predictions(spec: ModelSpec, prep: Prepared, out: ModelOutputs, *,
                                          ("u", al[:, :, 0]), ("v", al[:, :, 1]), ("m", mn),
                                          ("cu", cos_u), ("cv", cos_v))}
     pct = [_margin_percentile(spec, c, mn[:, c]) for c in range(len(labels))]
-    points = [OperatingPointUsed(name=choice.used[c], threshold=float(choice.thresholds[c]),
-                                 applies_to="score" if choice.on_score[c] else "risk",
-                                 source="default" if choice.source == "default" else "request")
+    source = "default" if choice.source == "default" else "request"
+    points = [{"name": choice.used[c], "threshold": float(choice.thresholds[c]),
+               "applies_to": "score" if choice.on_score[c] else "risk", "source": source}
               for c in range(len(labels))]
     contrib = None
     if prep.occluded and explain in ("top", "full"):
         contrib = _contributions(spec, prep, sc, None if explain == "full" else
                                  TOP_CONTRIBUTIONS)
+    # Plain dicts, validated once per stay: one call into pydantic-core for the whole nested
+    # response instead of one model __init__ per class, prototype and explanation.
     result: dict[int, Prediction] = {}
     for r, idx in enumerate(prep.ok):
         classes = []
         for c, label in enumerate(labels):
             m = lists["m"][r][c]
-            protos: list[PrototypeMatch] = []
+            protos: list[dict[str, Any]] = []
             legacy = None
             if near[c] is not None:
                 pi, pc = near[c]
@@ -297,29 +293,29 @@ def predictions(spec: ModelSpec, prep: Prepared, out: ModelOutputs, *,
                 assert ps is not None
                 for j in range(pi.shape[1]):
                     k = int(pi[r, j])
-                    protos.append(PrototypeMatch(
-                        name=ps.names[k], cluster=k, count=int(ps.count[k]),
-                        outcome_rate=float(ps.outcome_rate[k]), ci_low=float(ps.ci_low[k]),
-                        ci_high=float(ps.ci_high[k]), cosine=float(pc[r, j])))
+                    protos.append({
+                        "name": ps.names[k], "cluster": k, "count": int(ps.count[k]),
+                        "outcome_rate": float(ps.outcome_rate[k]), "ci_low": float(ps.ci_low[k]),
+                        "ci_high": float(ps.ci_high[k]), "cosine": float(pc[r, j])})
                 k0 = int(pi[r, 0])
-                legacy = Prototype(label=int(ps.label[k0]), cluster=k0, count=int(ps.count[k0]),
-                                   outcome_rate=float(ps.outcome_rate[k0]),
-                                   cosine=float(pc[r, 0]))
+                legacy = {"label": int(ps.label[k0]), "cluster": k0, "count": int(ps.count[k0]),
+                          "outcome_rate": float(ps.outcome_rate[k0]),
+                          "cosine": float(pc[r, 0])}
             rc = None if contrib is None else contrib[r][c]
-            classes.append(ClassResult(
-                label=label, risk=lists["r"][r][c], score=lists["p"][r][c],
-                alert=lists["alert"][r][c], operating_point=points[c],
-                explanation=AnchorExplanation(
-                    positive_logit=lists["u"][r][c], negative_logit=lists["v"][r][c], margin=m,
-                    margin_percentile=pct[c][r],
-                    nearer_anchor="positive" if m > 0 else "negative",
-                    cosine_positive=lists["cu"][r][c], cosine_negative=lists["cv"][r][c]),
-                prototypes=protos,
-                contributions=None if rc is None else rc[0],
-                contributions_total=None if rc is None else rc[1],
-                probability=lists["p"][r][c], calibrated_probability=lists["r"][r][c],
-                threshold=points[c].threshold, prototype=legacy,
-            ))
+            classes.append({
+                "label": label, "risk": lists["r"][r][c], "score": lists["p"][r][c],
+                "alert": lists["alert"][r][c], "operating_point": points[c],
+                "explanation": {
+                    "positive_logit": lists["u"][r][c], "negative_logit": lists["v"][r][c],
+                    "margin": m, "margin_percentile": pct[c][r],
+                    "nearer_anchor": "positive" if m > 0 else "negative",
+                    "cosine_positive": lists["cu"][r][c], "cosine_negative": lists["cv"][r][c]},
+                "prototypes": protos,
+                "contributions": None if rc is None else rc[0],
+                "contributions_total": None if rc is None else rc[1],
+                "probability": lists["p"][r][c], "calibrated_probability": lists["r"][r][c],
+                "threshold": points[c]["threshold"], "prototype": legacy,
+            })
         notices = prep.notices[idx]
         fallback = sorted({u for u in choice.used if u != choice.name})
         if fallback:
@@ -327,12 +323,13 @@ def predictions(spec: ModelSpec, prep: Prepared, out: ModelOutputs, *,
                 code="operating_point_unavailable",
                 message=f"operating point {choice.name!r} is not defined for some labels; "
                 f"they used {', '.join(fallback)} (see each result's operating_point)")]
-        result[idx] = Prediction(
-            response_version=RESPONSE_VERSION, id=prep.ids[idx], model=spec.ref,
-            results=classes, warnings=notices,
-            audit=Audit(model_version=spec.ref.version, model_sha256=spec.ref.sha256,
-                        feature_set_hash=spec.fs_hash, operating_point=choice.name,
-                        input_sha256=prep.input_sha256[r], response_version=RESPONSE_VERSION))
+        result[idx] = Prediction.model_validate({
+            "response_version": RESPONSE_VERSION, "id": prep.ids[idx], "model": spec.ref,
+            "results": classes, "warnings": notices,
+            "audit": Audit(model_version=spec.ref.version, model_sha256=spec.ref.sha256,
+                           feature_set_hash=spec.fs_hash, operating_point=choice.name,
+                           input_sha256=prep.input_sha256[r],
+                           response_version=RESPONSE_VERSION)})
     return result
 
 

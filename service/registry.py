@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 
 from schemas.contract import GRAPH
@@ -31,7 +32,7 @@ from service.load_errors import DeviceError, ModelLoadError
 from service.metrics import Metrics
 from service.model_store import read_index, resolve
 from service.pipeline import ModelSpec
-from service.runtime import OrtRuntime, probe_device
+from service.runtime import CUDA, OrtRuntime, probe_device
 from service.settings import Settings
 from service.validation import check_graph, inspect, preflight, warm_up
 
@@ -82,6 +83,9 @@ class LoadedModel:
     shown_path: str = ""  # relative to the model dir: /models never shows server paths
     default_version: str | None = None
     default_since: datetime | None = None
+    #: Run through an ORT I/O binding (SCEHR_IO_BINDING): inputs copied to the device once per
+    #: run, outputs copied back by ORT into host memory. UNVERIFIED on a GPU (no device here).
+    io_binding: bool = False
 
     @property
     def task(self) -> str:
@@ -93,10 +97,22 @@ class LoadedModel:
         if GRAPH.static.name in self.input_names:
             feeds[GRAPH.static.name] = inputs.static
         t0 = time.perf_counter()
-        z, al, p = self.session.run(list(GRAPH.output_names), feeds)
+        if self.io_binding:
+            z, al, p = self._run_bound(feeds)
+        else:
+            z, al, p = self.session.run(list(GRAPH.output_names), feeds)
         if self.observe is not None:
             self.observe(inputs.rows, time.perf_counter() - t0)
         return ModelOutputs(z, al, p)
+
+    def _run_bound(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        binding = self.session.io_binding()
+        for name, arr in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(arr))
+        for name in GRAPH.output_names:
+            binding.bind_output(name, "cpu")
+        self.session.run_with_iobinding(binding)
+        return list(binding.copy_outputs_to_cpu())
 
     def info(self, available: list[AvailableModel] | None = None) -> ModelInfo:
         m = self.spec.manifest
@@ -137,6 +153,8 @@ def load_model(folder: Path, task: str, settings: Settings,
         raise ModelLoadError(f"manifest cannot be served: {e}", rule="manifest_invalid") from e
     model = LoadedModel(spec, folder, sess, sess.get_providers()[0], settings.device,
                         datetime.now(UTC), names)
+    model.io_binding = settings.io_binding == "on" or (settings.io_binding == "auto"
+                                                       and model.provider == CUDA)
     try:
         warm_up(model, settings.max_batch_size)
     except ModelLoadError:

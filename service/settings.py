@@ -23,11 +23,32 @@ def default_model_dir() -> Path:
     return repo if repo.is_dir() else Path.cwd() / "models"
 
 
+def _cgroup_quota(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The CPU quota of this process's cgroup in whole cores (rounded up), None when unlimited
+    or unknown: a container limited to 2 CPUs on a 64-core host should start 2 workers."""
+    try:  # cgroup v2
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        if quota == "max":
+            return None
+        return max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v1
+        q = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        p = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if q <= 0 or p <= 0 else max(1, -(-q // p))
+    except (OSError, ValueError):
+        return None
+
+
 def available_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup CPU quota."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    return min(cores, quota) if quota else cores
 
 
 class Settings(BaseSettings):
@@ -44,7 +65,12 @@ class Settings(BaseSettings):
     device: Literal["auto", "cuda", "cpu"] = Field(
         "auto", description="auto: CUDA when ONNX Runtime can really use it, else CPU; cuda: fail "
         "at start without a working CUDA provider")
-    workers: int = Field(1, ge=1, description="uvicorn worker processes (sizes ORT threads)")
+    io_binding: Literal["auto", "on", "off"] = Field(
+        "auto", description="Run ORT through an I/O binding (inputs copied to the device once "
+        "per run, outputs back to host memory); auto: on the CUDA provider only. Not yet "
+        "measured on a GPU")
+    workers: int = Field(1, ge=1, description="uvicorn worker processes (sizes ORT threads); "
+                         "`scehr serve` sets it, by default to the available cores")
     intra_op_threads: int | None = Field(
         None, ge=1, description="ORT intra-op threads per session; default cores // workers")
     max_batch_size: int = Field(32, ge=1, description="Rows per ONNX run of the micro-batcher; "

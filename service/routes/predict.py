@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
@@ -219,22 +219,54 @@ async def score_one(handle: ModelHandle, stay: StayPayload, settings: Settings,
                         monitoring))[0]
 
 
-def _single(task: str) -> Callable[..., Awaitable[Response]]:
-    async def label(request: Request) -> None:  # runs even when the body fails validation
-        request.state.model = task
+def parse_stay(raw: bytes) -> StayPayload:
+    """The stay from the request bytes. pydantic validates while it parses (one pass in Rust,
+    no intermediate dict tree); a body it refuses goes through `json.loads` + validation
+    instead, so every error answer is the one a FastAPI body parameter would give."""
+    try:
+        return StayPayload.model_validate_json(raw)
+    except ValidationError:
+        pass
+    if not raw.strip():
+        raise RequestValidationError([{"type": "missing", "loc": ("body",),
+                                       "msg": "Field required"}])
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", e.pos),
+                                       "msg": "JSON decode error",
+                                       "ctx": {"error": e.msg}}]) from None
+    except (ValueError, RecursionError):  # invalid UTF-8, a 5,000-digit int, deep nesting
+        raise HTTPException(400, "There was an error parsing the body") from None
+    try:
+        return StayPayload.model_validate(obj)
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])}
+                                      for err in e.errors(include_input=False)]) from None
 
+
+def _stay_body(task: str) -> dict[str, Any]:
+    """The request body of the single-stay routes in OpenAPI (the route reads the bytes
+    itself); `StayPayload` is added to the components by `service.app.openapi_components`."""
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/StayPayload"},
+        "examples": stay_examples(task)}}}}
+
+
+def _single(task: str) -> Callable[..., Awaitable[Response]]:
     async def predict(
-        stay: Annotated[StayPayload, Body(openapi_examples=stay_examples(task))],
         request: Request, registry: RegistryDep, settings: SettingsDep, metrics: MetricsDep,
-        monitoring: MonitoringDep, _: ApiKey, __: Annotated[None, Depends(label)],
-        explain: ExplainSingle = "top", operating_point: PointName = None,
-        threshold: Threshold = None, strict: Strict = False,
+        monitoring: MonitoringDep, _: ApiKey, explain: ExplainSingle = "top",
+        operating_point: PointName = None, threshold: Threshold = None, strict: Strict = False,
     ) -> Response:
+        request.state.model = task  # its body's errors count for the model
+        heavy = _heavy(request, settings, explain)
+        stay = await _work(heavy, parse_stay, await request.body())
         handle = handle_for(registry, settings, task)
         choice = choose_point(handle.model.spec, operating_point, threshold)
         return _json(await score_one(handle, stay, settings, metrics, task, explain=explain,
-                                     strict=strict, heavy=_heavy(request, settings, explain),
-                                     choice=choice, monitoring=monitoring))
+                                     strict=strict, heavy=heavy, choice=choice,
+                                     monitoring=monitoring))
 
     predict.__doc__ = f"Score one ICU stay with the {task} model."
     return predict
@@ -248,7 +280,7 @@ for _task in TASK_NAMES:
         f"/predict/{_task}", _single(_task), methods=["POST"], response_model=Prediction,
         responses={**ERRORS, **(response_examples() if _task == _EXAMPLE_TASK else {})},
         name=f"predict_{_task}", summary=f"Score one stay ({_task})",
-        operation_id=f"predict_{_task}")
+        operation_id=f"predict_{_task}", openapi_extra=_stay_body(_task))
 
 
 _DECODER = json.JSONDecoder()

@@ -16,6 +16,7 @@ from service.batcher import (
     ModelOutputs,
     Overloaded,
     batch,
+    length_groups,
     run_chunked,
     unbatch,
 )
@@ -71,6 +72,45 @@ async def test_concurrent_submits_coalesce_and_match_unbatched() -> None:
     ref = fake_model([])
     for i, o in zip(items, outs, strict=True):
         np.testing.assert_array_equal(o.z, ref(i).z)
+
+
+def test_length_groups_keep_equal_lengths_together_and_split_far_ones() -> None:
+    assert length_groups([48] * 20, [1] * 20) == [list(range(20))]  # fixed window: one run
+    groups = length_groups([300, 10, 12, 290, 11], [1] * 5)
+    assert groups == [[1, 4, 2], [3, 0]]
+    assert sorted(i for g in groups for i in g) == list(range(5))
+    # a group's padded size stays within the slack of its real size
+    for g in length_groups([5, 6, 7, 9, 12, 15, 20, 26, 33, 41], [1, 3, 1, 2, 1, 1, 4, 1, 1, 2]):
+        t = [[5, 6, 7, 9, 12, 15, 20, 26, 33, 41][i] for i in g]
+        r = [[1, 3, 1, 2, 1, 1, 4, 1, 1, 2][i] for i in g]
+        assert sum(r) * max(t) <= 1.25 * sum(a * b for a, b in zip(t, r, strict=True)) + 1e-9
+
+
+async def test_mixed_lengths_run_in_groups_and_answer_each_caller() -> None:
+    calls: list[int] = []
+    gate = threading.Event()
+    model = fake_model(calls)
+
+    def gated(inp: ModelInputs) -> ModelOutputs:
+        gate.wait(5)
+        return model(inp)
+
+    with ThreadPoolExecutor(1) as ex:
+        b = MicroBatcher(gated, max_batch_size=32, max_queue_delay=0, max_queue_size=64,
+                         executor=ex)
+        b.start()
+        first = asyncio.ensure_future(b.submit(item(3, 99)))
+        await asyncio.sleep(0.05)  # computing: the others queue up behind it
+        items = [item(t, i) for i, t in enumerate([40, 3, 41, 4, 3, 42])]
+        rest = [asyncio.ensure_future(b.submit(i)) for i in items]
+        await asyncio.sleep(0.05)
+        gate.set()
+        await first
+        outs = await asyncio.gather(*rest)
+        await b.close()
+    assert calls == [1, 3, 3], calls  # the short three, then the long three: two runs
+    for i, o in zip(items, outs, strict=True):
+        np.testing.assert_allclose(o.z, model(i).z, rtol=1e-6)
 
 
 async def test_max_batch_size_one_never_batches() -> None:

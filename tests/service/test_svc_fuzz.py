@@ -46,7 +46,7 @@ def live_url(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [*scehr_command(), "serve", "--port", str(port), "--model-dir", str(model_dir),
-             "--device", "cpu"], cwd=REPO, env=env, stdout=out, stderr=out)
+             "--device", "cpu", "--workers", "1"], cwd=REPO, env=env, stdout=out, stderr=out)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -104,8 +104,8 @@ def test_sigterm_under_load_loses_no_request(model_dir: Path, tmp_path: Path) ->
     log = tmp_path / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([*scehr_command(), "serve", "--port", str(port), "--model-dir",
-                                 str(model_dir), "--device", "cpu"], cwd=REPO, env=env,
-                                stdout=out, stderr=out)
+                                 str(model_dir), "--device", "cpu", "--workers", "1"],
+                                cwd=REPO, env=env, stdout=out, stderr=out)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -6,10 +6,13 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 import pytest
 
+from schemas.payloads import StayPayload
 from service.app import create_app
+from service.pipeline import prepare
 from service.registry import (
     DeviceError,
     ModelLoadError,
@@ -21,7 +24,7 @@ from service.registry import (
     resolve,
 )
 from service.settings import Settings, available_cores
-from tests.service.conftest import serve
+from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model
 
 pytestmark = pytest.mark.anyio
@@ -64,6 +67,38 @@ def test_load_model_checks_and_provider(model_dir: Path) -> None:
         model_dir=model_dir, device="cpu", intra_op_threads=1))
     assert m.provider == "CPUExecutionProvider" and m.spec.fixed_t is None
     assert m.session.get_session_options().intra_op_num_threads == 1
+
+
+def test_io_binding_is_wired_and_gives_the_same_outputs(model_dir: Path) -> None:
+    """SCEHR_IO_BINDING=on runs through run_with_iobinding (on CPU here: the GPU path itself
+    is unverified); auto turns it on for the CUDA provider only."""
+    folder = model_dir / "phenotypes" / "v1"
+    plain = load_model(folder, "phenotypes", Settings(model_dir=model_dir, device="cpu",
+                                                      intra_op_threads=1))
+    bound = load_model(folder, "phenotypes", Settings(model_dir=model_dir, device="cpu",
+                                                      intra_op_threads=1, io_binding="on"))
+    assert not plain.io_binding and bound.io_binding  # auto on CPU: off
+    stays = [StayPayload.model_validate(stay(hours=h)) for h in ((1.0, 5.0), (2.0, 30.0, 47.0))]
+    inputs = prepare(plain.spec, stays).inputs
+    assert inputs is not None
+    calls: list[str] = []
+    bound.session = _Spy(bound.session, calls)  # type: ignore[assignment]
+    a, b = plain.run(inputs), bound.run(inputs)
+    assert calls == ["run_with_iobinding"]
+    for k in ("z", "anchor_logits", "probability"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
+
+
+class _Spy:
+    """A session that records which run method was used."""
+
+    def __init__(self, session: ort.InferenceSession, calls: list[str]) -> None:
+        self._s, self._calls = session, calls
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("run"):
+            self._calls.append(name)
+        return getattr(self._s, name)
 
 
 @pytest.mark.skipif(CUDA_WORKS, reason="a working CUDA provider is present")

@@ -1,0 +1,73 @@
+"""Real stays as request payloads: converted benchmark CSVs (PhysioNet 2012 set C for
+mortality, eICU for phenotypes) turned into the wide-form JSON a client would send.
+
+Needs pandas (the `dev`/`train` extras) and the converted data under `data/` (see README);
+`real_stays` returns None when the folder is absent so that callers can fall back to
+synthetic stays (`common.full_stay`) and say so.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from schemas.featureset import BENCHMARK_48H
+from schemas.tasks import task_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: The converted folder and task subfolder of each task's real payloads.
+SOURCES = {"mortality": ("physionet2012-benchmark", "in-hospital-mortality"),
+           "phenotypes": ("eicu-benchmark", "phenotyping")}
+
+UNITS = {v.benchmark_name: v.unit for v in BENCHMARK_48H.variables
+         if v.unit_required and v.unit}
+
+
+def stay_payload(folder: Path, name: str, demo: dict[str, Any],
+                 end_hours: float | None = None) -> dict[str, Any]:
+    """One benchmark CSV as a wide-form payload (canonical units), with age and sex."""
+    import pandas as pd
+
+    df = pd.read_csv(folder / name)
+    cols = {}
+    for c in df.columns[1:]:
+        vals = df[c].tolist()
+        if all(isinstance(v, float) and math.isnan(v) for v in vals):
+            continue
+        cols[c] = [None if isinstance(v, float) and math.isnan(v) else
+                   (str(v) if df[c].dtype == object else float(v)) for v in vals]
+    body: dict[str, Any] = {"id": name, "wide": {
+        "hours": df["Hours"].astype(float).tolist(), "columns": cols,
+        "units": {c: u for c, u in UNITS.items() if c in cols}}}
+    if end_hours is not None:
+        body["end_hours"] = end_hours
+    d = {}
+    if not math.isnan(demo.get("age", math.nan)):
+        d["age"] = min(float(demo["age"]), 130.0)
+    if not math.isnan(demo.get("sex_male", math.nan)):
+        d["sex"] = "male" if demo["sex_male"] == 1 else "female"
+    if d:
+        body["demographics"] = d
+    return body
+
+
+def real_stays(task: str, n: int, data: Path | None = None) -> tuple[list[dict], str] | None:
+    """The first `n` test stays of the task's converted data, with a description; None when
+    the data is not there. Whole-stay tasks get `end_hours` from the listfile."""
+    import pandas as pd
+
+    root, sub = SOURCES[task]
+    task_dir = (data or REPO / "data") / root / sub
+    if not (task_dir / "test_listfile.csv").is_file():
+        return None
+    table = pd.read_csv(task_dir / "test_listfile.csv", dtype={"stay": str}).head(n)
+    demo_file = task_dir / "test" / "demographics.csv"
+    demo = (pd.read_csv(demo_file, dtype={"stay": str}).set_index("stay").to_dict("index")
+            if demo_file.is_file() else {})
+    whole = task_spec(task).ends_at_period_length and "period_length" in table
+    stays = [stay_payload(task_dir / "test", s, demo.get(s, {}),
+                          float(table["period_length"].iloc[i]) if whole else None)
+             for i, s in enumerate(table["stay"])]
+    return stays, f"{len(stays)} real test stays of {root}/{sub}"

@@ -1,0 +1,103 @@
+"""Where one single-stay request's CPU goes, stage by stage, in-process (no HTTP).
+
+    .venv/bin/python benchmarks/profile_stages.py [--task mortality] [--stays 200] [--passes 3]
+        [--source DIR]
+
+Real test stays (benchmarks/payloads.py; synthetic ones without the converted data), one at a
+time: parse + validate the bytes (json.loads + model_validate, as a FastAPI body parameter
+does, and model_validate_json, as the single-stay route does now), ingest + tensorize
+(`service.pipeline.prepare`), ORT at batch 1 (one intra-op thread, so it runs on the calling
+thread), read-outs (`predictions`), response JSON. Each stage is timed with the thread's CPU
+clock (`time.thread_time`), which a busy shared machine inflates far less than wall time,
+and with the wall clock; medians over stays, best of `--passes` passes. `--source DIR` runs
+the same stages on another checkout's code (e.g. `git archive <commit> | tar -x -C DIR`), for
+before/after figures. Only prints.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if "--source" in sys.argv:  # before anything imports service/ or schemas/
+    _src = sys.argv[sys.argv.index("--source") + 1]
+    sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f)]
+    sys.path.insert(0, _src)
+
+import argparse
+import json
+import time
+
+import numpy as np
+from common import dumps, full_stay, loadavg, model_dir
+from payloads import real_stays
+
+from schemas.payloads import StayPayload
+from service.pipeline import predictions, prepare
+from service.registry import load_model, read_index, resolve
+from service.settings import Settings
+
+STAGES = ("json.loads + model_validate", "model_validate_json", "ingest + tensorize",
+          "ORT batch 1 (1 thread)", "read-outs (predictions)", "response JSON")
+
+
+def one_pass(m, bodies: list[bytes]) -> dict[str, tuple[float, float]]:
+    cpu: dict[str, list[float]] = {k: [] for k in STAGES}
+    wall: dict[str, list[float]] = {k: [] for k in STAGES}
+    for b in bodies:
+        c: list[float] = [time.thread_time()]
+        w: list[float] = [time.perf_counter()]
+
+        def mark(c: list[float] = c, w: list[float] = w) -> None:
+            c.append(time.thread_time())
+            w.append(time.perf_counter())
+
+        StayPayload.model_validate(json.loads(b))
+        mark()
+        stay = StayPayload.model_validate_json(b)
+        mark()
+        prep = prepare(m.spec, [stay])
+        mark()
+        out = m.run(prep.inputs)
+        mark()
+        pred = predictions(m.spec, prep, out)[0]
+        mark()
+        pred.model_dump_json()
+        mark()
+        for i, k in enumerate(STAGES):
+            cpu[k].append((c[i + 1] - c[i]) * 1e3)
+            wall[k].append((w[i + 1] - w[i]) * 1e3)
+    return {k: (float(np.median(cpu[k])), float(np.median(wall[k]))) for k in STAGES}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--task", default="mortality")
+    ap.add_argument("--stays", type=int, default=200)
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--source", help="another checkout whose service/ and schemas/ to time")
+    args = ap.parse_args()
+    load_before = loadavg()
+    models, which = model_dir()
+    m = load_model(resolve(models, read_index(models), args.task), args.task,
+                   Settings(model_dir=models, device="cpu", intra_op_threads=1))
+    found = real_stays(args.task, args.stays)
+    stays, what = found if found else ([full_stay(i) for i in range(args.stays)],
+                                       f"{args.stays} synthetic 48 h stays")
+    bodies = [dumps(s) for s in stays]
+    passes = [one_pass(m, bodies) for _ in range(args.passes)]
+    best = {k: (min(p[k][0] for p in passes), min(p[k][1] for p in passes)) for k in STAGES}
+    code = args.source or "this checkout"
+    print(f"{which}; task {args.task}; {what}; code: {code}; load average before: "
+          f"{load_before}, after: {loadavg()}")
+    print(f"| stage | CPU ms (median, best of {args.passes}) | wall ms |")
+    print("|---|---|---|")
+    for k in STAGES:
+        print(f"| {k} | {best[k][0]:.3f} | {best[k][1]:.3f} |")
+    for parse in STAGES[:2]:
+        rest = list(STAGES[2:])
+        print(f"| total with {parse} | {sum(best[k][0] for k in [parse, *rest]):.3f} | "
+              f"{sum(best[k][1] for k in [parse, *rest]):.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The apps scehr is compared with run the same preprocessing and give the same risks."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from schemas.payloads import StayPayload
+from schemas.tasks import TASK_NAMES
+from service.model_store import read_index
+from service.pipeline import predictions, prepare
+from service.registry import load_model, resolve
+from service.settings import Settings
+from tests.service.conftest import stay
+from tests.service.fixture_model import write_model_dir
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("models"))
+
+
+def reference(models: Path, task: str, payloads: list[dict]) -> list[list[float]]:
+    m = load_model(resolve(models, read_index(models), task), task,
+                   Settings(model_dir=models, device="cpu"))
+    out = []
+    for p in payloads:
+        prep = prepare(m.spec, [StayPayload.model_validate(p)])
+        out.append([c.risk for c in predictions(m.spec, prep, m.run(prep.inputs))[0].results])
+    return out
+
+
+PAYLOADS = [stay(), stay(hours=(2.0, 30.0), hr=120.0), stay(hours=(5.0,), hr=60.0)]
+
+
+@pytest.mark.parametrize("task", TASK_NAMES)
+async def test_plain_fastapi_app_gives_the_service_pipelines_risks(models: Path,
+                                                                   task: str) -> None:
+    from alternatives.plain_fastapi import build, load
+
+    app = build(load(models, task))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://t") as c:
+        got = [[r["risk"] for r in (await c.post("/predict", json=p)).json()["results"]]
+               for p in PAYLOADS]
+        assert (await c.post("/predict", json={"x": 1})).status_code == 422
+    np.testing.assert_allclose(got, reference(models, task, PAYLOADS), atol=1e-12)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("litserve") is None,
+                    reason="litserve is not installed (the bench extra)")
+def test_litserve_app_batches_and_gives_the_same_risks(models: Path) -> None:
+    """decode -> batch (padding to the longest stay) -> predict -> unbatch -> encode, as
+    LitServe calls them, equals scoring each stay alone."""
+    from alternatives.litserve_app import ScehrAPI
+
+    api = ScehrAPI(models, "phenotypes", max_batch_size=8)
+    api.setup("cpu")
+    preps = [api.decode_request(p) for p in PAYLOADS]
+    encoded = [api.encode_response(o) for o in api.unbatch(api.predict(api.batch(preps)))]
+    got = [[r["risk"] for r in e["results"]] for e in encoded]
+    np.testing.assert_allclose(got, reference(models, "phenotypes", PAYLOADS), atol=1e-6)

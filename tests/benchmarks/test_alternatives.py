@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -57,8 +56,6 @@ async def test_plain_fastapi_app_gives_the_service_pipelines_risks(models: Path,
     np.testing.assert_allclose(got, reference(models, task, PAYLOADS), atol=1e-12)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("litserve") is None,
-                    reason="litserve is not installed (the bench extra)")
 def test_litserve_app_batches_and_gives_the_same_risks(models: Path) -> None:
     """decode -> batch (padding to the longest stay) -> predict -> unbatch -> encode, as
     LitServe calls them, equals scoring each stay alone."""

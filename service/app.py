@@ -15,7 +15,7 @@ from pydantic.json_schema import models_json_schema
 
 from schemas.contract import CONTRACT_VERSION
 from schemas.payloads import StayPayload
-from service import errors
+from service import errors, readiness
 from service.admission import Admission, AdmissionMiddleware
 from service.logs import configure_logging
 from service.metrics import Metrics
@@ -54,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            readiness.unmark(readiness.shared_folder())
             await registry.close()
             executor.shutdown(wait=True)
             Metrics.process_exit()

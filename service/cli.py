@@ -147,8 +147,10 @@ def _multiprocess_dir(workers: int) -> Path | None:
 
     Unset and several workers: a private temporary folder, removed at exit. Set by the operator:
     used as given and never deleted; only prometheus_client's own `<kind>_<pid>.db` files of an
-    earlier run are removed from it (they would be summed into this run's counters).
+    earlier run and its workers' readiness marks are removed from it (they would be summed into
+    this run's counters, or count as ready workers).
     """
+    from service import readiness
     from service.metrics import METRIC_FILE
 
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
@@ -156,7 +158,7 @@ def _multiprocess_dir(workers: int) -> Path | None:
         folder = Path(given)
         folder.mkdir(parents=True, exist_ok=True)
         for f in folder.iterdir():
-            if f.is_file() and METRIC_FILE.match(f.name):
+            if f.is_file() and (METRIC_FILE.match(f.name) or readiness.MARK.match(f.name)):
                 f.unlink()
         return None
     if workers <= 1:

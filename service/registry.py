@@ -27,6 +27,7 @@ import onnxruntime as ort
 from schemas.contract import GRAPH
 from schemas.model_index import ModelIndex
 from schemas.payloads import AvailableModel, ModelInfo
+from service import readiness
 from service.batcher import MicroBatcher, ModelInputs, ModelOutputs
 from service.load_errors import DeviceError, ModelLoadError
 from service.metrics import Metrics
@@ -236,6 +237,8 @@ class Registry:
         # collector's reach, so full collections under load scan only per-request garbage.
         gc.collect()
         gc.freeze()
+        if self.ready:
+            readiness.mark_ready(readiness.shared_folder())
 
     def _load(self, folder: Path, task: str) -> LoadedModel:
         return load_model(folder, task, self.settings, self._observe_run(task), self.runtime)

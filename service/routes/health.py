@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from service import readiness
 from service.deps import MetricsDep, MonitoringDep, RegistryDep
 
 router = APIRouter(tags=["health"])
@@ -16,6 +17,7 @@ metrics_router = APIRouter(tags=["health"])  # closable: SCEHR_OPEN_METRICS=fals
 class Health(BaseModel):
     status: str
     models: dict[str, str] = {}
+    workers: str | None = None
 
 
 @router.get("/livez", response_model=Health)
@@ -26,9 +28,12 @@ async def livez() -> Health:
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
 async def readyz(registry: RegistryDep) -> JSONResponse:
-    """200 once every configured model is loaded and warmed up, else 503 with each one's state."""
-    ready = registry.ready
-    body = Health(status="ready" if ready else "not_ready", models=dict(registry.state))
+    """200 once every configured model is loaded and warmed up in every worker process, else
+    503 with each model's state and how many workers are ready."""
+    ready, workers = readiness.all_workers_ready(readiness.shared_folder(),
+                                                 registry.settings.workers, registry.ready)
+    body = Health(status="ready" if ready else "not_ready", models=dict(registry.state),
+                  workers=workers)
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 

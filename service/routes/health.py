@@ -20,7 +20,7 @@ class Health(BaseModel):
     workers: str | None = None
 
 
-@router.get("/livez", response_model=Health)
+@router.get("/livez", response_model=Health, response_model_exclude_none=True)
 async def livez() -> Health:
     """The process answers (models may still be loading)."""
     return Health(status="ok")

@@ -40,7 +40,8 @@ async def test_livez_and_readyz(client: httpx.AsyncClient) -> None:
     r = await client.get("/readyz")
     assert r.status_code == 200
     assert r.json() == {"status": "ready", "models": {"mortality": "ready",
-                                                       "phenotypes": "ready"}}
+                                                       "phenotypes": "ready"},
+                        "workers": "1/1 workers ready"}
 
 
 async def test_readyz_503_until_loaded_and_predict_503_meanwhile(

@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
-from sklearn.linear_model import LogisticRegression
 
 from schemas.featureset import STATIC_FIELDS
 from training.metrics import auroc
@@ -42,6 +40,25 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.log(p) - np.log1p(-p)
 
 
+def _logistic_fit(x: np.ndarray, y: np.ndarray, offset: np.ndarray, with_slope: bool
+                  ) -> np.ndarray:
+    """Unpenalised maximum-likelihood (a[, b]) of logit P(y=1) = a [+ b·x] + offset (Newton).
+
+    Written out rather than scikit-learn's solver: the bootstrap refits it thousands of times
+    and two parameters need no more than a few Newton steps."""
+    design = np.column_stack([np.ones_like(x), x]) if with_slope else np.ones((len(x), 1))
+    beta = np.zeros(design.shape[1])
+    for _ in range(50):
+        p = 1.0 / (1.0 + np.exp(-np.clip(design @ beta + offset, -35, 35)))
+        w = p * (1 - p)
+        hess = design.T @ (design * w[:, None]) + 1e-9 * np.eye(len(beta))
+        step = np.linalg.solve(hess, design.T @ (y - p))
+        beta += step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return beta
+
+
 def calibration_slope_intercept(y: np.ndarray, risk: np.ndarray) -> tuple[float, float]:
     """(slope, intercept) of the logistic recalibration of `risk` (Cox 1958; Van Calster 2019).
 
@@ -53,12 +70,9 @@ def calibration_slope_intercept(y: np.ndarray, risk: np.ndarray) -> tuple[float,
     lg = _logit(risk).ravel()
     if yy.min(initial=0) == yy.max(initial=0):
         return float("nan"), float("nan")
-    fit = LogisticRegression(C=np.inf, max_iter=1000).fit(lg[:, None], yy)  # unpenalised
-
-    def excess(a: float) -> float:  # observed minus expected events; decreasing in a
-        return float(yy.sum() - (1.0 / (1.0 + np.exp(-(a + lg)))).sum())
-
-    return float(fit.coef_[0, 0]), float(brentq(excess, -30.0, 30.0))
+    slope = _logistic_fit(lg, yy, np.zeros_like(lg), with_slope=True)[1]
+    intercept = _logistic_fit(lg, yy, lg, with_slope=False)[0]
+    return float(slope), float(intercept)
 
 
 def group_table(y: np.ndarray, risk: np.ndarray, alerts: np.ndarray, static_raw: np.ndarray

@@ -107,6 +107,8 @@ def test_graph_contract(export: Callable, encoder: str) -> None:
     if not dynamic:  # a fixed-length graph refuses another T instead of scoring it
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         feed = {INPUT_X: np.zeros((1, T + 1, F), np.float32), INPUT_LENGTHS: np.ones(1, np.int64)}
+        if INPUT_STATIC in inputs:
+            feed[INPUT_STATIC] = np.zeros((1, S), np.float32)
         with pytest.raises(Exception, match="dimensions"):
             session.run(None, feed)
 

@@ -239,9 +239,11 @@ def _evaluate_exported(args: argparse.Namespace) -> int:
 def cmd_recalibrate(args: argparse.Namespace) -> int:
     from training.external import recalibrate
 
-    out = recalibrate(Path(args.model_dir), Path(args.data), Path(args.out),
-                      version=args.version)
-    print(f"wrote {out} (registered in {out.parent.parent / 'index.json'}, not as default)")
+    out, changes = recalibrate(Path(args.model_dir), Path(args.data), Path(args.out),
+                               version=args.version)
+    print(f"wrote {out}")
+    for line in changes:
+        print(line)
     return 0
 
 

@@ -241,7 +241,8 @@ def evaluate_external(folder: Path, data: Path, n_boot: int = 1000, seed: int = 
     }
 
 
-def recalibrate(folder: Path, data: Path, out: Path, version: str | None = None) -> Path:
+def recalibrate(folder: Path, data: Path, out: Path, version: str | None = None
+                ) -> tuple[Path, list[str]]:
     """Write a new model version: the same ONNX graph with a calibration map fitted on the
     site's train split (chosen on its val split), operating points and the risk reference
     re-chosen on the site's val split; registered in `<out>/../../index.json`.
@@ -290,5 +291,6 @@ def recalibrate(folder: Path, data: Path, out: Path, version: str | None = None)
     write_model_card(out, new, f"scehr recalibrate {folder} --data {data} --out {out}",
                      [f"Calibration map refitted on {Path(data).name} ({cal.method}); the test "
                       "metrics above are the original model's on its own test set."])
-    add_model(out.parent.parent, entry_for(out, out.parent.parent, new), set_default=False)
-    return out
+    changes = add_model(out.parent.parent, entry_for(out, out.parent.parent, new),
+                        set_default=False)
+    return out, changes

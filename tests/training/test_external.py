@@ -73,7 +73,8 @@ async def test_recalibrate_writes_a_new_version_the_service_serves(setup: tuple)
     shipped = root / "models" / "mortality" / "0.1.0"
     before = (shipped / "manifest.json").read_text()
     site_models = root / "site-models"
-    out = recalibrate(shipped, site, site_models / "mortality" / "0.1.0-site")
+    out, changes = recalibrate(shipped, site, site_models / "mortality" / "0.1.0-site")
+    assert changes
     assert (shipped / "manifest.json").read_text() == before  # the shipped folder is untouched
     m = load_manifest(out / "manifest.json")
     assert m.version == "0.1.0-site" and m.onnx.sha256 == sha256_file(out / "model.onnx")

@@ -1,9 +1,10 @@
 """Payloads -> long-form observations, with every rule checked and every problem named.
 
 Errors (unknown variable or category, missing or unconvertible unit, time outside the window,
-empty payload, too many observations) name the field path and the rule. Values outside the
-benchmark's outlier bounds are dropped and values between an outlier and a valid bound are
-clipped; each is a warning, or an error with `strict=True`.
+empty payload, too many observations) name the field path and the rule. Values that cannot be
+physiological (the catalog's plausibility rule) become missing, known scalings (pH x 100) are
+undone; then values outside the benchmark's outlier bounds are dropped and values between an
+outlier and a valid bound are clipped; each is a warning, or an error with `strict=True`.
 
 Each rule is written once: a name resolves to a channel with `variables.find`, a unit with
 `unit_converter`, a value with `canonical_number` (`check_row` is a row's checks in order).
@@ -31,7 +32,7 @@ import numpy as np
 
 from schemas.featureset import STATIC_FIELDS, FeatureSet
 from schemas.payloads import Notice, Observation, Problem, StayPayload, WideTable
-from schemas.tensorize import Observations, cleaning_masks
+from schemas.tensorize import Observations, cleaning_masks, plausibility_masks
 from schemas.variables import CategoryError, UnitError, Variable, find, identity, name_index
 
 DEFAULT_MAX_OBSERVATIONS = 20_000
@@ -541,8 +542,16 @@ def _read(stay: StayPayload, fs: FeatureSet) -> StayIngest:
 
 
 def _apply_cleaning(out: StayIngest, fs: FeatureSet, strict: bool) -> None:
-    """The benchmark rule (`cleaning_masks`, as `clean` applies it), each change named."""
-    drop, clip, clipped = cleaning_masks(out.channel, out.value, fs)
+    """The plausibility rule, then the benchmark rule (`plausibility_masks` and
+    `cleaning_masks`, as `clean` applies them), each change named."""
+    value, implausible, rescaled = plausibility_masks(out.channel, out.value, fs)
+    drop, clip, clipped = cleaning_masks(out.channel, value, fs)
+    drop &= ~implausible
+    clip &= ~implausible
+    for r in rescaled.nonzero()[0].tolist():
+        _report_rescaled(out, fs, r)
+    for r in implausible.nonzero()[0].tolist():
+        _report_implausible(out, fs, r, strict)
     dropped, clipped_rows = drop.nonzero()[0], clip.nonzero()[0]
     for rows, code, verb in ((dropped, "value_dropped", "dropped (outside outlier bounds)"),
                              (clipped_rows, "value_clipped", "clipped to the valid range")):
@@ -550,11 +559,34 @@ def _apply_cleaning(out: StayIngest, fs: FeatureSet, strict: bool) -> None:
             _report_cleaning(out, fs, r, code, verb, strict)
     if strict and out.problems:
         return
-    if len(dropped):
-        keep = ~drop
+    gone = drop | implausible
+    if gone.any():
+        keep = ~gone
         out.channel, out.time, out.source = out.channel[keep], out.time[keep], out.source[keep]
         clipped = clipped[keep]
     out.value = clipped
+
+
+def _report_implausible(out: StayIngest, fs: FeatureSet, row: int, strict: bool) -> None:
+    var = fs.variables[out.channel[row]]
+    rule = var.plausible.rule(var.id) if var.plausible else var.id
+    loc = out.locate(int(out.source[row]))
+    if strict:
+        out.problems.append(Problem(loc=loc, rule="implausible_value",
+                                    message=f"{var.id} value is not physiological",
+                                    allowed=rule))
+    else:
+        out.notices.append(Notice(code="value_implausible", loc=loc, variable=var.id,
+                                  message=f"{var.id} value treated as missing: not "
+                                  f"physiological (rule: {rule})"))
+
+
+def _report_rescaled(out: StayIngest, fs: FeatureSet, row: int) -> None:
+    var = fs.variables[out.channel[row]]
+    scale = var.plausible.scaled_by if var.plausible else None
+    out.notices.append(Notice(code="value_rescaled", loc=out.locate(int(out.source[row])),
+                              variable=var.id, message=f"{var.id} value divided by {scale:g}: "
+                              f"a scaled value (rule: {var.plausible.rule(var.id)})"))
 
 
 def _report_cleaning(out: StayIngest, fs: FeatureSet, row: int, code: str, verb: str,

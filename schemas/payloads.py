@@ -165,6 +165,8 @@ class Notice(BaseModel):
     code: Literal[
         "value_dropped",
         "value_clipped",
+        "value_implausible",
+        "value_rescaled",
         "channel_not_observed",
         "channel_not_seen_in_training",
         "stay_shorter_than_window",

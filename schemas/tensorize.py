@@ -53,12 +53,59 @@ class Observations:
 
 @dataclass
 class CleaningReport:
-    """Counts of the benchmark cleaning rule, per channel."""
+    """Counts of the plausibility rule and the benchmark cleaning rule, per channel."""
 
-    dropped: np.ndarray  # int64 [C]
+    dropped: np.ndarray  # int64 [C] outside the benchmark's outlier bounds
     clipped: np.ndarray  # int64 [C]
     dropped_rows: np.ndarray  # int64 indices into the input observations
     clipped_rows: np.ndarray
+    implausible: np.ndarray | None = None  # int64 [C] not physiological (`Plausible`)
+    rescaled: np.ndarray | None = None  # int64 [C] a known scaling undone (pH x 100)
+    implausible_rows: np.ndarray | None = None
+    rescaled_rows: np.ndarray | None = None
+
+    @property
+    def removed_rows(self) -> np.ndarray:
+        """Input rows that did not survive: implausible or outside the outlier bounds."""
+        rows = self.dropped_rows if self.implausible_rows is None else np.union1d(
+            self.dropped_rows, self.implausible_rows)
+        return rows.astype(np.int64)
+
+
+@lru_cache(maxsize=32)
+def _plausible_bounds(fs: FeatureSet) -> np.ndarray:
+    """[4, C]: low, high, 1 where the low bound is open, scale (NaN: none); +-inf unbounded."""
+    inf = np.inf
+    bounds = np.tile(np.array([[-inf], [inf], [0.0], [np.nan]]), (1, fs.n_channels))
+    for i, v in enumerate(fs.variables):
+        p = v.plausible
+        if p is None or v.is_categorical:
+            continue
+        bounds[:, i] = (-inf if p.low is None else p.low, inf if p.high is None else p.high,
+                        float(p.low_open), np.nan if p.scaled_by is None else p.scaled_by)
+    bounds.flags.writeable = False
+    return bounds
+
+
+def plausibility_masks(channel: np.ndarray, value: np.ndarray, fs: FeatureSet
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The plausibility rule per row (`variables.Plausible`, the one place it is applied):
+    (value with known scalings undone, implausible, rescaled).
+
+    A value outside its variable's plausible range cannot be a measurement: it is to become
+    missing. One that lies inside once divided by the variable's `scaled_by` is divided.
+    """
+    lo, hi, low_open, scale = _plausible_bounds(fs).take(channel, axis=1)
+    ok = np.where(low_open > 0, value > lo, value >= lo) & (value <= hi)
+    scaled = np.zeros(len(value), dtype=bool)
+    rows = (~ok & ~np.isnan(scale)).nonzero()[0]
+    if len(rows):
+        v = value[rows] / scale[rows]
+        fits = np.where(low_open[rows] > 0, v > lo[rows], v >= lo[rows]) & (v <= hi[rows])
+        scaled[rows[fits]] = True
+        value = value.copy()
+        value[rows[fits]] = v[fits]
+    return value, ~ok & ~scaled, scaled
 
 
 @lru_cache(maxsize=32)
@@ -87,20 +134,30 @@ def cleaning_masks(channel: np.ndarray, value: np.ndarray, fs: FeatureSet
 
 
 def clean(obs: Observations, fs: FeatureSet) -> tuple[Observations, CleaningReport]:
-    """Apply the benchmark rule: drop outside the outlier bounds, clip to the valid bounds.
+    """Apply the plausibility rule (`plausibility_masks`: implausible values are removed,
+    known scalings undone), then the benchmark rule on what is left: drop outside the outlier
+    bounds, clip to the valid bounds.
 
     Categorical channels are validated by category membership instead and pass unchanged.
     """
     c = fs.n_channels
-    drop, clip, clipped_values = cleaning_masks(obs.channel, obs.value, fs)
-    kept = obs.take(~drop)
-    kept.value = clipped_values[~drop]
+    value, implausible, rescaled = plausibility_masks(obs.channel, obs.value, fs)
+    drop, clip, clipped_values = cleaning_masks(obs.channel, value, fs)
+    drop &= ~implausible
+    clip &= ~implausible
+    gone = drop | implausible
+    kept = obs.take(~gone)
+    kept.value = clipped_values[~gone]
     ch = obs.channel
     report = CleaningReport(
         dropped=np.bincount(ch[drop], minlength=c),
         clipped=np.bincount(ch[clip], minlength=c),
         dropped_rows=np.flatnonzero(drop),
         clipped_rows=np.flatnonzero(clip),
+        implausible=np.bincount(ch[implausible], minlength=c),
+        rescaled=np.bincount(ch[rescaled], minlength=c),
+        implausible_rows=np.flatnonzero(implausible),
+        rescaled_rows=np.flatnonzero(rescaled),
     )
     return kept, report
 

@@ -1,4 +1,4 @@
-"""`scehr train | evaluate | grid | imbalance | compare | export` subcommands."""
+"""`scehr train | evaluate | recalibrate | grid | imbalance | compare | export` subcommands."""
 
 from __future__ import annotations
 
@@ -172,6 +172,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from training.bootstrap import format_ci
     from training.evaluate import evaluate_run
 
+    if (Path(args.run_dir) / "manifest.json").is_file():
+        return _evaluate_exported(args)
+    if args.data:
+        raise ValueError("--data scores an exported model folder (model.onnx + manifest.json); "
+                         f"{args.run_dir} is a run directory, evaluated on its own test split")
     out = evaluate_run(Path(args.run_dir), n_boot=args.n_boot)
     if args.json:
         print(json.dumps({k: out[k] for k in ("test_ci", "challenge2012") if k in out},
@@ -187,6 +192,58 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   f"(chosen on validation; best on test {best}), "
                   f"Event 2 H {format_ci(ch['event2_h_normalized'], 2)} "
                   f"(plain H {format_ci(ch['event2_h'], 2)}); winners 0.5353 / 17.88")
+    return 0
+
+
+#: The blocks of an external evaluation, in the order printed.
+_EXTERNAL_BLOCKS = {"shipped_all_stays": "shipped, all stays",
+                    "shipped_test": "shipped, site test",
+                    "shipped_test_val_threshold": "shipped, site test (val threshold)",
+                    "recalibrated_test": "recalibrated, site test"}
+
+
+def _evaluate_exported(args: argparse.Namespace) -> int:
+    """External validation of an exported model folder on a converted dataset."""
+    from training.bootstrap import format_ci
+    from training.data.writer import write_json
+    from training.external import RISK_METRICS, evaluate_external
+
+    if not args.data:
+        raise ValueError(f"{args.run_dir} is an exported model: give the dataset to score it "
+                         "on with --data DIR (a converted, benchmark-layout folder)")
+    out = evaluate_external(Path(args.run_dir), Path(args.data), n_boot=args.n_boot)
+    if args.out:
+        write_json(Path(args.out), out)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    names = [*RISK_METRICS, "event1"]
+    header = ["METRIC", *_EXTERNAL_BLOCKS.values()]
+    rows = [["stays (deaths)", *(f"{out[b]['n']} ({out[b]['deaths']})" for b in _EXTERNAL_BLOCKS)]]
+    rows += [[n, *(format_ci(out[b][n], 2 if n.startswith("event2") else 3)
+                   for b in _EXTERNAL_BLOCKS)] for n in names]
+    print_table(header, rows)
+    for b, label in _EXTERNAL_BLOCKS.items():
+        print(f"alerts, {label}: {out[b]['alert_rule']}")
+    print(f"recalibration: {out['recalibration']['method']} "
+          f"({out['recalibration']['fitted_on']})")
+    if out["neutralised_channels"]:
+        print("never seen in training, treated as not observed: "
+              + ", ".join(out["neutralised_channels"]))
+    missing = [v for v, c in out["coverage_on_site_test"].items() if c == 0]
+    if missing:
+        print("never observed on this site: " + ", ".join(missing))
+    return 0
+
+
+def cmd_recalibrate(args: argparse.Namespace) -> int:
+    from training.external import recalibrate
+
+    out, changes = recalibrate(Path(args.model_dir), Path(args.data), Path(args.out),
+                               version=args.version)
+    print(f"wrote {out}")
+    for line in changes:
+        print(line)
     return 0
 
 
@@ -263,12 +320,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     _train_args(p)
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("evaluate", help="re-evaluate a run directory on its test set")
-    p.add_argument("run_dir")
+    p = sub.add_parser("evaluate", help="re-evaluate a run directory on its test set, or score "
+                       "an exported model on another dataset (--data)")
+    p.add_argument("run_dir", help="a run directory, or an exported model folder "
+                   "(model.onnx + manifest.json, e.g. models/mortality/1.0.0)")
+    p.add_argument("--data", help="with a model folder: the converted dataset to score it on "
+                   "(external validation, before and after a site recalibration)")
+    p.add_argument("--out", help="with --data: also write the full report as JSON here")
     p.add_argument("--n-boot", type=_positive_int, default=1000,
                    help="bootstrap resamples for the CIs")
     p.add_argument("--json", action="store_true", help="print the test CIs as JSON")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("recalibrate", help="refit an exported model's calibration on a site's "
+                       "data and write it as a new model version (the ONNX graph is unchanged)")
+    p.add_argument("model_dir", help="exported model folder, e.g. models/mortality/1.0.0")
+    p.add_argument("--data", required=True, help="the site's converted dataset: the map is "
+                   "fitted on its train split, chosen on its val split, scored on its test split")
+    p.add_argument("--out", required=True, help="new folder <models>/<task>/<version>/ "
+                   "(its index.json gets the entry; never the shipped models/)")
+    p.add_argument("--version", help="default: the folder name of --out")
+    p.set_defaults(func=cmd_recalibrate)
 
     p = sub.add_parser("grid", help="resumable grid over batch size x lambda x loss")
     _train_args(p)

@@ -7,6 +7,7 @@ is registered in `models/index.json`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import torch
 
 from schemas.contract import CONTRACT_VERSION, GRAPH
 from schemas.manifest import (
@@ -38,6 +40,7 @@ from schemas.model_index import add_model, entry_for, refuse_existing
 from schemas.profile import Bins, bin_index, decile_edges, value_counts
 from schemas.run_artifacts import EXPORT_NEEDS, RunArtifacts, require_keys
 from schemas.tasks import task_spec
+from training import fairness
 from training.calibration import (
     IsotonicCalibrator,
     TemperatureCalibrator,
@@ -203,18 +206,15 @@ def risk_reference(risk: np.ndarray) -> Histogram:
     return histogram(risk, edges)
 
 
-def value_reference(cfg: dict[str, Any]) -> dict[str, Histogram]:
+def value_reference(cfg: dict[str, Any], data: Any = None) -> dict[str, Histogram]:
     """The training split's observed hourly values per variable in fixed bins (the PSI
     baseline), counted with `schemas.profile` exactly as the service counts served stays.
 
-    Re-reads the run's data folder (cached arrays) with the run's own split rules; empty when
-    that folder is gone."""
-    from training.config import TrainConfig
-    from training.fit import prepare
-
-    if not Path(cfg["data"]).is_dir():
+    Reads `data` (`training.fit.prepare` of the run's config), else re-reads the run's data
+    folder (cached arrays) with the run's own split rules; empty when that folder is gone."""
+    data = data if data is not None else prepared_data(cfg)
+    if data is None:
         return {}
-    data = prepare(TrainConfig(**cfg))
     train = data.raw["train"]
     fs = TrainConfig(**cfg).features()
     bins = Bins.of(fs, decile_edges(train.x, train.lengths, fs))
@@ -231,6 +231,14 @@ def value_reference(cfg: dict[str, Any]) -> dict[str, Histogram]:
     return out
 
 
+def prepared_data(cfg: dict[str, Any]) -> Any:
+    """The run's splits as training prepared them (`training.fit.prepare`); None when its data
+    folder is gone."""
+    from training.fit import prepare
+
+    return prepare(TrainConfig(**cfg)) if Path(cfg["data"]).is_dir() else None
+
+
 #: The point used when a request names none: the same rule as contract 1.0's single threshold
 #: (sensitivity >= 0.8), now on the risk; a request picks another by name.
 DEFAULT_POINT = "high_sensitivity"
@@ -242,19 +250,50 @@ def _default_point(named: list[NamedOperatingPoint]) -> str | None:
 
 
 def subgroup_auroc(y: np.ndarray, p: np.ndarray, static_raw: np.ndarray) -> dict[str, Any]:
-    """Test AUROC by sex and age band (mortality), with counts; None where undefined."""
-    age, male = static_raw[:, 0], static_raw[:, 1]
-    groups = {
-        "sex=female": male == 0, "sex=male": male == 1,
-        "age<50": age < 50, "age 50-69": (age >= 50) & (age < 70),
-        "age 70-79": (age >= 70) & (age < 80), "age>=80": age >= 80,
-    }
+    """Test AUROC by sex and age band (the fairness audit's groups), with counts; None where
+    undefined."""
     out = {}
-    for name, m in groups.items():
+    for name, m in fairness.groups(static_raw).items():
+        if name == "all":
+            continue
         a = auroc(y[m], p[m]) if m.sum() > 1 else float("nan")
         out[name] = {"n": int(m.sum()), "positives": int(y[m].sum()),
                      "auroc": None if np.isnan(a) else float(a)}
     return out
+
+
+def fairness_at_export(model: Any, crit: Any, data: Any, preds: dict[str, np.ndarray],
+                       card: ClassCard) -> dict[str, Any] | None:
+    """The fairness audit of a binary model on its test split (training.fairness).
+
+    Alerts are the risk at or above the default named operating point. The sex flip re-scores
+    the test stays, so it needs the run's data folder (`data`, from `training.fit.prepare`);
+    None when that is gone or no operating point was reachable.
+    """
+    from training.fit import predict
+
+    point = {p.name: p for p in card.named_points}.get(card.default_operating_point or "")
+    if data is None or point is None:
+        return None
+    test = data.test
+    if list(test.stays) != [str(s) for s in preds["test_stays"]]:
+        raise ValueError("the run's data folder no longer holds the test stays it was "
+                         "trained with: cannot audit the model on them")
+    raw = preds["test_static_raw"]
+
+    def risk(split: Any) -> np.ndarray:
+        out = predict(model, crit, split)
+        lg = out["anchor_logits"][:, 0]
+        return card.calibration.apply(out["probability"][:, 0], lg[:, 0] - lg[:, 1])
+
+    flipped_static = torch.from_numpy(data.static_imputer.transform(fairness.flip_sex(raw)))
+    r = risk(test)
+    rf = risk(dataclasses.replace(test, static=flipped_static))
+    t = point.threshold
+    return fairness.audit(preds["test_y"][:, 0], r, r >= t, raw, rf, rf >= t,
+                          where=f"the test split ({len(r)} stays)",
+                          alert_rule=f"risk >= {t:.4f} (operating point `{point.name}`, "
+                          "chosen on validation)")
 
 
 def float32_lists(a: np.ndarray) -> list:
@@ -346,6 +385,8 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
                 if has_calib else "validation split"),
             risk_reference=risk_reference(val_risk[1])))
     prov = _provenance(Path(cfg["data"]), metrics, preds, data_description or "")
+    data = prepared_data(cfg)
+    audit = fairness_at_export(model, crit, data, preds, classes[0]) if spec.binary else None
     version = version or out.name
     manifest = Manifest(
         contract_version=CONTRACT_VERSION,
@@ -366,7 +407,8 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
                  **({"subgroups": subgroup_auroc(preds["test_y"][:, 0],
                                                  preds["test_probability"][:, 0],
                                                  preds["test_static_raw"])}
-                    if spec.binary else {})},
+                    if spec.binary else {}),
+                 **({"fairness": audit} if audit else {})},
         provenance=prov,
         onnx=OnnxSpec(sha256=sha256_file(onnx_path), opset=GRAPH.opset,
                       inputs=GRAPH.input_names(uses_static),
@@ -376,7 +418,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         code_version=code_version(),
         notes=[f"trained by: scehr train --config {run_dir}/config.json",
                "not for clinical use without local validation"],
-        value_reference=value_reference(cfg),
+        value_reference=value_reference(cfg, data),
     )
     (out / "manifest.json").write_text(manifest_json(manifest))
     command = reproduce or (f"scehr train --config {run_dir / 'config.json'}\n"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from schemas.manifest import Manifest, PointStats
 from schemas.tasks import task_spec
+from training.fairness import audit_lines
 
 
 def _ci(d: dict | None) -> str:
@@ -52,7 +53,8 @@ def operating_point_table(m: Manifest) -> list[str]:
 
 def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] | None = None
                      ) -> Path:
-    """Intended use, data, metrics with CIs, calibration, operating points, subgroups, limits."""
+    """Intended use, data, metrics with CIs, calibration, operating points, fairness audit
+    (subgroups and the sex flip), limits."""
     never = [k for k, v in m.coverage.items() if v == 0.0]
     lines = [
         f"# Model card: {m.name} {m.version}",
@@ -110,7 +112,9 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
             else:
                 shown = f"{a:.3f}"
             lines.append(f"| {name} | {_num(prev, 3)} | {pos} | {shown} |")
-    if "subgroups" in m.metrics:
+    if "fairness" in m.metrics:
+        lines += audit_lines(m.metrics["fairness"])
+    elif "subgroups" in m.metrics:
         lines += ["", "## Subgroup test AUROC", "",
                   "Sex and age from the stay's demographics; n/a where a group has one class.",
                   "", "| group | stays | deaths | AUROC |",

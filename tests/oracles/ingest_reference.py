@@ -188,6 +188,23 @@ def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
 def _apply_cleaning(out: StayIngest, fs: FeatureSet, strict: bool) -> None:
     obs = Observations(np.zeros(len(out.channel)), out.channel, out.time, out.value, 1)
     kept, rep = clean(obs, fs)
+    for r in rep.rescaled_rows:
+        var = fs.variables[out.channel[r]]
+        out.notices.append(Notice(code="value_rescaled", loc=out.loc[r], variable=var.id,
+                                  message=f"{var.id} value divided by "
+                                  f"{var.plausible.scaled_by:g}: a scaled value (rule: "
+                                  f"{var.plausible.rule(var.id)})"))
+    for r in rep.implausible_rows:
+        var = fs.variables[out.channel[r]]
+        rule = var.plausible.rule(var.id)
+        if strict:
+            out.problems.append(Problem(loc=out.loc[r], rule="implausible_value",
+                                        message=f"{var.id} value is not physiological",
+                                        allowed=rule))
+        else:
+            out.notices.append(Notice(code="value_implausible", loc=out.loc[r], variable=var.id,
+                                      message=f"{var.id} value treated as missing: not "
+                                      f"physiological (rule: {rule})"))
     for rows, code, verb in ((rep.dropped_rows, "value_dropped", "dropped (outside outlier "
                               "bounds)"), (rep.clipped_rows, "value_clipped",
                                            "clipped to the valid range")):
@@ -205,7 +222,7 @@ def _apply_cleaning(out: StayIngest, fs: FeatureSet, strict: bool) -> None:
     if strict and out.problems:
         return
     keep = np.ones(len(out.channel), dtype=bool)
-    keep[rep.dropped_rows] = False
+    keep[rep.removed_rows] = False
     out.channel = kept.channel.tolist()
     out.time = kept.time.tolist()
     out.value = kept.value.tolist()

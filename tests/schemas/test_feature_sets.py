@@ -21,7 +21,16 @@ from schemas.featureset import (
 PUBLISHED = {
     "benchmark76-48h": "a7924513a93c81e414f24f7e982afb84312405a25c9f77a180df6e2243eb163b",
     "benchmark76-stay": "32bd56b14644907965111bf1af2a49cc60655a8de3620073e2499adbe9383864",
+    "physionet2012-full": "045251589592ac7cab08141bce346ae153d36cba578ec289fb3158bc28b9f589",
 }
+
+
+def test_the_full_physionet_set_keeps_its_content() -> None:
+    from schemas.featureset import FEATURE_SETS
+
+    fs = FEATURE_SETS["physionet2012-full"]
+    assert fs.sha256 == PUBLISHED[fs.name]
+    assert fs.n_channels == 39 and fs.n_features == 93 and fs.window_hours == 48.0
 
 
 def test_benchmark_sets_list_their_17_variables_and_keep_their_content() -> None:
@@ -34,11 +43,11 @@ def test_benchmark_sets_list_their_17_variables_and_keep_their_content() -> None
 def test_an_unknown_variable_fails_at_load_naming_set_and_variable(tmp_path: Path) -> None:
     raw = json.loads(FEATURE_SET_FILE.read_text())
     raw["feature_sets"]["labs-1"] = {**raw["feature_sets"]["benchmark76-48h"],
-                                     "variables": ["heart_rate", "lactate"]}
+                                     "variables": ["heart_rate", "procalcitonin"]}
     path = tmp_path / "sets.json"
     path.write_text(json.dumps(raw))
     with pytest.raises(UnknownVariableError, match="feature set 'labs-1' version 1 lists "
-                                                   "variable 'lactate', which the variable "
+                                                   "variable 'procalcitonin', which the variable "
                                                    "catalog"):
         load_feature_sets(path)
 

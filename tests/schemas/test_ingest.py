@@ -65,15 +65,59 @@ def test_empty_payload_and_observation_limit() -> None:
 
 
 def test_cleaning_warns_and_strict_turns_it_into_errors() -> None:
-    obs = [{"variable": "ph", "time": 1, "value": 735},
+    obs = [{"variable": "glucose", "time": 1, "value": 2500, "unit": "mg/dL"},
            {"variable": "temperature", "time": 2, "value": 20, "unit": "Cel"},
            {"variable": "heart_rate", "time": 47, "value": 80}]
     s = ingest_stay(stay(obs), BENCHMARK_48H)
     codes = {(n.code, n.variable) for n in s.notices}
-    assert ("value_dropped", "ph") in codes and ("value_clipped", "temperature") in codes
+    assert ("value_dropped", "glucose") in codes and ("value_clipped", "temperature") in codes
     assert s.value.tolist() == [26.0, 80.0]
     strict = ingest_stay(stay(obs), BENCHMARK_48H, strict=True)
     assert [p.rule for p in strict.problems] == ["out_of_range_dropped", "out_of_range_clipped"]
+
+
+def test_implausible_values_become_missing_naming_the_rule() -> None:
+    obs = [{"variable": "heart_rate", "time": 1, "value": 0},
+           {"variable": "Systolic blood pressure", "time": 1, "value": 0},
+           {"variable": "ph", "time": 2, "value": 735},  # pH x 100: divided
+           {"variable": "ph", "time": 3, "value": 6.4},  # inside the benchmark's range, not pH
+           {"variable": "heart_rate", "time": 4, "value": 80}]
+    s = ingest_stay(stay(obs), BENCHMARK_48H)
+    notes = [(n.code, n.variable, n.loc) for n in s.notices if n.code.startswith("value_")]
+    assert notes == [("value_rescaled", "ph", ["observations", 2]),
+                     ("value_implausible", "heart_rate", ["observations", 0]),
+                     ("value_implausible", "systolic_bp", ["observations", 1]),
+                     ("value_implausible", "ph", ["observations", 3])]
+    msg = next(n.message for n in s.notices if n.code == "value_implausible")
+    assert "rule: heart_rate > 0" in msg and "80" not in msg
+    assert s.value.tolist() == [7.35, 80.0] and s.source.tolist() == [2, 4]
+    strict = ingest_stay(stay(obs), BENCHMARK_48H, strict=True)
+    assert [(p.rule, p.allowed) for p in strict.problems] == [
+        ("implausible_value", "heart_rate > 0"), ("implausible_value", "systolic_bp > 0"),
+        ("implausible_value", "ph >= 6.5 and <= 8 (x100 values divided by 100)")]
+
+
+def test_payloads_name_variables_by_id_alias_or_loinc_code() -> None:
+    from schemas.featureset import FEATURE_SETS
+
+    full = FEATURE_SETS["physionet2012-full"]
+    obs = [{"variable": "lactate", "time": 1, "value": 2.0},
+           {"variable": "BUN", "time": 1, "value": 20, "unit": "mg/dL"},
+           {"variable": "2160-0", "time": 1, "value": 88.42, "unit": "umol/L"},  # creatinine
+           {"variable": "76213-8", "time": 1, "value": 60},  # invasive diastolic pressure
+           {"variable": "ICUType", "time": 0, "value": "sicu"}]
+    s = ingest_stay(stay(obs), full)
+    assert not s.problems
+    got = {full.variables[c].id: v for c, v in zip(s.channel.tolist(), s.value.tolist(),
+                                                    strict=True)}
+    assert got == pytest.approx({"lactate": 2.0, "bun": 20.0, "creatinine": 1.0,
+                                 "invasive_diastolic_bp": 60.0, "icu_type": 3.0})
+    # In the benchmark set the same invasive code is the merged diastolic channel.
+    bench = ingest_stay(stay([{"variable": "76213-8", "time": 1, "value": 60}]), BENCHMARK_48H)
+    assert BENCHMARK_48H.variables[int(bench.channel[0])].id == "diastolic_bp"
+    unknown = ingest_stay(stay([{"variable": "lactate", "time": 1, "value": 2.0}]),
+                          BENCHMARK_48H)
+    assert [p.rule for p in unknown.problems] == ["unknown_variable"]
 
 
 def test_iso_times_with_admission_and_wide_form_match_long_form() -> None:

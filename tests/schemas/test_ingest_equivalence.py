@@ -25,7 +25,7 @@ from tests.oracles.ingest_cases import assert_same_result, assert_same_stay, ran
 
 REPO = Path(__file__).resolve().parents[2]
 #: Problems of the stay as a whole, found without the per-row path.
-STAY_RULES = {"out_of_range_dropped", "out_of_range_clipped", "empty_payload",
+STAY_RULES = {"implausible_value", "out_of_range_dropped", "out_of_range_clipped", "empty_payload",
               "too_many_observations"}
 
 

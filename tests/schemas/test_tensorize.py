@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY
-from schemas.tensorize import Normalizer, Observations, clean, coverage, discretize
+from schemas.tensorize import (
+    Normalizer,
+    Observations,
+    clean,
+    cleaning_masks,
+    coverage,
+    discretize,
+    plausibility_masks,
+)
 from schemas.variables import BY_ID
 from tests.oracles.discretizer import discretize_rows
 
@@ -119,13 +127,46 @@ def test_cleaning_drops_and_clips_by_benchmark_ranges() -> None:
     o = obs([
         (0, "temperature", 1.0, -17.8),  # below outlier low 14.2 -> dropped
         (0, "temperature", 2.0, 20.0),   # between outlier low and valid low 26 -> 26
-        (0, "ph", 3.0, 735.0),           # above outlier high -> dropped
-        (0, "heart_rate", 4.0, 0.0),     # on the bound -> kept as is
+        (0, "ph", 3.0, 11.0),            # above outlier high 10 (and not pH) -> implausible
+        (0, "heart_rate", 4.0, 0.1),     # above the plausible 0, below valid -> kept as is
+        (0, "glucose", 5.0, 2500.0),     # plausible, above outlier high 2200 -> dropped
     ], 1)
     kept, rep = clean(o, FS)
-    assert len(kept) == 2 and kept.value.tolist() == [26.0, 0.0]
-    assert rep.dropped[CH["temperature"]] == 1 and rep.dropped[CH["ph"]] == 1
-    assert rep.clipped[CH["temperature"]] == 1 and rep.dropped_rows.tolist() == [0, 2]
+    assert len(kept) == 2 and kept.value.tolist() == [26.0, 0.1]
+    assert rep.dropped[CH["temperature"]] == 1 and rep.dropped[CH["glucose"]] == 1
+    assert rep.clipped[CH["temperature"]] == 1 and rep.dropped_rows.tolist() == [0, 4]
+    assert rep.implausible_rows.tolist() == [2] and rep.removed_rows.tolist() == [0, 2, 4]
+
+
+def test_plausibility_removes_artefacts_and_undoes_a_known_scaling() -> None:
+    o = obs([
+        (0, "heart_rate", 1.0, 0.0),        # a zero heart rate: an artefact
+        (0, "diastolic_bp", 1.0, 0.0),      # so is a zero pressure
+        (0, "ph", 2.0, 735.0),              # pH x 100 -> 7.35
+        (0, "ph", 3.0, 6.4),                # inside the benchmark's bounds, not a pH
+        (0, "ph", 4.0, 6.5),                # on the plausible bound: kept
+        (0, "respiratory_rate", 5.0, 0.0),  # zero breaths: an artefact
+        (0, "o2_saturation", 6.0, 0.0),
+    ], 1)
+    kept, rep = clean(o, FS)
+    assert kept.value.tolist() == [7.35, 6.5] and kept.time.tolist() == [2.0, 4.0]
+    assert rep.rescaled_rows.tolist() == [2] and rep.rescaled[CH["ph"]] == 1
+    assert rep.implausible_rows.tolist() == [0, 1, 3, 5, 6]
+    assert rep.implausible[CH["ph"]] == 1 and rep.dropped.sum() == 0
+
+
+def test_plausibility_keeps_parity_for_data_that_passes_it() -> None:
+    rng = np.random.default_rng(7)
+    o = random_obs(rng, 40, 60)
+    _, implausible, rescaled = plausibility_masks(o.channel, o.value, FS)
+    assert implausible.any()
+    ok = o.take(~implausible & ~rescaled)
+    kept, rep = clean(ok, FS)
+    assert rep.implausible.sum() == 0 and rep.rescaled.sum() == 0
+    drop, _, clipped = cleaning_masks(ok.channel, ok.value, FS)  # the benchmark rule alone
+    np.testing.assert_array_equal(kept.value, clipped[~drop])
+    x, _ = discretize(kept, FS)
+    np.testing.assert_array_equal(x, discretize_rows(kept, FS, np.full(40, 48.0)))
 
 
 def test_normalizer_scales_only_continuous_columns() -> None:

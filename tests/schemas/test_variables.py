@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from schemas.variables import BY_ID, VARIABLES, lookup
+from schemas.variables import BY_ID, CATALOG, VARIABLES, lookup, name_index
 from tests.conftest import SHARED_DATA, needs_shared_data
 
 RES = SHARED_DATA / "mimic3-benchmarks-resources"
@@ -78,7 +78,7 @@ def test_category_aliases_and_unknown_categories() -> None:
 def test_lookup_by_id_benchmark_name_and_case() -> None:
     assert lookup("Heart Rate") is lookup("heart rate") is lookup("heart_rate")
     with pytest.raises(KeyError, match="unknown variable"):
-        lookup("lactate")
+        lookup("procalcitonin")
 
 
 def test_docs_variables_md_is_current() -> None:
@@ -89,3 +89,48 @@ def test_docs_variables_md_is_current() -> None:
     doc = Path(__file__).resolve().parents[2] / "docs" / "variables.md"
     assert doc.read_text() == catalog_markdown() + "\n", (
         "regenerate with: python -m schemas.variables > docs/variables.md")
+
+
+def _loinc_check_digit_ok(code: str) -> bool:
+    """LOINC's mod-10 check digit (the Luhn scheme) over the code's number part."""
+    number, check = code.split("-")
+    total = 0
+    for i, d in enumerate(int(c) for c in reversed(number)):
+        d = d * 2 if i % 2 == 0 else d
+        total += d - 9 if d > 9 else d
+    return (10 - total % 10) % 10 == int(check)
+
+
+def test_every_loinc_code_is_well_formed() -> None:
+    codes = [c for v in CATALOG for c in v.loinc_codes]
+    assert len(codes) > 60
+    assert all(_loinc_check_digit_ok(c) for c in codes), [c for c in codes
+                                                         if not _loinc_check_digit_ok(c)]
+    assert not _loinc_check_digit_ok("2160-1")
+
+
+def test_names_are_unique_in_the_catalog_and_in_every_feature_set() -> None:
+    from schemas.featureset import FEATURE_SETS
+
+    for fs in FEATURE_SETS.values():
+        index = name_index(fs.variables)  # raises on a name two variables share
+        for v in fs.variables:
+            assert index[v.id] == index[v.loinc or v.id] == fs.variables.index(v)
+    assert lookup("bun") is lookup("BUN") is lookup("Blood urea nitrogen")
+
+
+def test_lab_unit_conversions() -> None:
+    assert BY_ID["creatinine"].convert(88.42, "umol/L") == pytest.approx(1.0)
+    assert BY_ID["bun"].convert(7.14, "mmol/L") == pytest.approx(20.0, abs=0.01)
+    assert BY_ID["lactate"].convert(18.0, "mg/dL") == pytest.approx(2.0, abs=0.01)
+    assert BY_ID["bilirubin"].convert(17.104, "umol/L") == pytest.approx(1.0)
+    assert BY_ID["magnesium"].convert(1.0, "mmol/L") == pytest.approx(2.4305)
+    assert BY_ID["magnesium"].convert(2.0, "mEq/L") == pytest.approx(2.4305)
+    assert BY_ID["cholesterol"].convert(5.0, "mmol/L") == pytest.approx(193.3, abs=0.1)
+    assert BY_ID["albumin"].convert(35, "g/L") == pytest.approx(3.5)
+    assert BY_ID["pao2"].convert(13.3, "kPa") == pytest.approx(99.76, abs=0.01)
+    assert BY_ID["troponin_t"].convert(14, "ng/L") == pytest.approx(0.014)
+    assert BY_ID["hematocrit"].convert(0.42, "L/L") == pytest.approx(42.0)
+    assert BY_ID["sodium"].convert(140, None) == 140 == BY_ID["sodium"].convert(140, "mEq/L")
+    with pytest.raises(ValueError, match="not accepted for lactate"):
+        BY_ID["lactate"].convert(2, "g/L")

@@ -16,6 +16,16 @@ def test_default_is_the_tasks_feature_set() -> None:
     assert TrainConfig(task="phenotypes").features() is BENCHMARK_STAY
 
 
+def test_the_full_physionet_set_is_accepted_for_mortality_and_recorded_with_its_hash() -> None:
+    from schemas.featureset import FEATURE_SETS, FeatureSet
+
+    fs = TrainConfig(task="mortality", feature_set="physionet2012-full").features()
+    assert fs is FEATURE_SETS["physionet2012-full"] and fs.n_channels == 39
+    assert FeatureSet.from_dict(fs.manifest_dict()) == fs  # as export writes, service reads
+    with pytest.raises(ValueError, match=r"covers window_hours=48\.0, the phenotypes task"):
+        TrainConfig(task="phenotypes", feature_set="physionet2012-full")
+
+
 def test_unknown_or_misfitting_feature_sets_fail_with_the_choices() -> None:
     with pytest.raises(ValueError, match="unknown feature_set 'labs'; known: benchmark76-48h"):
         TrainConfig(task="mortality", feature_set="labs")

@@ -232,3 +232,20 @@ def test_export_refuses_an_existing_version_and_keeps_the_default(
     assert main(["models", "set-default", "mortality", "0.2.0", "--model-dir", str(models)]) == 0
     assert "default mortality: 0.1.0 -> 0.2.0" in capsys.readouterr().out
     assert main(["models", "set-default", "mortality", "0.1.0", "--model-dir", str(models)]) == 0
+
+
+def test_mortality_card_carries_the_fairness_audit(models: Path) -> None:
+    folder = models / "mortality" / "0.1.0"
+    m = load_manifest(folder / "manifest.json")
+    audit = m.metrics["fairness"]
+    groups = audit["groups"]
+    assert groups["all"]["n"] == m.provenance.splits["test"].n
+    assert groups["sex=female"]["n"] + groups["sex=male"]["n"] <= groups["all"]["n"]
+    assert set(groups["all"]) >= {"auroc", "calibration_slope", "calibration_intercept",
+                                  "alert_rate"}
+    flip = audit["sex_flip"]  # the model reads demographics, so a flip moves some risk
+    assert flip["n"] > 0 and flip["max"] > 0 and flip["median"] <= flip["max"]
+    card = (folder / "MODEL_CARD.md").read_text()
+    assert "## Fairness audit" in card and "What it means" in card
+    assert "fairness" not in load_manifest(models / "phenotypes" / "0.1.0" / "manifest.json"
+                                           ).metrics

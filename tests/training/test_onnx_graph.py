@@ -31,6 +31,9 @@ ENCODERS = {
     "lstm": ({"units": 8, "depth": 2, "bidirectional": True}, False),
     # dynamic T, like phenotypes; static demographics as an extra input
     "cwgru": ({"hidden": 4, "channels": [[0, 1, 2], [3, 4, 5]], "n_heads": 2}, True),
+    # fixed T; masked summary statistics in the graph: a 3-column one-hot channel + a continuous
+    # one (4 value columns, then 2 mask columns)
+    "sumlstm": ({"units": 4, "summary_dim": 3, "widths": [3, 1]}, False),
 }
 # The three read-outs, written out here as the paper states them.
 READOUTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -91,7 +94,7 @@ def test_graph_contract(export: Callable, encoder: str) -> None:
     time_axis = inputs[INPUT_X][1]
     assert (isinstance(time_axis, str) and time_axis != batch) if dynamic else time_axis == T
     expected_inputs = {INPUT_X: [batch, time_axis, F], INPUT_LENGTHS: [batch]}
-    if encoder == "cwgru":
+    if encoder in ("cwgru", "sumlstm"):
         expected_inputs[INPUT_STATIC] = [batch, S]
     assert inputs == expected_inputs
     assert list(outputs) == [OUTPUT_Z, OUTPUT_ANCHOR_LOGITS, OUTPUT_PROBABILITY]
@@ -104,6 +107,8 @@ def test_graph_contract(export: Callable, encoder: str) -> None:
     if not dynamic:  # a fixed-length graph refuses another T instead of scoring it
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         feed = {INPUT_X: np.zeros((1, T + 1, F), np.float32), INPUT_LENGTHS: np.ones(1, np.int64)}
+        if INPUT_STATIC in inputs:
+            feed[INPUT_STATIC] = np.zeros((1, S), np.float32)
         with pytest.raises(Exception, match="dimensions"):
             session.run(None, feed)
 

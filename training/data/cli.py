@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from schemas.featureset import FEATURE_SETS
 from schemas.tasks import TASK_NAMES
 from training.data.layout import TASK_DIRS, available_tasks
 from training.data.report import cleaning_table, pct, table
@@ -28,6 +29,7 @@ def register(subparsers: Any) -> None:
                    help="share of training patients held out for validation")
     p.add_argument("--limit", type=int, default=None,
                    help="only the first N records of each set (quick checks)")
+    _feature_set_arg(p, "benchmark76-48h")
     p.set_defaults(func=_physionet)
 
     p = sub.add_parser("convert-eicu-demo",
@@ -39,6 +41,7 @@ def register(subparsers: Any) -> None:
                    help="hcup_ccs_2015_definitions.yaml (default: from SCEHR_DATA_DIR)")
     p.add_argument("--limit-patients", type=int, default=None,
                    help="only the first N patients (quick checks)")
+    _feature_set_arg(p, "benchmark76-stay")
     p.set_defaults(func=_eicu)
 
     p = sub.add_parser("synth", help="write a synthetic dataset with a known signal")
@@ -60,20 +63,27 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_inspect)
 
 
+def _feature_set_arg(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--feature-set", dest="feature_set", choices=list(FEATURE_SETS),
+                   default=default, help="channels to write (schemas/resources/"
+                   f"feature_sets.json; default {default})")
+
+
 def _physionet(args: argparse.Namespace) -> int:
     from training.data.physionet2012 import convert_physionet2012
 
     t0 = time.perf_counter()
     prov = convert_physionet2012(args.src, args.out, limit=args.limit, seed=args.seed,
-                                 val_fraction=args.val_fraction)
+                                 val_fraction=args.val_fraction,
+                                 fs=FEATURE_SETS[args.feature_set])
     wall = time.perf_counter() - t0
     rows = [[f"set-{n}", s["split"], s["stays"], s["positives"], pct(s["positive_rate"]),
              len(s["records_without_timeseries"]), s["empty_parameter_rows_dropped"],
-             s["invalid_gcs_dropped"], s["noninvasive_superseded_by_invasive"],
+             s["invalid_category_dropped"], s["noninvasive_superseded_by_invasive"],
              s["same_time_duplicates_last_kept"]]
             for n, s in prov["sets"].items()]
     print(table(["set", "split", "stays", "deaths", "rate", "no time series",
-                 "empty-name rows", "bad GCS", "NI superseded", "same-time dups"], rows))
+                 "empty-name rows", "bad category", "NI superseded", "same-time dups"], rows))
     print()
     print(table(["split", "stays", "deaths", "rate"],
                 [[k, v["stays"], v["positives"], pct(v["positive_rate"])]
@@ -92,7 +102,8 @@ def _eicu(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     prov = convert_eicu_demo(args.src, args.out, ccs_definitions=args.ccs_definitions,
-                             limit_patients=args.limit_patients, seed=args.seed)
+                             limit_patients=args.limit_patients, seed=args.seed,
+                             fs=FEATURE_SETS[args.feature_set])
     wall = time.perf_counter() - t0
     ph, ihm = prov["phenotyping"], prov["in_hospital_mortality"]
     print(f"ICU stays {prov['stays_in_patient_table']}, with grid data "

@@ -17,6 +17,16 @@ Channel mapping (YAIB grid column -> benchmark channel; units measured on the de
 
 Always empty: Capillary refill rate and the four GCS channels (the grid has no GCS).
 
+With `--feature-set physionet2012-full` the labs map onto the same catalog ids as PhysioNet's
+(alb -> albumin, alp, alt, ast, bicar -> hco3, bili -> bilirubin, bun, crea -> creatinine,
+k -> potassium, lact -> lactate, mg -> magnesium, na -> sodium, pco2 -> paco2, po2 -> pao2,
+plt -> platelets, tnt -> troponin_t, urine -> urine_output, wbc; units as the catalog's
+canonical ones, checked on the demo's ranges), sbp/dbp/map to the non-invasive pressures
+(the grid merges both kinds), `patient.unittype` to the ICU type where it is one of
+PhysioNet's four (Cardiac ICU, CSICU/CTICU, MICU, SICU; mixed units stay missing). No
+PhysioNet counterpart on the grid: GCS, SaO2 (o2sat is mostly pulse oximetry, `spo2`, which
+the full set lacks), invasive pressures, hematocrit, cholesterol, troponin I, ventilation.
+
 Time: a grid row for hour h summarises [h, h+1), so it is stamped at min(h + 1, stay end): it
 lands in benchmark bin h and is never seen before it was measured. Rows with h >= the stay's
 length (after discharge) are dropped. The grid stops at 7 days; longer stays carry their last
@@ -52,19 +62,54 @@ from training.data.phenotypes import (
 )
 from training.data.writer import write_json, write_listfile, write_task_listfiles, write_timeseries
 
-CONVERTER_VERSION = "1"
+CONVERTER_VERSION = "2"
 DYN = "derived-yaib-hourly/los_eicu_demo_dyn.parquet"
 STA = "derived-yaib-hourly/los_eicu_demo_sta.parquet"
 SOURCES = ("patient.csv.gz", "diagnosis.csv.gz", DYN, STA)
-#: YAIB grid column -> (benchmark channel id, factor to the canonical unit).
-GRID_MAP: dict[str, tuple[str, float]] = {
-    "hr": ("heart_rate", 1.0), "sbp": ("systolic_bp", 1.0), "dbp": ("diastolic_bp", 1.0),
-    "map": ("mean_bp", 1.0), "o2sat": ("o2_saturation", 1.0),
-    "resp": ("respiratory_rate", 1.0), "temp": ("temperature", 1.0),
-    "fio2": ("fio2", 0.01), "glu": ("glucose", 1.0), "ph": ("ph", 1.0),
+#: YAIB grid column -> (catalog variables in preference order, factor to the canonical unit);
+#: the first the feature set has is used. The grid merges invasive and non-invasive pressures
+#: (mostly non-invasive on the demo), and its o2sat is mostly pulse oximetry (SpO2).
+GRID_MAP: dict[str, tuple[tuple[str, ...], float]] = {
+    "hr": (("heart_rate",), 1.0),
+    "sbp": (("systolic_bp", "noninvasive_systolic_bp"), 1.0),
+    "dbp": (("diastolic_bp", "noninvasive_diastolic_bp"), 1.0),
+    "map": (("mean_bp", "noninvasive_mean_bp"), 1.0),
+    "o2sat": (("o2_saturation", "spo2"), 1.0),
+    "resp": (("respiratory_rate",), 1.0), "temp": (("temperature",), 1.0),
+    "fio2": (("fio2",), 0.01), "glu": (("glucose",), 1.0), "ph": (("ph",), 1.0),
+    "alb": (("albumin",), 1.0), "alp": (("alp",), 1.0), "alt": (("alt",), 1.0),
+    "ast": (("ast",), 1.0), "bicar": (("hco3",), 1.0), "bili": (("bilirubin",), 1.0),
+    "bun": (("bun",), 1.0), "crea": (("creatinine",), 1.0), "k": (("potassium",), 1.0),
+    "lact": (("lactate",), 1.0), "mg": (("magnesium",), 1.0), "na": (("sodium",), 1.0),
+    "pco2": (("paco2",), 1.0), "po2": (("pao2",), 1.0), "plt": (("platelets",), 1.0),
+    "tnt": (("troponin_t",), 1.0), "urine": (("urine_output",), 1.0),
+    "wbc": (("wbc",), 1.0),
 }
-EMPTY_CHANNELS: tuple[str, ...] = ("capillary_refill_rate", "gcs_eye", "gcs_motor",
-                                   "gcs_total", "gcs_verbal")
+#: eICU `patient.unittype` -> PhysioNet's ICU type (mixed units, e.g. Med-Surg, stay missing).
+UNIT_TYPES: dict[str, str] = {"Cardiac ICU": "1", "CSICU": "2", "CTICU": "2", "MICU": "3",
+                              "SICU": "4"}
+
+
+def grid_targets(fs: FeatureSet) -> dict[str, tuple[str, float]]:
+    """Grid column -> (channel id, factor) for the columns `fs` has a place for."""
+    ids = set(fs.variable_ids)
+    out = {}
+    for col, (candidates, factor) in GRID_MAP.items():
+        hit = next((c for c in candidates if c in ids), None)
+        if hit is not None:
+            out[col] = (hit, factor)
+    return out
+
+
+STATIC_CHANNELS: tuple[str, ...] = ("height", "weight", "icu_type")
+
+
+def empty_channels(fs: FeatureSet) -> list[str]:
+    """Channels of `fs` the demo never fills."""
+    filled = {c for c, _ in grid_targets(fs).values()} | set(STATIC_CHANNELS)
+    return [v for v in fs.variable_ids if v not in filled]
+
+
 TEST_FRACTION = 0.2
 VAL_FRACTION = 0.15
 MORTALITY_HOURS = 48.0
@@ -117,6 +162,7 @@ def read_stays(src: Path, limit_patients: int | None = None) -> pd.DataFrame:
         "hospitalid": p["hospitalid"].to_numpy(),
         "los_hours": p["unitdischargeoffset"].to_numpy(dtype=np.float64) / 60.0,
         "status": p["hospitaldischargestatus"].to_numpy(dtype=object),
+        "unittype": p["unittype"].to_numpy(dtype=object),
     })
 
 
@@ -124,7 +170,8 @@ def grid_observations(src: Path, stays: pd.DataFrame, fs: FeatureSet
                       ) -> tuple[Observations, dict[str, Any]]:
     """Observations of all stays from the hourly grid plus height/weight at t = 0 (uncleaned)."""
     index = {v.id: i for i, v in enumerate(fs.variables)}
-    dyn = pd.read_parquet(src / DYN, columns=["stay_id", "time", *GRID_MAP])
+    targets = grid_targets(fs)
+    dyn = pd.read_parquet(src / DYN, columns=["stay_id", "time", *targets])
     pos = pd.Series(np.arange(len(stays)), index=stays["patientunitstayid"].to_numpy())
     stay = dyn["stay_id"].map(pos).to_numpy(dtype=np.float64, na_value=np.nan)
     dyn = dyn[~np.isnan(stay)]
@@ -134,12 +181,19 @@ def grid_observations(src: Path, stays: pd.DataFrame, fs: FeatureSet
     after = hour >= los
     t = grid_time(hour, los)
     parts = []
-    for col, (cid, factor) in GRID_MAP.items():
+    for col, (cid, factor) in targets.items():
         v = dyn[col].to_numpy(dtype=np.float64) * factor
         ok = ~np.isnan(v) & ~after
         parts.append((stay[ok], np.full(ok.sum(), index[cid]), t[ok], v[ok]))
-    for col in ("height", "weight"):
-        v = stays[col].to_numpy(dtype=np.float64)
+    for col in STATIC_CHANNELS:
+        if col not in index:
+            continue
+        if col == "icu_type":
+            cats = fs.variables[index[col]].categories
+            v = stays["unittype"].map({u: float(cats.index(c)) for u, c in UNIT_TYPES.items()})
+            v = v.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            v = stays[col].to_numpy(dtype=np.float64)
         ok = np.flatnonzero(~np.isnan(v))
         parts.append((ok, np.full(len(ok), index[col]), np.zeros(len(ok)), v[ok]))
     s, c, tt, vv = (np.concatenate(a) for a in zip(*parts, strict=True))
@@ -183,20 +237,21 @@ def _write_task(tdir: Path, obs: Observations, stays: pd.DataFrame, table: pd.Da
 
 def convert_eicu_demo(src: str | Path, out: str | Path, *, ccs_definitions: str | Path |
                       None = None, limit_patients: int | None = None, seed: int = 0,
-                      progress: bool | None = None) -> dict[str, Any]:
-    """Convert the eICU demo; returns the provenance (also written to `provenance.json`)."""
+                      progress: bool | None = None,
+                      fs: FeatureSet = BENCHMARK_STAY) -> dict[str, Any]:
+    """Convert the eICU demo into feature set `fs`'s channels (both tasks); returns the
+    provenance (also written to `provenance.json`, which names the feature set)."""
     t0 = time.perf_counter()
     src, out = Path(src).expanduser(), Path(out).expanduser()
     _check_source(src)
     definitions = load_ccs_definitions(ccs_definitions)
     groups = benchmark_groups(definitions)
-    fs = BENCHMARK_STAY
     stays = read_stays(src, limit_patients)
     n = len(stays)
     raw, grid_stats = grid_observations(src, stays, fs)
     obs, rep = clean(raw, fs)
     # Height/weight alone at t = 0 are not a time series: count stays with grid values.
-    grid_channels = [i for i, v in enumerate(fs.variables) if v.id not in ("height", "weight")]
+    grid_channels = [i for i, v in enumerate(fs.variables) if v.id not in STATIC_CHANNELS]
     is_grid = np.isin(obs.channel, grid_channels)
     has_grid = np.bincount(obs.stay[is_grid], minlength=n) > 0
     early = is_grid & (obs.time <= MORTALITY_HOURS + 1e-6)
@@ -274,13 +329,17 @@ def convert_eicu_demo(src: str | Path, out: str | Path, *, ccs_definitions: str 
                                              & ~has_48).sum()),
             "splits": counts(keep_ihm, ihm_table[["y_true"]].to_numpy(), ["y_true"]),
         },
-        "cleaning": {"dropped": dict(zip(ids, rep.dropped.tolist(), strict=True)),
+        "feature_set": {"name": fs.name, "version": fs.version, "sha256": fs.sha256},
+        "cleaning": {"implausible": dict(zip(ids, rep.implausible.tolist(), strict=True)),
+                     "rescaled": dict(zip(ids, rep.rescaled.tolist(), strict=True)),
+                     "dropped": dict(zip(ids, rep.dropped.tolist(), strict=True)),
                      "clipped": dict(zip(ids, rep.clipped.tolist(), strict=True))},
-        "mapping": {k: c for k, (c, _) in GRID_MAP.items()}
+        "mapping": {k: c for k, (c, _) in grid_targets(fs).items()}
         | {"sta.height / patient.admissionheight": "height",
-           "sta.weight / patient.admissionweight": "weight"},
+           "sta.weight / patient.admissionweight": "weight",
+           "patient.unittype": "icu_type"},
         "unit_conversions": {"fio2": "percent / 100 -> fraction"},
-        "empty_channels": list(EMPTY_CHANNELS),
+        "empty_channels": empty_channels(fs),
         "seconds": round(time.perf_counter() - t0, 2),
     }
     write_json(out / "provenance.json", provenance)

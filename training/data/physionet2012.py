@@ -4,7 +4,11 @@ Sets a and b become `train/` (15% of their RecordIDs, seeded and stratified by t
 listed in `val_listfile.csv`), set c becomes `test/`. Records are read straight from the
 tarballs and parsed one set at a time with one `pandas.read_csv` call.
 
-Channel mapping (PhysioNet parameter -> benchmark channel):
+The channels are those of a feature set (`--feature-set`; default `benchmark76-48h`).
+Each PhysioNet parameter goes to its own catalog variable where the set has it (the
+`physionet2012-full` set has all 37 series, height and the ICU type), else to the coarser
+benchmark channel it feeds (`PARAMETER_MAP`); parameters with neither are skipped. For the
+benchmark set:
 
     DiasABP, NIDiasABP -> Diastolic blood pressure   (invasive wins at a shared timestamp)
     SysABP, NISysABP   -> Systolic blood pressure    (invasive wins)
@@ -20,9 +24,11 @@ Channel mapping (PhysioNet parameter -> benchmark channel):
     Weight (time series, and the descriptor at t = 0; -1 = missing) -> Weight (kg)
     pH                 -> pH
 
-Always empty (no counterpart): Capillary refill rate and the GCS eye, motor and verbal
-subscores. Other parameters (labs, Urine, MechVent) are not benchmark channels and are skipped.
-Rows with an empty parameter name (set c) are dropped. The benchmark cleaning rule is applied
+and Capillary refill rate and the GCS eye, motor and verbal subscores stay empty; the labs,
+Urine and MechVent are skipped. In `physionet2012-full` the ICU type descriptor is also a
+channel at t = 0. Values go through the plausibility rule and the benchmark cleaning rule
+(`schemas.tensorize.clean`), each counted in the provenance.
+Rows with an empty parameter name (set c) are dropped. The cleaning rules are applied
 before the invasive-wins rule, so a dropped invasive value leaves the non-invasive one in place.
 Age, sex (Gender 0 = female, 1 = male), height, weight and ICU type go to `demographics.csv`.
 """
@@ -43,6 +49,7 @@ from tqdm.auto import tqdm
 from schemas.featureset import BENCHMARK_48H, FeatureSet
 from schemas.manifest import sha256_file
 from schemas.tensorize import Observations, clean
+from schemas.variables import CategoryError
 from training.data.layout import DEMOGRAPHICS_FILE, TASK_DIRS, split_groups
 from training.data.reader import _split_file
 from training.data.writer import (
@@ -53,24 +60,53 @@ from training.data.writer import (
     write_timeseries,
 )
 
-CONVERTER_VERSION = "1"
+CONVERTER_VERSION = "2"
 SETS: dict[str, str] = {"a": "train", "b": "train", "c": "test"}
 DESCRIPTORS: tuple[str, ...] = ("RecordID", "Age", "Gender", "Height", "ICUType", "Weight")
-#: PhysioNet parameter -> (benchmark channel id, priority); the higher priority wins when two
+#: PhysioNet parameter -> its catalog variable, then the coarser benchmark channel it feeds
+#: when the feature set lacks the exact one; each with a priority: the higher wins when two
 #: parameters give the same channel at the same time (invasive over non-invasive BP).
-PARAMETER_MAP: dict[str, tuple[str, int]] = {
-    "DiasABP": ("diastolic_bp", 1), "NIDiasABP": ("diastolic_bp", 0),
-    "SysABP": ("systolic_bp", 1), "NISysABP": ("systolic_bp", 0),
-    "MAP": ("mean_bp", 1), "NIMAP": ("mean_bp", 0),
-    "FiO2": ("fio2", 0), "GCS": ("gcs_total", 0), "Glucose": ("glucose", 0),
-    "HR": ("heart_rate", 0), "RespRate": ("respiratory_rate", 0),
-    "SaO2": ("o2_saturation", 0), "Temp": ("temperature", 0), "Weight": ("weight", 0),
-    "pH": ("ph", 0),
+PARAMETER_MAP: dict[str, tuple[tuple[str, int], ...]] = {
+    "DiasABP": (("invasive_diastolic_bp", 0), ("diastolic_bp", 1)),
+    "NIDiasABP": (("noninvasive_diastolic_bp", 0), ("diastolic_bp", 0)),
+    "SysABP": (("invasive_systolic_bp", 0), ("systolic_bp", 1)),
+    "NISysABP": (("noninvasive_systolic_bp", 0), ("systolic_bp", 0)),
+    "MAP": (("invasive_mean_bp", 0), ("mean_bp", 1)),
+    "NIMAP": (("noninvasive_mean_bp", 0), ("mean_bp", 0)),
+    "SaO2": (("sao2", 0), ("o2_saturation", 0)),
+    "FiO2": (("fio2", 0),), "GCS": (("gcs_total", 0),), "Glucose": (("glucose", 0),),
+    "HR": (("heart_rate", 0),), "RespRate": (("respiratory_rate", 0),),
+    "Temp": (("temperature", 0),), "Weight": (("weight", 0),), "pH": (("ph", 0),),
+    "Albumin": (("albumin", 0),), "ALP": (("alp", 0),), "ALT": (("alt", 0),),
+    "AST": (("ast", 0),), "Bilirubin": (("bilirubin", 0),), "BUN": (("bun", 0),),
+    "Cholesterol": (("cholesterol", 0),), "Creatinine": (("creatinine", 0),),
+    "HCO3": (("hco3", 0),), "HCT": (("hematocrit", 0),), "K": (("potassium", 0),),
+    "Lactate": (("lactate", 0),), "Mg": (("magnesium", 0),), "Na": (("sodium", 0),),
+    "PaCO2": (("paco2", 0),), "PaO2": (("pao2", 0),), "Platelets": (("platelets", 0),),
+    "TroponinI": (("troponin_i", 0),), "TroponinT": (("troponin_t", 0),),
+    "Urine": (("urine_output", 0),), "WBC": (("wbc", 0),),
+    "MechVent": (("mechanical_ventilation", 0),),
 }
-#: Descriptors that are also benchmark channels (observed at t = 0).
-DESCRIPTOR_CHANNELS: dict[str, str] = {"Height": "height", "Weight": "weight"}
-EMPTY_CHANNELS: tuple[str, ...] = ("capillary_refill_rate", "gcs_eye", "gcs_motor",
-                                   "gcs_verbal")
+#: Descriptors that are also channels (observed at t = 0; -1 = missing).
+DESCRIPTOR_CHANNELS: dict[str, str] = {"Height": "height", "Weight": "weight",
+                                       "ICUType": "icu_type"}
+
+
+def parameter_targets(fs: FeatureSet) -> dict[str, tuple[str, int]]:
+    """PhysioNet parameter -> (channel id, priority) for the parameters `fs` has a place for."""
+    ids = set(fs.variable_ids)
+    out = {}
+    for name, candidates in PARAMETER_MAP.items():
+        hit = next(((c, p) for c, p in candidates if c in ids), None)
+        if hit is not None:
+            out[name] = hit
+    return out
+
+
+def empty_channels(fs: FeatureSet) -> list[str]:
+    """Channels of `fs` no PhysioNet parameter or descriptor fills (always missing)."""
+    filled = {c for c, _ in parameter_targets(fs).values()} | set(DESCRIPTOR_CHANNELS.values())
+    return [v for v in fs.variable_ids if v not in filled]
 
 
 @dataclass
@@ -159,33 +195,20 @@ def parse_records(ids: np.ndarray, bodies: list[bytes], fs: FeatureSet = BENCHMA
     empty = code < 0
     series = ~is_desc & ~empty
     index = {v.id: i for i, v in enumerate(fs.variables)}
+    targets = parameter_targets(fs)
     # Lookup tables over the codes; the extra last entry serves code -1 (empty name).
-    chan_lut = np.array([index[PARAMETER_MAP[n][0]] if n in PARAMETER_MAP else np.nan
+    chan_lut = np.array([index[targets[n][0]] if n in targets else np.nan
                          for n in names] + [np.nan])
-    prio_lut = np.array([PARAMETER_MAP[n][1] if n in PARAMETER_MAP else np.nan
+    prio_lut = np.array([targets[n][1] if n in targets else np.nan
                          for n in names] + [np.nan])
     channel, priority = chan_lut[code], prio_lut[code]
     use = series & ~np.isnan(channel)
-
-    # GCS total: integer scores 3..15 -> category index; anything else is not a category.
-    gcs = index["gcs_total"]
-    var = fs.variables[gcs]
-    lut = np.full(16, np.nan)
-    for s in range(3, 16):
-        lut[s] = var.category_index(str(s))
-    is_gcs = use & (channel == gcs)
-    gv = value[is_gcs]
-    ok = np.isfinite(gv) & (gv == np.round(gv)) & (gv >= 3) & (gv <= 15)
-    value = value.copy()
-    value[np.flatnonzero(is_gcs)] = np.where(ok, lut[np.clip(np.nan_to_num(gv), 0, 15)
-                                                     .astype(np.int64)], np.nan)
-    invalid_gcs = int((~ok).sum())
-    use &= ~np.isnan(value)
-
     rows = np.flatnonzero(use)
     d_stay, d_channel, d_value, d_row = [stay[rows]], [channel[rows]], [value[rows]], [rows]
     d_time, d_prio = [hours[rows]], [priority[rows]]
     for name, cid in DESCRIPTOR_CHANNELS.items():
+        if cid not in index:
+            continue
         drow = np.flatnonzero(is_desc & (code == name_code.get(name, -2)))
         drow = drow[~np.isnan(demo[name][stay[drow]])]
         d_stay.append(stay[drow])
@@ -196,13 +219,17 @@ def parse_records(ids: np.ndarray, bodies: list[bytes], fs: FeatureSet = BENCHMA
         d_prio.append(np.zeros(len(drow)))
     cat = [np.concatenate(a) for a in (d_stay, d_channel, d_time, d_value, d_row, d_prio)]
     o_stay, o_channel, o_time, o_value, o_row, o_prio = cat
+    o_channel = o_channel.astype(np.int64)
+    o_value, invalid_category = _category_indices(o_channel, o_value, fs)
+    ok = ~np.isnan(o_value)
     order = np.lexsort((o_row, o_time, o_stay))
+    order = order[ok[order]]
     obs = Observations(o_stay[order], o_channel[order], o_time[order], o_value[order], n)
     o_prio = o_prio[order]
 
     obs, rep = clean(obs, fs)
     keep = np.ones(len(order), dtype=bool)
-    keep[rep.dropped_rows] = False
+    keep[rep.removed_rows] = False
     o_prio = o_prio[keep]
     obs, superseded = prefer_invasive(obs, o_prio)
 
@@ -215,10 +242,12 @@ def parse_records(ids: np.ndarray, bodies: list[bytes], fs: FeatureSet = BENCHMA
         "rows": len(df),
         "empty_parameter_rows_dropped": int(empty.sum()),
         "unmapped_parameter_rows": int((series & np.isnan(channel)).sum()),
-        "invalid_gcs_dropped": invalid_gcs,
+        "invalid_category_dropped": invalid_category,
         "noninvasive_superseded_by_invasive": superseded,
         "same_time_duplicates_last_kept": _duplicates(obs),
         "observations": len(obs),
+        "implausible": dict(zip(ids_, rep.implausible.tolist(), strict=True)),
+        "rescaled": dict(zip(ids_, rep.rescaled.tolist(), strict=True)),
         "dropped": dict(zip(ids_, rep.dropped.tolist(), strict=True)),
         "clipped": dict(zip(ids_, rep.clipped.tolist(), strict=True)),
     }
@@ -228,6 +257,26 @@ def parse_records(ids: np.ndarray, bodies: list[bytes], fs: FeatureSet = BENCHMA
         "weight": demo["Weight"], "icu_type": demo["ICUType"], "record_id": ids,
     })
     return obs, demographics, stats
+
+
+def _category_indices(channel: np.ndarray, value: np.ndarray, fs: FeatureSet
+                      ) -> tuple[np.ndarray, int]:
+    """Values with categorical channels' integer codes (GCS 3..15, ICU type 1..4) replaced by
+    their category index, NaN where a code is not a category; and how many were not."""
+    out = value.astype(np.float64, copy=True)
+    bad = 0
+    for ch, var in enumerate(fs.variables):
+        if not var.is_categorical:
+            continue
+        rows = np.flatnonzero(channel == ch)
+        for v in np.unique(value[rows]):
+            hit = rows[value[rows] == v]
+            try:
+                out[hit] = var.category_index(float(v))
+            except CategoryError:
+                out[hit] = np.nan
+                bad += len(hit)
+    return out, bad
 
 
 def _descriptor_rows(stay: np.ndarray, hours: np.ndarray, code: np.ndarray,
@@ -306,15 +355,16 @@ def _concat(sets: list[SetData]) -> tuple[Observations, list[str], pd.DataFrame,
 
 def convert_physionet2012(src: str | Path, out: str | Path, *, limit: int | None = None,
                           seed: int = 0, val_fraction: float = 0.15,
-                          progress: bool | None = None) -> dict[str, Any]:
-    """Convert the three sets; returns the provenance (also written to `provenance.json`).
+                          progress: bool | None = None,
+                          fs: FeatureSet = BENCHMARK_48H) -> dict[str, Any]:
+    """Convert the three sets into feature set `fs`'s channels; returns the provenance (also
+    written to `provenance.json`, which names the feature set).
 
     `limit` keeps only the first `limit` records of each set (for tests).
     """
     t0 = time.perf_counter()
     src, out = Path(src).expanduser(), Path(out).expanduser()
     _check_source(src)
-    fs = BENCHMARK_48H
     sets = {name: read_set(src, name, limit=limit, progress=progress, fs=fs) for name in SETS}
     tdir = out / TASK_DIRS["mortality"]
     tables = {}
@@ -350,9 +400,11 @@ def convert_physionet2012(src: str | Path, out: str | Path, *, limit: int | None
         "validation": {"fraction": val_fraction, "seed": seed,
                        "by": "RecordID, stratified by label"},
         "limit_per_set": limit,
-        "mapping": {p: c for p, (c, _) in PARAMETER_MAP.items()}
-        | {f"{d} (descriptor)": c for d, c in DESCRIPTOR_CHANNELS.items()},
-        "empty_channels": list(EMPTY_CHANNELS),
+        "feature_set": {"name": fs.name, "version": fs.version, "sha256": fs.sha256},
+        "mapping": {p: c for p, (c, _) in parameter_targets(fs).items()}
+        | {f"{d} (descriptor)": c for d, c in DESCRIPTOR_CHANNELS.items()
+           if c in fs.variable_ids},
+        "empty_channels": empty_channels(fs),
         "seconds": round(time.perf_counter() - t0, 2),
     }
     write_json(out / "provenance.json", provenance)

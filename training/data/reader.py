@@ -3,7 +3,7 @@
 All timeseries files of a split are parsed in one go: their bodies are concatenated (grouped by
 header line) and handed to one `pandas.read_csv` call; the stay of each row comes from the
 per-file line counts. Values become `Observations` (canonical numbers, category indices) and the
-benchmark cleaning rule (`schemas.tensorize.clean`) is applied and counted.
+plausibility and benchmark cleaning rules (`schemas.tensorize.clean`) are applied and counted.
 """
 
 from __future__ import annotations
@@ -167,6 +167,8 @@ class ReadReport:
     clipped: np.ndarray  # [C] clipped to the valid bounds
     unknown_columns: list[str]
     rows_without_time: int = 0
+    implausible: np.ndarray | None = None  # [C] not physiological: dropped
+    rescaled: np.ndarray | None = None  # [C] a known scaling undone (pH x 100)
 
     def as_dict(self, fs: FeatureSet) -> dict[str, object]:
         ids = [v.id for v in fs.variables]
@@ -176,9 +178,15 @@ class ReadReport:
             "rows_without_time": self.rows_without_time,
             "unknown_columns": self.unknown_columns,
             "invalid": dict(zip(ids, self.invalid.tolist(), strict=True)),
+            "implausible": dict(zip(ids, _counts(self.implausible, ids), strict=True)),
+            "rescaled": dict(zip(ids, _counts(self.rescaled, ids), strict=True)),
             "dropped": dict(zip(ids, self.dropped.tolist(), strict=True)),
             "clipped": dict(zip(ids, self.clipped.tolist(), strict=True)),
         }
+
+
+def _counts(a: np.ndarray | None, ids: list[str]) -> list[int]:
+    return [0] * len(ids) if a is None else a.tolist()
 
 
 def _split_file(data: bytes) -> tuple[bytes, bytes]:
@@ -258,7 +266,8 @@ def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | N
     order = np.lexsort((row, time, stay))
     obs = Observations(stay[order], channel[order], time[order], value[order], len(paths))
     obs, rep = clean(obs, fs)
-    report = ReadReport(len(paths), n_rows, invalid, rep.dropped, rep.clipped, unknown, no_time)
+    report = ReadReport(len(paths), n_rows, invalid, rep.dropped, rep.clipped, unknown, no_time,
+                        rep.implausible, rep.rescaled)
     return obs, report
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from schemas.variables import VARIABLES
 from training.data.splits import SplitArrays
 
 
@@ -36,20 +35,21 @@ def pct(x: float) -> str:
 
 
 def cleaning_table(columns: Mapping[str, Mapping[str, Mapping[str, int]]]) -> str:
-    """Per channel, dropped/clipped counts for each named column (e.g. each set)."""
-    ids = [v.id for v in VARIABLES]
-    headers = ["channel"]
-    for name in columns:
-        headers += [f"{name} dropped", f"{name} clipped"]
-    rows = []
+    """Per channel, implausible/dropped/clipped counts for each named column (e.g. each set);
+    channels in the order of the first column's counts."""
+    first = next(iter(columns.values()), {"dropped": {}})
+    ids = list(first["dropped"])
+    kinds = ("implausible", "dropped", "clipped")
+    headers = ["channel"] + [f"{name} {k}" for name in columns for k in kinds]
+    rows: list[list[Any]] = []
     for cid in ids:
         row: list[Any] = [cid]
         for c in columns.values():
-            row += [c["dropped"].get(cid, 0), c["clipped"].get(cid, 0)]
+            row += [c.get(k, {}).get(cid, 0) for k in kinds]
         rows.append(row)
     total: list[Any] = ["total"]
     for c in columns.values():
-        total += [sum(c["dropped"].values()), sum(c["clipped"].values())]
+        total += [sum(c.get(k, {}).values()) for k in kinds]
     rows.append(total)
     return table(headers, rows)
 

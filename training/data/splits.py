@@ -32,7 +32,7 @@ from training.data.reader import (
 from training.data.writer import _disable
 
 #: Bump when anything that changes the cached arrays changes (reader, cleaning, layout).
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
 #: Stays discretized per chunk: bounds the float64 working memory of `discretize`.
 CHUNK_STAYS = 1024
 
@@ -50,7 +50,8 @@ class SplitArrays:
     stays: np.ndarray  # [N] str, the listfile's `stay` (timeseries file name)
     label_names: tuple[str, ...]
     coverage: np.ndarray  # [C_channels] share of stays with the channel observed in the window
-    dropped: np.ndarray  # [C_channels] values dropped (outlier bounds or not a number/category)
+    dropped: np.ndarray  # [C_channels] values dropped (implausible, outlier bounds, or not a
+    #                      number/category)
     clipped: np.ndarray  # [C_channels] values clipped to the valid bounds
     end_hours: np.ndarray  # [N] float64 window end per stay (48 h, or period_length capped)
     feature_set: FeatureSet
@@ -158,9 +159,14 @@ def _build(task: str, split: str, fs: FeatureSet, spec: SplitSpec, paths: list[P
         y=labels(spec.table, task), static_raw=read_demographics(spec.demographics, stays),
         stays=stays, label_names=label_names(spec.table, task),
         coverage=coverage(obs.take(in_window), fs),
-        dropped=report.dropped + report.invalid, clipped=report.clipped, end_hours=end,
+        dropped=report.dropped + report.invalid + _zeros_if_none(report.implausible),
+        clipped=report.clipped, end_hours=end,
         feature_set=fs, split_source=spec.source, read_report=report.as_dict(fs),
     )
+
+
+def _zeros_if_none(a: np.ndarray | None) -> np.ndarray | int:
+    return 0 if a is None else a
 
 
 def _cache_key(task: str, split: str, fs: FeatureSet, spec: SplitSpec,

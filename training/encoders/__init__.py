@@ -7,8 +7,10 @@ from typing import Any
 from training.encoders.base import Encoder
 from training.encoders.channelwise_gru import ChannelwiseGRU
 from training.encoders.lstm import BenchmarkLSTM
+from training.encoders.summary_lstm import SummaryLSTM
 
-ENCODERS: dict[str, type[Encoder]] = {"lstm": BenchmarkLSTM, "cwgru": ChannelwiseGRU}
+ENCODERS: dict[str, type[Encoder]] = {
+    "lstm": BenchmarkLSTM, "cwgru": ChannelwiseGRU, "sumlstm": SummaryLSTM}
 
 
 def build_encoder(name: str, n_features: int, n_static: int = 0, **hparams: Any) -> Encoder:
@@ -18,4 +20,5 @@ def build_encoder(name: str, n_features: int, n_static: int = 0, **hparams: Any)
     return ENCODERS[name](n_features, n_static, **hparams)
 
 
-__all__ = ["ENCODERS", "BenchmarkLSTM", "ChannelwiseGRU", "Encoder", "build_encoder"]
+__all__ = ["ENCODERS", "BenchmarkLSTM", "ChannelwiseGRU", "Encoder", "SummaryLSTM",
+           "build_encoder"]

@@ -10,13 +10,22 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from schemas.featureset import BENCHMARK_48H
+from schemas.featureset import BENCHMARK_48H, FEATURE_SETS
+from schemas.variables import BY_ID, VARIABLES, lookup
 from training.data import load_split
 from training.data.layout import data_dir
-from training.data.physionet2012 import convert_physionet2012, parse_records
+from training.data.physionet2012 import (
+    DESCRIPTOR_CHANNELS,
+    PARAMETER_MAP,
+    convert_physionet2012,
+    empty_channels,
+    parse_records,
+)
 
 FS = BENCHMARK_48H
 CH = {v.id: i for i, v in enumerate(FS.variables)}
+FULL = FEATURE_SETS["physionet2012-full"]
+FCH = {v.id: i for i, v in enumerate(FULL.variables)}
 SRC = data_dir() / "physionet2012"
 
 
@@ -40,7 +49,7 @@ def test_rules_on_hand_made_records() -> None:
     r1 = _record(1, [
         "00:30,DiasABP,60", "00:30,NIDiasABP,55",  # same time: invasive wins
         "01:00,NISysABP,120",  # non-invasive alone: kept
-        "01:00,SysABP,-1",  # invasive dropped by cleaning: the NI value stays
+        "01:00,SysABP,-1",  # invasive implausible: the NI value stays
         "01:00,NIMAP,80", "01:00,MAP,81",
         "02:15,,1.9",  # empty parameter name: dropped
         "02:15,GCS,15", "03:00,GCS,2", "04:00,Urine,30", "05:00,Weight,82",
@@ -63,12 +72,49 @@ def test_rules_on_hand_made_records() -> None:
     assert cells[(0, 7.0, CH["fio2"])] == 0.5 and cells[(0, 7.0, CH["o2_saturation"])] == 97
     assert not (obs.stay == 1).any()  # record 2: weight -1 is missing, no series
     assert stats["empty_parameter_rows_dropped"] == 1
-    assert stats["invalid_gcs_dropped"] == 1
+    assert stats["invalid_category_dropped"] == 1
     assert stats["noninvasive_superseded_by_invasive"] == 2  # DiasABP and MAP
     assert stats["records_without_timeseries"] == [2]
-    assert stats["dropped"]["systolic_bp"] == 1 and stats["dropped"]["temperature"] == 1
+    assert stats["implausible"]["systolic_bp"] == 1 and stats["dropped"]["temperature"] == 1
     assert demo["sex_male"].tolist() == [1.0, 0.0] and np.isnan(demo["weight"][1])
     assert np.isnan(demo["height"][1]) and demo["height"][0] == 170.2
+
+
+def test_catalog_has_every_physionet_series_with_unit_range_normal() -> None:
+    assert len(PARAMETER_MAP) == 37
+    for name, candidates in PARAMETER_MAP.items():
+        var = BY_ID[candidates[0][0]]
+        assert var.plausible or var.ranges or var.is_categorical, name
+        assert var.normal and (var.unit or var.is_categorical), name
+        assert lookup(name) is var or var in VARIABLES, name  # the PhysioNet name is an alias
+    assert BY_ID[DESCRIPTOR_CHANNELS["ICUType"]].categories == ("1", "2", "3", "4")
+
+
+def test_full_feature_set_keeps_every_series_apart() -> None:
+    assert empty_channels(FULL) == []
+    r1 = _record(1, [
+        "00:30,DiasABP,60", "00:30,NIDiasABP,55",  # both kept: two variables
+        "01:00,HR,0", "01:00,HR,88",  # a zero heart rate is an artefact
+        "01:30,pH,735", "02:00,BUN,20", "02:00,Lactate,3.1", "02:00,MechVent,1",
+        "03:00,SaO2,97", "03:00,Urine,0", "04:00,Mg,2.1", "04:00,PaCO2,0.3",
+    ])
+    obs, _, stats = parse_records(np.array([1]), [_body(r1)], FULL)
+    cells = {(float(t), FULL.variables[int(c)].id): float(v) for t, c, v in
+             zip(obs.time, obs.channel, obs.value, strict=True)}
+    assert cells[(0.5, "invasive_diastolic_bp")] == 60.0
+    assert cells[(0.5, "noninvasive_diastolic_bp")] == 55.0
+    assert cells[(1.0, "heart_rate")] == 88.0 and len([k for k in cells if k[1] ==
+                                                     "heart_rate"]) == 1
+    assert cells[(1.5, "ph")] == pytest.approx(7.35)
+    assert cells[(2.0, "bun")] == 20 and cells[(2.0, "lactate")] == 3.1
+    assert cells[(2.0, "mechanical_ventilation")] == 1 and cells[(3.0, "sao2")] == 97
+    assert cells[(3.0, "urine_output")] == 0.0  # anuria is physiological
+    assert cells[(4.0, "magnesium")] == 2.1 and (4.0, "paco2") not in cells
+    icu = FULL.variables[FCH["icu_type"]]
+    assert cells[(0.0, "icu_type")] == icu.categories.index("2")  # the descriptor, at t = 0
+    assert stats["implausible"]["heart_rate"] == 1 and stats["implausible"]["paco2"] == 1
+    assert stats["rescaled"]["ph"] == 1 and stats["noninvasive_superseded_by_invasive"] == 0
+    assert stats["unmapped_parameter_rows"] == 0
 
 
 def test_descriptors_interleaved_with_measurements() -> None:
@@ -132,6 +178,19 @@ def test_convert_hand_made_source(tmp_path: Path) -> None:
     a = load_split(tmp_path / "out", "mortality", "test", progress=False)
     assert a.x.shape == (10, 48, 76) and a.static_raw[:, 0].tolist() == [70.0] * 10
     assert (tmp_path / "out" / "provenance.json").is_file()
+
+
+def test_convert_with_the_full_feature_set(tmp_path: Path) -> None:
+    src = _fake_source(tmp_path / "src")
+    prov = convert_physionet2012(src, tmp_path / "out", progress=False, val_fraction=0.2,
+                                 fs=FULL)
+    assert prov["feature_set"] == {"name": FULL.name, "version": "1", "sha256": FULL.sha256}
+    assert prov["mapping"]["NIDiasABP"] == "noninvasive_diastolic_bp"
+    a = load_split(tmp_path / "out", "mortality", "test", FULL, progress=False)
+    assert a.x.shape == (10, 48, FULL.n_features) and a.read_report["unknown_columns"] == []
+    assert a.coverage[FCH["invasive_diastolic_bp"]] == 1.0
+    assert a.coverage[FCH["noninvasive_diastolic_bp"]] == 1.0
+    assert a.coverage[FCH["icu_type"]] == 1.0 and a.coverage[FCH["bun"]] == 0.0
 
 
 def test_wrong_source_names_the_path(tmp_path: Path) -> None:

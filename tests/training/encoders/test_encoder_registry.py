@@ -6,17 +6,20 @@ import json
 
 import pytest
 
-from training.encoders import ENCODERS, BenchmarkLSTM, ChannelwiseGRU, build_encoder
+from training.encoders import ENCODERS, BenchmarkLSTM, ChannelwiseGRU, SummaryLSTM, build_encoder
+
+#: Constructor arguments an encoder cannot default for 4 features (SummaryLSTM's channels).
+NEEDS = {"sumlstm": {"widths": [1, 1]}}
 
 
 def test_registry() -> None:
-    assert {"lstm": BenchmarkLSTM, "cwgru": ChannelwiseGRU} == ENCODERS
+    assert {"lstm": BenchmarkLSTM, "cwgru": ChannelwiseGRU, "sumlstm": SummaryLSTM} == ENCODERS
     for name, cls in ENCODERS.items():
-        enc = build_encoder(name, 4, 2)
+        enc = build_encoder(name, 4, 2, **NEEDS.get(name, {}))
         assert isinstance(enc, cls) and enc.name == name
         json.dumps(enc.hparams())  # manifests store it as JSON
 
 
 def test_unknown_name_lists_valid_ones() -> None:
-    with pytest.raises(ValueError, match="cwgru, lstm"):
+    with pytest.raises(ValueError, match="cwgru, lstm, sumlstm"):
         build_encoder("transformer", 4)

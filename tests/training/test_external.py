@@ -1,0 +1,100 @@
+"""External validation of an exported model on another dataset, and the site recalibration
+that writes a new model version the service serves (tiny synthetic model and sites)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schemas.manifest import load_manifest, sha256_file
+from schemas.model_index import ModelIndexError
+from service.settings import Settings
+from tests.service.conftest import serve
+from training.config import TrainConfig
+from training.data.synthetic import write_synthetic
+from training.export import export_run
+from training.external import ExportedModel, evaluate_external, recalibrate
+from training.run import train_run
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("external")
+    home = write_synthetic(root / "home", "mortality", n_train=300, n_test=100, prevalence=0.3,
+                           seed=1)
+    site = write_synthetic(root / "site", "mortality", n_train=300, n_test=120, prevalence=0.15,
+                           seed=7)
+    cfg = TrainConfig(task="mortality", data=str(home), out=str(root / "run"), encoder="lstm",
+                      encoder_hparams={"units": 4, "depth": 1, "bidirectional": False,
+                                       "dropout": 0.0, "static": True},
+                      loss="cbce", lam=0.01, batch_size=32, epochs=2, seed=0, threads=1,
+                      n_boot=20, tsne=False, progress=False)
+    train_run(cfg)
+    export_run(root / "run", root / "models" / "mortality" / "0.1.0")
+    return root, home, site
+
+
+def test_onnx_scoring_reproduces_the_runs_own_test_predictions(setup: tuple) -> None:
+    root, home, _ = setup
+    model = ExportedModel(root / "models" / "mortality" / "0.1.0")
+    scored = model.score(model.load(home, "test"))
+    with np.load(root / "run" / "predictions.npz") as saved:
+        np.testing.assert_allclose(scored.probability, saved["test_probability"][:, 0],
+                                   atol=1e-5)
+        np.testing.assert_array_equal(scored.y, saved["test_y"][:, 0])
+
+
+def test_external_report_before_and_after_recalibration(setup: tuple) -> None:
+    root, _, site = setup
+    out = evaluate_external(root / "models" / "mortality" / "0.1.0", site, n_boot=20)
+    every, test = out["shipped_all_stays"], out["recalibrated_test"]
+    assert every["n"] == 420 and out["shipped_test"]["n"] == test["n"] == 120
+    for block in ("shipped_all_stays", "shipped_test", "recalibrated_test"):
+        for k in ("auroc", "auprc", "ece", "calibration_slope", "calibration_intercept",
+                  "event1", "event2_h_normalized"):
+            ci = out[block][k]
+            assert ci["value"] is not None and ci["low"] <= ci["value"] <= ci["high"], (block, k)
+    # a monotone recalibration of the same scores keeps the ranking
+    if out["recalibration"]["method"] == "temperature":
+        assert test["auroc"]["value"] == pytest.approx(out["shipped_test"]["auroc"]["value"])
+    assert "train split" in out["recalibration"]["fitted_on"]
+    assert out["fairness_all_stays"]["groups"]["all"]["n"] == 420
+    assert out["fairness_all_stays"]["sex_flip"]["n"] > 0
+
+
+@pytest.mark.anyio
+async def test_recalibrate_writes_a_new_version_the_service_serves(setup: tuple) -> None:
+    root, _, site = setup
+    shipped = root / "models" / "mortality" / "0.1.0"
+    before = (shipped / "manifest.json").read_text()
+    site_models = root / "site-models"
+    out, changes = recalibrate(shipped, site, site_models / "mortality" / "0.1.0-site")
+    assert changes
+    assert (shipped / "manifest.json").read_text() == before  # the shipped folder is untouched
+    m = load_manifest(out / "manifest.json")
+    assert m.version == "0.1.0-site" and m.onnx.sha256 == sha256_file(out / "model.onnx")
+    assert "site" in m.classes[0].calibration.fitted_on and "recalibrated" in m.notes[-1]
+    assert m.metrics["site_recalibration"]["site_test"]["n"] == 120
+    assert json.loads((site_models / "index.json").read_text())["defaults"]["mortality"] == (
+        "0.1.0-site")  # the only model of that folder
+    with pytest.raises(ModelIndexError, match="already"):
+        recalibrate(shipped, site, site_models / "mortality" / "0.1.0-site")
+    payload = json.loads((REPO / "examples" / "mortality_stay.json").read_text())
+    async with serve(Settings(model_dir=site_models, device="cpu")) as client:
+        r = await client.post("/predict/mortality", json=payload)
+    assert r.status_code == 200, r.text
+    result = r.json()["results"][0]
+    cal = m.classes[0].calibration
+    if cal.method == "none" or cal.input == "probability":  # the risk follows from the score
+        expected = cal.apply(np.array([result["score"]]), np.array([np.nan]))
+        assert result["risk"] == pytest.approx(float(expected[0]), abs=1e-6)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

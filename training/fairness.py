@@ -1,0 +1,165 @@
+"""Fairness audit of a binary risk: discrimination, calibration and alerts by sex and age band,
+and how far single predictions move when only the recorded sex is flipped.
+
+Groups come from the stay's static inputs (`schemas.featureset.STATIC_FIELDS`: age in years,
+sex_male 1/0, NaN when unknown). The same audit runs at export (model card) and in
+`scehr evaluate` of an exported model on another site's data, on the risk the service shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from schemas.featureset import STATIC_FIELDS
+from training.metrics import auroc
+
+AGE, SEX = STATIC_FIELDS.index("age"), STATIC_FIELDS.index("sex_male")
+#: (name, lowest age included, first age excluded); None is open-ended.
+AGE_BANDS: tuple[tuple[str, float | None, float | None], ...] = (
+    ("age<50", None, 50), ("age 50-69", 50, 70), ("age 70-79", 70, 80), ("age>=80", 80, None))
+#: |Δrisk| above which a sex flip counts as a material change of a single prediction.
+MATERIAL = 0.05
+_EPS = 1e-6
+
+
+def groups(static_raw: np.ndarray) -> dict[str, np.ndarray]:
+    """Boolean masks: everyone, each recorded sex, each age band (unknown values in none)."""
+    raw = np.asarray(static_raw, dtype=np.float64)
+    age, male = raw[:, AGE], raw[:, SEX]
+    out = {"all": np.ones(len(raw), dtype=bool), "sex=female": male == 0, "sex=male": male == 1}
+    for name, lo, hi in AGE_BANDS:
+        out[name] = ((age >= lo) if lo is not None else np.isfinite(age)) & (
+            (age < hi) if hi is not None else np.isfinite(age))
+    return out
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), _EPS, 1 - _EPS)
+    return np.log(p) - np.log1p(-p)
+
+
+def _logistic_fit(x: np.ndarray, y: np.ndarray, offset: np.ndarray, with_slope: bool
+                  ) -> np.ndarray:
+    """Unpenalised maximum-likelihood (a[, b]) of logit P(y=1) = a [+ b·x] + offset (Newton).
+
+    Written out rather than scikit-learn's solver: the bootstrap refits it thousands of times
+    and two parameters need no more than a few Newton steps."""
+    design = np.column_stack([np.ones_like(x), x]) if with_slope else np.ones((len(x), 1))
+    beta = np.zeros(design.shape[1])
+    for _ in range(50):
+        p = 1.0 / (1.0 + np.exp(-np.clip(design @ beta + offset, -35, 35)))
+        w = p * (1 - p)
+        hess = design.T @ (design * w[:, None]) + 1e-9 * np.eye(len(beta))
+        step = np.linalg.solve(hess, design.T @ (y - p))
+        beta += step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return beta
+
+
+def calibration_slope_intercept(y: np.ndarray, risk: np.ndarray) -> tuple[float, float]:
+    """(slope, intercept) of the logistic recalibration of `risk` (Cox 1958; Van Calster 2019).
+
+    Slope: b in logit P(y=1) = a + b·logit(risk) (1 is ideal; < 1 means too extreme risks).
+    Intercept: calibration-in-the-large, a in logit P(y=1) = a + logit(risk) with the slope
+    fixed at 1 (0 is ideal; > 0 means the risk underestimates). NaN without both outcomes.
+    """
+    yy = np.asarray(y, dtype=np.float64).ravel()
+    lg = _logit(risk).ravel()
+    if yy.min(initial=0) == yy.max(initial=0):
+        return float("nan"), float("nan")
+    slope = _logistic_fit(lg, yy, np.zeros_like(lg), with_slope=True)[1]
+    intercept = _logistic_fit(lg, yy, lg, with_slope=False)[0]
+    return float(slope), float(intercept)
+
+
+def group_table(y: np.ndarray, risk: np.ndarray, alerts: np.ndarray, static_raw: np.ndarray
+                ) -> dict[str, dict[str, Any]]:
+    """Per group: stays, deaths, AUROC, calibration slope/intercept, alert rate (None where a
+    figure is undefined, e.g. a group with one outcome)."""
+    yy, rr = np.asarray(y).ravel(), np.asarray(risk).ravel()
+    aa = np.asarray(alerts, dtype=bool).ravel()
+    out: dict[str, dict[str, Any]] = {}
+    for name, m in groups(static_raw).items():
+        both = m.sum() > 1 and 0 < yy[m].sum() < m.sum()
+        slope, intercept = calibration_slope_intercept(yy[m], rr[m]) if both else (None, None)
+        out[name] = {
+            "n": int(m.sum()), "deaths": int(yy[m].sum()),
+            "auroc": float(auroc(yy[m], rr[m])) if both else None,
+            "calibration_slope": slope, "calibration_intercept": intercept,
+            "alert_rate": float(aa[m].mean()) if m.any() else None,
+        }
+    return out
+
+
+def sex_flip(risk: np.ndarray, flipped: np.ndarray, alerts: np.ndarray,
+             flipped_alerts: np.ndarray, static_raw: np.ndarray) -> dict[str, Any]:
+    """Distribution of |Δrisk| when only the recorded sex is flipped (stays with a known sex)."""
+    known = np.isin(np.asarray(static_raw, dtype=np.float64)[:, SEX], (0.0, 1.0))
+    d = np.abs(np.asarray(flipped, dtype=np.float64) - np.asarray(risk, dtype=np.float64))[known]
+    changed = (np.asarray(alerts, dtype=bool) != np.asarray(flipped_alerts, dtype=bool))[known]
+    if not len(d):
+        return {"n": 0}
+    q = np.quantile(d, [0.5, 0.9, 0.99])
+    return {"n": len(d), "median": float(q[0]), "p90": float(q[1]), "p99": float(q[2]),
+            "max": float(d.max()), "mean": float(d.mean()),
+            f"share_above_{MATERIAL:g}": float((d > MATERIAL).mean()),
+            "alerts_changed": int(changed.sum()), "alerts_changed_share": float(changed.mean())}
+
+
+def flip_sex(static_raw: np.ndarray) -> np.ndarray:
+    """The static inputs with sex_male 1 ↔ 0 (unknown stays unknown)."""
+    out = np.array(static_raw, dtype=np.float64, copy=True)
+    out[:, SEX] = np.where(np.isnan(out[:, SEX]), np.nan, 1.0 - out[:, SEX])
+    return out
+
+
+def audit(y: np.ndarray, risk: np.ndarray, alerts: np.ndarray, static_raw: np.ndarray,
+          flipped_risk: np.ndarray, flipped_alerts: np.ndarray, *, where: str,
+          alert_rule: str) -> dict[str, Any]:
+    """The whole audit as the manifest stores it (`metrics["fairness"]`)."""
+    return {"data": where, "alert_rule": alert_rule,
+            "groups": group_table(y, risk, alerts, static_raw),
+            "sex_flip": sex_flip(risk, flipped_risk, alerts, flipped_alerts, static_raw)}
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def audit_lines(a: dict[str, Any]) -> list[str]:
+    """The model card's section: the group table, the sex-flip distribution and what it means."""
+    lines = ["", "## Fairness audit", "",
+             f"On {a['data']}, on the risk the service shows. Alerts: {a['alert_rule']}. "
+             "Calibration slope 1 and intercept 0 are ideal (slope < 1: risks too extreme; "
+             "intercept > 0: risks too low for the group). Sex and age from the stay's "
+             "demographics; stays with an unknown value fall in no group of that kind.", "",
+             "| group | stays | deaths | AUROC | calibration slope | calibration intercept | "
+             "alert rate |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, r in a["groups"].items():
+        lines.append(f"| {name} | {r['n']} | {r['deaths']} | {_f(r['auroc'])} | "
+                     f"{_f(r['calibration_slope'], 2)} | {_f(r['calibration_intercept'], 2)} | "
+                     f"{_f(r['alert_rate'])} |")
+    s = a["sex_flip"]
+    if not s.get("n"):
+        return [*lines, "", "No stay has a recorded sex: the sex-flip test was not run."]
+    share = s[f"share_above_{MATERIAL:g}"]
+    lines += ["", "### Sensitivity to the sex field", "",
+              f"Each of {s['n']} stays with a recorded sex scored again with only the sex "
+              "flipped: |Δrisk| median "
+              f"{s['median']:.4f}, 90th percentile {s['p90']:.4f}, 99th {s['p99']:.4f}, "
+              f"max {s['max']:.4f}; {share:.1%} of stays move by more than {MATERIAL:g}; "
+              f"{s['alerts_changed']} alerts ({s['alerts_changed_share']:.1%} of stays) change.",
+              ""]
+    if s["max"] == 0:
+        lines.append("The model does not read sex: flipping it changes no prediction.")
+    else:
+        lines.append(
+            "What it means: the model uses the recorded sex as a predictor, so two patients "
+            "with identical measurements but a different sex field get different risks. A "
+            "wrong or missing sex in the record moves an individual's risk by about this much; "
+            "whether a sex-dependent risk is wanted is a clinical decision for the deploying "
+            "site, and group AUROC or calibration alone does not show it.")
+    return lines

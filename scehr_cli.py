@@ -17,8 +17,8 @@ from typing import Any
 #: module -> (extra that provides its dependencies, the top-level commands it registers)
 COMMAND_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "training.data.cli": ("train", ("data",)),
-    "training.cli": ("train", ("train", "evaluate", "grid", "imbalance", "compare", "embedding",
-                               "export")),
+    "training.cli": ("train", ("train", "evaluate", "grid", "imbalance", "compare", "study",
+                               "embedding", "export")),
     "service.cli": ("serve", ("serve", "score", "models")),
 }
 

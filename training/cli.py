@@ -105,13 +105,16 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,
                    help="no progress bar: one line per epoch instead (default: a bar on a "
                    "terminal, lines otherwise; always lines in <run>/train.log)")
+    p.add_argument("--no-plots", action="store_false", dest="plots", default=None,
+                   help="skip the run's PNG figures (ROC, PR, reliability, learning curves, "
+                   "t-SNE)")
     p.add_argument("--no-tsne", action="store_false", dest="tsne", default=None,
                    help="skip the t-SNE figure of the test embeddings (the slowest plot)")
 
 
 _TRAIN_KEYS = ("task", "feature_set", "data", "out", "encoder", "loss", "lam", "batch_size",
                "lr", "epochs", "patience", "seed", "threads", "n_boot", "train_prevalence",
-               "max_train_stays", "progress", "tsne")
+               "max_train_stays", "progress", "plots", "tsne")
 
 
 def _regularizers(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None:

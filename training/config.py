@@ -47,6 +47,8 @@ class TrainConfig:
     train_prevalence: float | None = None
     max_train_stays: int | None = None
     calibration_fraction: float = 0.1
+    #: The run's PNG figures (ROC, PR, reliability, learning curves; t-SNE if `tsne`).
+    plots: bool = True
     tsne: bool = True
     progress: bool = True
     #: joint | two_stage | ssl (training/regimes.py); `pretrain` holds the first stage:

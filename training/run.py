@@ -84,10 +84,11 @@ def train_run(cfg: TrainConfig, data: Prepared | None = None, *, resume: bool = 
     log.announce(f"test bootstrap: {cfg.n_boot} resamples of {len(data.test)} stays")
     final = summarize(cfg, res, data, preds, time.perf_counter() - t0)
     write_json(files.metrics, final)
-    log.announce("plots: ROC, PR, reliability, learning curves"
-                 + (f", t-SNE of {len(data.test)} test embeddings (--no-tsne skips it)"
-                    if cfg.tsne and task_spec(cfg.task).binary else ""))
-    make_plots(run_dir, cfg, res, preds, data)
+    if cfg.plots:
+        log.announce("plots: ROC, PR, reliability, learning curves (--no-plots skips them)"
+                     + (f", t-SNE of {len(data.test)} test embeddings (--no-tsne skips it)"
+                        if cfg.tsne and task_spec(cfg.task).binary else ""))
+        make_plots(run_dir, cfg, res, preds, data)
     (run_dir / RESUME_FILE).unlink(missing_ok=True)
     log.line(f"done: best epoch {res.best_epoch}, {time.perf_counter() - t0:.0f} s with plots")
     return final

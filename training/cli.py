@@ -243,6 +243,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     base = _config(args)
     run_grid(base, Path(args.grid_dir), batch_sizes=args.batch_sizes, lams=args.lams,
              losses=args.losses, seeds=args.seeds)
+    print((Path(args.grid_dir) / "summary.md").read_text())
     return 0
 
 
@@ -251,6 +252,7 @@ def cmd_imbalance(args: argparse.Namespace) -> int:
 
     run_imbalance(_config(args), Path(args.study_dir), prevalences=args.prevalences,
                   seeds=args.seeds, losses=args.losses)
+    print((Path(args.study_dir) / "imbalance.md").read_text())
     return 0
 
 

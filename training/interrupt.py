@@ -17,9 +17,9 @@ class TrainingInterrupted(Exception):
 
     def __init__(self, run_dir: Path | None, where: str, signum: int) -> None:
         self.run_dir, self.where, self.signum = run_dir, where, signum
-        resume = f"; continue with `scehr train --resume {run_dir}`" if run_dir else ""
-        super().__init__(f"stopped by {signal.Signals(signum).name} after {where}; "
-                         f"checkpoint written{resume}")
+        resume = (f"; checkpoint written, continue with `scehr train --resume {run_dir}`"
+                  if run_dir else "")
+        super().__init__(f"stopped by {signal.Signals(signum).name} after {where}{resume}")
 
     @property
     def exit_code(self) -> int:

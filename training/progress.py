@@ -77,3 +77,21 @@ class RunLog:
         it starts, also on a terminal."""
         self.close_bar()
         self.line(text)
+
+
+class Progress:
+    """'[k/N] what ... (s); ETA' lines: the ETA is the mean time of the cells trained in this
+    invocation (read-back cells cost nothing) times the cells left."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.trained, self.seconds = total, 0, 0, 0.0
+
+    def step(self, what: str, seconds: float, trained: bool) -> str:
+        self.done += 1
+        if trained:
+            self.trained, self.seconds = self.trained + 1, self.seconds + seconds
+        left = self.total - self.done
+        eta = (f"ETA {left * self.seconds / self.trained / 60:.1f} min" if self.trained
+               else "ETA n/a")
+        how = f"{seconds:.0f} s" if trained else "done before"
+        return f"[{self.done}/{self.total}] {what} ({how}); {eta}"

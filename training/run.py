@@ -28,6 +28,7 @@ from training.fit import (
     prepare,
     save_checkpoint,
 )
+from training.interrupt import StopRequest, TrainingInterrupted
 from training.metrics import (
     balanced_accuracy,
     balanced_accuracy_threshold,
@@ -68,29 +69,35 @@ def train_run(cfg: TrainConfig, data: Prepared | None = None, *, resume: bool = 
     t0 = time.perf_counter()
     data = data if data is not None else prepare(cfg)
     res = fit(cfg, data, run_dir, resume=state, echo=echo)
-    log = RunLog(run_dir, bar=False, echo=echo)
-    save_checkpoint(files.checkpoint, cfg, res, data)
-    splits = ("val", "test", "calib") if data.calib is not None else ("val", "test")
-    log.announce(f"predicting {' and '.join(splits)} and {len(data.train)} training stays")
-    preds = {s: predict(res.model, res.criterion, getattr(data, s)) for s in splits}
-    train = predict(res.model, res.criterion, data.train)  # for prototypes at export
-    np.savez_compressed(
-        files.predictions,
-        **{prediction_key(s, k): v for s, p in preds.items() for k, v in p.items()},
-        train_z=train["z"], train_y=train["y"],
-        test_static_raw=data.raw["test"].static_raw,
-        test_stays=np.array(data.test.stays), val_stays=np.array(data.val.stays),
-    )
-    log.announce(f"test bootstrap: {cfg.n_boot} resamples of {len(data.test)} stays")
-    final = summarize(cfg, res, data, preds, time.perf_counter() - t0)
-    write_json(files.metrics, final)
-    if cfg.plots:
-        log.announce("plots: ROC, PR, reliability, learning curves (--no-plots skips them)"
-                     + (f", t-SNE of {len(data.test)} test embeddings (--no-tsne skips it)"
-                        if cfg.tsne and task_spec(cfg.task).binary else ""))
-        make_plots(run_dir, cfg, res, preds, data)
-    (run_dir / RESUME_FILE).unlink(missing_ok=True)
-    log.line(f"done: best epoch {res.best_epoch}, {time.perf_counter() - t0:.0f} s with plots")
+    # A signal during the steps below (a minute at most) stops the process once they are done:
+    # the run is then complete, and nothing needs resuming.
+    with StopRequest() as stop:
+        log = RunLog(run_dir, bar=False, echo=echo)
+        save_checkpoint(files.checkpoint, cfg, res, data)
+        splits = ("val", "test", "calib") if data.calib is not None else ("val", "test")
+        log.announce(f"predicting {' and '.join(splits)} and {len(data.train)} training stays")
+        preds = {s: predict(res.model, res.criterion, getattr(data, s)) for s in splits}
+        train = predict(res.model, res.criterion, data.train)  # for prototypes at export
+        np.savez_compressed(
+            files.predictions,
+            **{prediction_key(s, k): v for s, p in preds.items() for k, v in p.items()},
+            train_z=train["z"], train_y=train["y"],
+            test_static_raw=data.raw["test"].static_raw,
+            test_stays=np.array(data.test.stays), val_stays=np.array(data.val.stays),
+        )
+        log.announce(f"test bootstrap: {cfg.n_boot} resamples of {len(data.test)} stays")
+        final = summarize(cfg, res, data, preds, time.perf_counter() - t0)
+        write_json(files.metrics, final)
+        if cfg.plots:
+            log.announce("plots: ROC, PR, reliability, learning curves (--no-plots skips them)"
+                         + (f", t-SNE of {len(data.test)} test embeddings (--no-tsne skips it)"
+                            if cfg.tsne and task_spec(cfg.task).binary else ""))
+            make_plots(run_dir, cfg, res, preds, data)
+        (run_dir / RESUME_FILE).unlink(missing_ok=True)
+        log.line(f"done: best epoch {res.best_epoch}, {time.perf_counter() - t0:.0f} s with plots")
+    if stop.requested:
+        raise TrainingInterrupted(None, "the run finished (evaluation included): nothing to "
+                                  f"resume in {run_dir}", stop.signum or 2)
     return final
 
 

@@ -43,9 +43,13 @@ from training.data.writer import write_json
 from training.experiments import DataCache, _md_table, ensure_run
 from training.fit import RESUME_FILE
 from training.metrics import auprc, auroc, balanced_accuracy, min_se_ppv
+from training.progress import Progress
 from training.run import train_run
 
 STUDY_KEYS = ("base", "seeds", "reference", "overrides", "methods", "n_boot", "title")
+#: Keys of a method table that are not config keys: its grid, and the method it is compared
+#: with (default: the study's `reference`).
+METHOD_KEYS = ("grid", "reference")
 
 
 @dataclass
@@ -95,6 +99,9 @@ def load_study(path: str | Path) -> Study:
     if not seeds or not all(isinstance(s, int) for s in seeds):
         raise ValueError(f"{p}: seeds must be a non-empty list of integers")
     for name, m in methods.items():
+        if m.get("reference", reference) not in methods:
+            raise ValueError(f"{p}: methods.{name}.reference {m['reference']!r} is not one of "
+                             f"the methods {list(methods)}")
         for key, values in m.get("grid", {}).items():
             if not isinstance(values, list) or not values:
                 raise ValueError(f"{p}: methods.{name}.grid.{key} must be a non-empty list")
@@ -125,7 +132,7 @@ def cell_config(study: Study, method: str, point: dict[str, Any], seed: int, out
     """The method's config for one grid point and seed, in its cell folder."""
     base = load_config(study.base if study.base != study.path else None)
     values = {**base.to_dict(), **study.overrides}
-    spec = {k: v for k, v in study.methods[method].items() if k != "grid"}
+    spec = {k: v for k, v in study.methods[method].items() if k not in METHOD_KEYS}
     values = _apply({**values, **spec}, point)
     values.update(seed=seed, out=str(out / method / f"{point_name(point)}-s{seed}"),
                   progress=False)
@@ -140,27 +147,9 @@ def run_cell(cfg: TrainConfig, cache: DataCache) -> tuple[dict[str, Any], bool]:
     """(metrics, trained_now): read back a finished cell, resume a stopped one, or train it."""
     out = Path(cfg.out)
     if (out / "metrics.json").is_file():
-        return ensure_run(cfg, cache)
+        return ensure_run(cfg, cache, echo=False)
     resume = (out / RESUME_FILE).is_file()
     return train_run(cfg, cache.get(cfg), resume=resume, echo=False), True
-
-
-class Progress:
-    """'[k/N] what ... (s); ETA' lines: the ETA is the mean time of the cells trained in this
-    invocation (read-back cells cost nothing) times the cells left."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.trained, self.seconds = total, 0, 0, 0.0
-
-    def step(self, what: str, seconds: float, trained: bool) -> str:
-        self.done += 1
-        if trained:
-            self.trained, self.seconds = self.trained + 1, self.seconds + seconds
-        left = self.total - self.done
-        eta = (f"ETA {left * self.seconds / self.trained / 60:.1f} min" if self.trained
-               else "ETA n/a")
-        how = f"{seconds:.0f} s" if trained else "done before"
-        return f"[{self.done}/{self.total}] {what} ({how}); {eta}"
 
 
 def run_study(path: str | Path, out: Path | None = None, data: str | None = None,
@@ -252,7 +241,7 @@ def summarize_study(study: Study, runs: dict[str, dict[int, dict[str, Any]]],
         probs[method] = np.stack(cols, axis=1)
     assert y is not None
     rows: dict[str, Any] = {}
-    ref = study.reference
+    fns_of: dict[str, dict[str, Callable[[np.ndarray, np.ndarray], float]]] = {}
     for method, per_seed in runs.items():
         seeds = [per_seed[s] for s in study.seeds]
         thresholds = [r["test_ci_binary"]["balanced_accuracy_threshold"] for r in seeds]
@@ -269,24 +258,26 @@ def summarize_study(study: Study, runs: dict[str, dict[int, dict[str, Any]]],
             "test": {k: bootstrap_ci(fn, y, probs[method], n_boot=study.n_boot)
                      for k, fn in fns.items()},
         }
+        fns_of[method] = fns
+        rows[method] = row
+    for method, row in rows.items():
+        ref = study.methods[method].get("reference", study.reference)
         if method != ref:
+            row["reference"] = ref
             row["vs_reference"] = {
-                k: paired_bootstrap_diff(fns[k], y, probs[method], probs[ref],
+                k: paired_bootstrap_diff(fns_of[method][k], y, probs[method], probs[ref],
                                          n_boot=study.n_boot)
                 for k in ("auroc", "auprc")}
-        rows[method] = row
     return {"title": study.title, "study_file": str(study.path), "seeds": study.seeds,
-            "reference": ref, "n_boot": study.n_boot, "n_test": len(y),
+            "reference": study.reference, "n_boot": study.n_boot, "n_test": len(y),
             "test_prevalence": float(np.mean(y)), "overrides": study.overrides,
             "methods": rows}
 
 
 def study_markdown(s: dict[str, Any]) -> str:
     """The summary table (numbers only; the reading is written by a person)."""
-    ref = s["reference"]
     head = ["method", "chosen on val", "val AUROC", "test AUROC", "test AUPRC",
-            "test min(Se,P+)", "test bal. acc.", f"ΔAUROC vs {ref}, p", f"ΔAUPRC vs {ref}, p",
-            "s/run"]
+            "test min(Se,P+)", "test bal. acc.", "vs", "ΔAUROC, p", "ΔAUPRC, p", "s/run"]
     rows = []
     for name, r in s["methods"].items():
         d = r.get("vs_reference")
@@ -295,12 +286,14 @@ def study_markdown(s: dict[str, Any]) -> str:
             f"{np.mean(r['val_headline']):.3f}",
             *[format_ci(r["test"][k]) for k in ("auroc", "auprc", "min_se_ppv",
                                                 "balanced_accuracy")],
+            r.get("reference", "–"),
             *([_diff(d[k]) for k in ("auroc", "auprc")] if d else ["–", "–"]),
             f"{np.mean(r['wall_seconds']):.0f}"])
     return (f"Test n = {s['n_test']} (prevalence {s['test_prevalence']:.3f}); metrics are the "
             f"mean over seeds {s['seeds']} with 95% bootstrap CIs ({s['n_boot']} resamples of "
             "test stays, each averaging the seeds); Δ is the paired bootstrap difference "
-            f"against {ref} on the same resamples.\n\n" + _md_table(head, rows) + "\n")
+            "against the method in column vs, on the same resamples.\n\n"
+            + _md_table(head, rows) + "\n")
 
 
 def _diff(d: dict[str, Any]) -> str:

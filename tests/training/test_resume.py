@@ -134,3 +134,23 @@ def test_resume_without_a_checkpoint_says_why(tmp_path: Path,
     assert scehr_cli.main(["train", "--resume", str(tmp_path)]) != 0
     err = capsys.readouterr().err
     assert "resume.pt does not exist" in err
+
+
+@pytest.mark.slow
+def test_a_signal_during_evaluation_finishes_the_run_then_stops(
+        data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG.format(extra="plots = true"))
+    real = training.run.make_plots
+
+    def plots_then_signal(*args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(training.run, "make_plots", plots_then_signal)
+    assert _train(config, data_dir, tmp_path / "run") == 128 + signal.SIGTERM
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nothing to resume" in err
+    assert (tmp_path / "run" / "metrics.json").is_file()
+    assert (tmp_path / "run" / "roc.png").is_file()  # the step in progress was finished

@@ -241,6 +241,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     from training.experiments import run_grid
 
     base = _config(args)
+    echo_overrides(args, base)
     run_grid(base, Path(args.grid_dir), batch_sizes=args.batch_sizes, lams=args.lams,
              losses=args.losses, seeds=args.seeds)
     print((Path(args.grid_dir) / "summary.md").read_text())
@@ -250,7 +251,9 @@ def cmd_grid(args: argparse.Namespace) -> int:
 def cmd_imbalance(args: argparse.Namespace) -> int:
     from training.experiments import run_imbalance
 
-    run_imbalance(_config(args), Path(args.study_dir), prevalences=args.prevalences,
+    cfg = _config(args)
+    echo_overrides(args, cfg)
+    run_imbalance(cfg, Path(args.study_dir), prevalences=args.prevalences,
                   seeds=args.seeds, losses=args.losses)
     print((Path(args.study_dir) / "imbalance.md").read_text())
     return 0
@@ -260,7 +263,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from training.experiments import run_comparison
 
     argv = sys.argv[1:]  # the exact command for the report, when run from a shell
-    run_comparison(_config(args), Path(args.study_dir), lam=args.scr_lam, seeds=args.seeds,
+    cfg = _config(args)
+    echo_overrides(args, cfg)
+    run_comparison(cfg, Path(args.study_dir), lam=args.scr_lam, seeds=args.seeds,
                    docs=Path(args.docs) if args.docs else None,
                    command=shlex.join(["scehr", *argv]) if argv[:1] == ["compare"] else None)
     return 0

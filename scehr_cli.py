@@ -18,7 +18,7 @@ from typing import Any
 COMMAND_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "training.data.cli": ("train", ("data",)),
     "training.cli": ("train", ("train", "evaluate", "recalibrate", "grid", "imbalance", "compare",
-                               "embedding", "export")),
+                               "study", "embedding", "export")),
     "service.cli": ("serve", ("serve", "score", "models")),
 }
 

@@ -20,6 +20,7 @@ Then a torch.profiler pass over a few steps of each says where the time goes.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -72,11 +73,13 @@ class NumpyStays(Dataset):
         return self.a["x"][i], self.a["lengths"][i], self.a["static"][i], self.a["y"][i]
 
 
-def run_ours(cfg: TrainConfig, train: TensorSplit, val: TensorSplit) -> float:
+def run_ours(cfg: TrainConfig, train: TensorSplit, val: TensorSplit) -> tuple[float, float]:
+    """(training stays/s, mean seconds per epoch including the validation pass)."""
     data = Prepared(train=train, val=val, test=val, calib=None, normalizer=None,  # type: ignore[arg-type]
                     static_imputer=None, label_names=["in_hospital_mortality"],  # type: ignore[arg-type]
                     coverage={}, raw={})
-    return fit(cfg, data).stays_per_second
+    res = fit(cfg, data, echo=False)
+    return res.stays_per_second, float(np.mean([r["seconds"] for r in res.history]))
 
 
 def plain_steps(cfg: TrainConfig, a: dict[str, np.ndarray], epochs: int,
@@ -183,6 +186,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=120, help="interleaved steps per loop")
     ap.add_argument("--fit-epochs", type=int, default=2, help="epochs of the fit() run")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--val-stays", type=int, default=1200,
+                    help="validation stays scored after every epoch (PhysioNet 2012: 1,200)")
     ap.add_argument("--profile-steps", type=int, default=6)
     args = ap.parse_args()
 
@@ -194,7 +199,7 @@ def main() -> None:
                       epochs=args.fit_epochs, patience=10**6, threads=args.threads,
                       progress=False, tsne=False)
     a = synthetic(args.stays, 0)
-    train, val = tensor_split(a), tensor_split(synthetic(256, 1))
+    train, val = tensor_split(a), tensor_split(synthetic(args.val_stays, 1))
 
     t = interleaved(cfg, train, a, args.steps)
     bs = cfg.batch_size
@@ -206,10 +211,13 @@ def main() -> None:
               f"{bs / v.min():9.1f}")
     print(f"  ratio ours / plain (median step time) "
           f"{np.median(t['plain']) / np.median(t['ours']):.3f}")
-    stays_s = run_ours(cfg, train, val)
+    stays_s, epoch_s = run_ours(cfg, train, val)
     print(f"\ntraining.fit.fit itself, {args.fit_epochs} epochs x {args.stays} stays: "
           f"{stays_s:.1f} stays/s (FitResult.stays_per_second; whole-epoch wall clock, so it "
           "includes any background load)")
+    print(f"speed target: 100 epochs (training + validation on {args.val_stays} stays) "
+          f"extrapolated from {epoch_s:.2f} s/epoch = {100 * epoch_s / 60:.1f} min "
+          f"(target <= 6 min on 2 cores; load average {os.getloadavg()[0]:.1f})")
     breakdown("training.fit loop", ours_steps(cfg, train, 100, annotate=True), 3,
               args.profile_steps)
     breakdown("plain DataLoader loop", plain_steps(cfg, a, 100, annotate=True), 3,

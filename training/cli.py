@@ -103,12 +103,18 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--encoder-param", action="append", default=[], metavar="KEY=VALUE",
                    help="encoder hyper-parameter override, repeatable (e.g. units=32)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,
-                   help="no progress bar (default: a bar on a terminal)")
+                   help="no progress bar: one line per epoch instead (default: a bar on a "
+                   "terminal, lines otherwise; always lines in <run>/train.log)")
+    p.add_argument("--no-plots", action="store_false", dest="plots", default=None,
+                   help="skip the run's PNG figures (ROC, PR, reliability, learning curves, "
+                   "t-SNE)")
+    p.add_argument("--no-tsne", action="store_false", dest="tsne", default=None,
+                   help="skip the t-SNE figure of the test embeddings (the slowest plot)")
 
 
 _TRAIN_KEYS = ("task", "feature_set", "data", "out", "encoder", "loss", "lam", "batch_size",
                "lr", "epochs", "patience", "seed", "threads", "n_boot", "train_prevalence",
-               "max_train_stays", "progress")
+               "max_train_stays", "progress", "plots", "tsne")
 
 
 def _regularizers(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None:
@@ -150,10 +156,42 @@ def _config(args: argparse.Namespace) -> Any:
     return cfg
 
 
+def echo_overrides(args: argparse.Namespace, cfg: Any) -> None:
+    """Say at start which options override the config file, and the thread count."""
+    from training.config import load_config
+
+    file_cfg = load_config(args.config) if args.config else TrainConfig()
+    changed = [f"{k}={getattr(cfg, k)!r} (config: {getattr(file_cfg, k)!r})"
+               for k in _TRAIN_KEYS if getattr(args, k, None) is not None
+               and k not in ("data", "out") and getattr(file_cfg, k) != getattr(cfg, k)]
+    if getattr(args, "encoder_param", None):
+        changed.append(f"encoder_hparams={cfg.encoder_hparams}")
+    if getattr(args, "regularizer_specs", None) or getattr(args, "reg_param", None):
+        changed.append(f"regularizers={cfg.regularizers}")
+    print(f"config: {args.config or 'defaults'}; overrides: {', '.join(changed) or 'none'}; "
+          f"torch threads: {cfg.threads}", flush=True)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    from training.config import TrainConfig as Config
+    from training.interrupt import TrainingInterrupted
     from training.run import train_run
 
-    final = train_run(_config(args))
+    if args.resume:
+        run = Path(args.resume)
+        if not (run / "config.json").is_file():
+            raise FileNotFoundError(f"{run}/config.json does not exist: not a run folder")
+        cfg = Config(**json.loads((run / "config.json").read_text()))
+        print(f"resuming {run} with its saved config (command-line options are ignored)",
+              flush=True)
+    else:
+        cfg = _config(args)
+        echo_overrides(args, cfg)
+    try:
+        final = train_run(cfg, resume=bool(args.resume))
+    except TrainingInterrupted as e:
+        print(e, file=sys.stderr)
+        return e.exit_code
     print_summary(final)
     return 0
 
@@ -164,8 +202,9 @@ def print_summary(final: dict[str, Any]) -> None:
     print(f"run: {final.get('run_dir', '')}  best epoch {final['best_epoch']}  "
           f"train {final['train_stays_per_second']:.0f} stays/s  "
           f"wall {final['wall_seconds']:.0f} s")
-    for name, ci in final["test_ci"].items():
-        print(f"  test {name:<12} {format_ci(ci)}")
+    for name, ci in {**final["test_ci"], **(final.get("test_ci_binary") or {})}.items():
+        if isinstance(ci, dict):
+            print(f"  test {name:<17} {format_ci(ci)}")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -259,16 +298,21 @@ def cmd_grid(args: argparse.Namespace) -> int:
     from training.experiments import run_grid
 
     base = _config(args)
+    echo_overrides(args, base)
     run_grid(base, Path(args.grid_dir), batch_sizes=args.batch_sizes, lams=args.lams,
              losses=args.losses, seeds=args.seeds)
+    print((Path(args.grid_dir) / "summary.md").read_text())
     return 0
 
 
 def cmd_imbalance(args: argparse.Namespace) -> int:
     from training.experiments import run_imbalance
 
-    run_imbalance(_config(args), Path(args.study_dir), prevalences=args.prevalences,
+    cfg = _config(args)
+    echo_overrides(args, cfg)
+    run_imbalance(cfg, Path(args.study_dir), prevalences=args.prevalences,
                   seeds=args.seeds, losses=args.losses)
+    print((Path(args.study_dir) / "imbalance.md").read_text())
     return 0
 
 
@@ -276,9 +320,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from training.experiments import run_comparison
 
     argv = sys.argv[1:]  # the exact command for the report, when run from a shell
-    run_comparison(_config(args), Path(args.study_dir), lam=args.scr_lam, seeds=args.seeds,
+    cfg = _config(args)
+    echo_overrides(args, cfg)
+    run_comparison(cfg, Path(args.study_dir), lam=args.scr_lam, seeds=args.seeds,
                    docs=Path(args.docs) if args.docs else None,
                    command=shlex.join(["scehr", *argv]) if argv[:1] == ["compare"] else None)
+    return 0
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from training.interrupt import TrainingInterrupted
+    from training.study import run_study
+
+    try:
+        run_study(args.study, out=Path(args.out) if args.out else None, data=args.data)
+    except TrainingInterrupted as e:
+        print(f"{e}; rerun `scehr study {args.study}` to continue (finished runs are kept)",
+              file=sys.stderr)
+        return e.exit_code
     return 0
 
 
@@ -318,6 +377,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an encoder with a contrastive loss")
     _train_args(p)
+    p.add_argument("--resume", metavar="RUN", help="continue a run stopped by Ctrl-C/SIGTERM "
+                   "from RUN/resume.pt, with RUN's saved config")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="re-evaluate a run directory on its test set, or score "
@@ -371,6 +432,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds per arm")
     p.add_argument("--docs", help="also write the markdown report here")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("study", help="methods x seeds from a study file (configs/study_*.toml): "
+                       "resumable, progress with ETA, summary table with CIs vs the reference")
+    p.add_argument("study", help="study TOML (see training/study.py)")
+    p.add_argument("--data", help="benchmark-layout data folder (default: the study's)")
+    p.add_argument("--out", help="study folder (default runs/study-<file name>)")
+    p.set_defaults(func=cmd_study)
 
     p = sub.add_parser("embedding", help="embedding study of a run: separation, spread, "
                        "linear probe, t-SNE with the anchors")

@@ -47,8 +47,19 @@ class TrainConfig:
     train_prevalence: float | None = None
     max_train_stays: int | None = None
     calibration_fraction: float = 0.1
+    #: The run's PNG figures (ROC, PR, reliability, learning curves; t-SNE if `tsne`).
+    plots: bool = True
     tsne: bool = True
     progress: bool = True
+    #: joint | two_stage | ssl (training/regimes.py); `pretrain` holds the first stage:
+    #: {objective, epochs, lr?, and the objective's parameters}.
+    regime: str = "joint"
+    pretrain: dict[str, Any] = field(default_factory=dict)
+    #: Keep the labels of only this share of the training stays (label-scarce studies).
+    label_fraction: float | None = None
+    #: Batches of stays of similar length (padding per bucket); None: on for tasks whose
+    #: stays vary in length (TaskSpec.dynamic_length), off for fixed windows.
+    length_buckets: bool | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASK_NAMES:
@@ -60,6 +71,18 @@ class TrainConfig:
             raise ValueError("lam must be >= 0")
         if self.train_prevalence is not None and not 0 < self.train_prevalence < 1:
             raise ValueError("train_prevalence must be in (0, 1)")
+        if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
+            raise ValueError("label_fraction must be in (0, 1]")
+        from training.regimes import check_regime  # torch: imported only when a config is made
+
+        check_regime(self.regime, self.pretrain, self.lam, self.regularizers)
+
+    @property
+    def buckets(self) -> bool:
+        """Whether training batches group stays of similar length."""
+        if self.length_buckets is not None:
+            return self.length_buckets
+        return task_spec(self.task).dynamic_length
 
     def features(self) -> FeatureSet:
         """The run's feature set: `feature_set`, else the task's (schemas.tasks)."""

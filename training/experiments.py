@@ -32,6 +32,7 @@ from training.config import TrainConfig
 from training.data.writer import write_json
 from training.fit import Prepared, prepare
 from training.metrics import auprc, auroc, headline_metric, macro_auroc, micro_auroc
+from training.progress import Progress
 from training.run import train_run
 
 MetricFn = Callable[[np.ndarray, np.ndarray], float]
@@ -69,10 +70,12 @@ class DataCache:
 _RESUME_IGNORED = frozenset({"progress", "threads"})
 
 
-def ensure_run(cfg: TrainConfig, cache: DataCache) -> tuple[dict[str, Any], bool]:
+def ensure_run(cfg: TrainConfig, cache: DataCache,
+               echo: bool = True) -> tuple[dict[str, Any], bool]:
     """(metrics, trained_now): read `<out>/metrics.json` if present, else train the run.
 
-    A finished run trained with other settings is an error, not silently reused.
+    A finished run trained with other settings is an error, not silently reused. `echo=False`
+    keeps the run's per-epoch lines in its train.log only.
     """
     out = Path(cfg.out)
     path = out / "metrics.json"
@@ -87,7 +90,19 @@ def ensure_run(cfg: TrainConfig, cache: DataCache) -> tuple[dict[str, Any], bool
             raise ValueError(f"{out} holds a finished run with different settings {differ}; "
                              "use a new folder or delete that run")
         return json.loads(path.read_text()), False
-    return train_run(cfg, cache.get(cfg)), True
+    return train_run(cfg, cache.get(cfg), echo=echo), True
+
+
+def timed_run(cfg: TrainConfig, cache: DataCache, progress: Progress,
+              what: str) -> tuple[dict[str, Any], bool]:
+    """ensure_run, then one '[k/N] what: val ... (s); ETA' line."""
+    t0 = time.perf_counter()
+    m, trained = ensure_run(cfg, cache, echo=False)
+    headline = m["val"]["headline"]
+    v = m["val"][headline]
+    print(progress.step(f"{what}: val {headline} {'n/a' if v is None else f'{v:.4f}'}",
+                        time.perf_counter() - t0, trained), flush=True)
+    return m, trained
 
 
 def _variant(base: TrainConfig, out: Path, **changes: Any) -> TrainConfig:
@@ -134,6 +149,7 @@ def run_grid(
     grid_dir.mkdir(parents=True, exist_ok=True)
     headline = headline_metric(base_cfg.task)
     cache, rows = DataCache(), []
+    progress = Progress(len(seeds) * len(losses) * len(batch_sizes) * len(lams))
     for seed in seeds:  # outermost: the prepared data depends on the seed only
         for loss in losses:
             for bs in batch_sizes:
@@ -141,7 +157,7 @@ def run_grid(
                     name = combo_name(loss, bs, lam, seed)
                     cfg = _variant(base_cfg, grid_dir / name, loss=loss, batch_size=bs,
                                    lam=float(lam), seed=seed)
-                    m, trained = ensure_run(cfg, cache)
+                    m, trained = timed_run(cfg, cache, progress, name)
                     ci = m["test_ci"][headline]
                     rows.append({
                         "combo": name, "loss": loss, "batch_size": bs, "lam": float(lam),
@@ -233,6 +249,7 @@ def run_imbalance(
     study_dir = Path(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     cache, rows = DataCache(), []
+    progress = Progress(len(prevalences) * len(seeds) * len(losses))
     for prev in prevalences:  # data settings outermost, so each is prepared once
         for seed in seeds:
             for spec in losses:
@@ -240,7 +257,7 @@ def run_imbalance(
                 out = study_dir / f"{loss}-lam{lam:g}-p{prev:g}-s{seed}"
                 cfg = _variant(base_cfg, out, loss=loss, lam=lam, seed=seed,
                                train_prevalence=float(prev))
-                m, trained = ensure_run(cfg, cache)
+                m, trained = timed_run(cfg, cache, progress, out.name)
                 rows.append({"model": label, "loss": loss, "lam": lam, "target_prevalence": prev,
                              "train_prevalence": m["train_prevalence"][0],
                              "n_train": m["n"]["train"], "seed": seed,
@@ -395,13 +412,15 @@ def run_comparison(
     names = {"scr": f"{cfg.encoder} CBCE+SCR (λ={lam:g})", "bce": f"{cfg.encoder} BCE",
              "lr": "logistic regression"}
     seeds_out: list[dict[str, Any]] = []
+    progress = Progress(2 * len(seeds))
     lr_pred: dict[str, np.ndarray] = {}
     lr_info: dict[str, Any] = {}
     for seed in seeds:
         runs = {"scr": _variant(cfg, study_dir / f"cbce-scr-lam{lam:g}-s{seed}", loss="cbce",
                                 lam=float(lam), seed=seed),
                 "bce": _variant(cfg, study_dir / f"bce-s{seed}", loss="bce", lam=0.0, seed=seed)}
-        metrics = {k: {**ensure_run(c, cache)[0], "_run_dir": c.out} for k, c in runs.items()}
+        metrics = {k: {**timed_run(c, cache, progress, Path(c.out).name)[0], "_run_dir": c.out}
+                   for k, c in runs.items()}
         preds = {k: _lstm_predictions(Path(c.out)) for k, c in runs.items()}
         if not lr_pred:  # deterministic; fitted once, on the first seed's training split
             data = cache.get(runs["scr"])

@@ -10,14 +10,14 @@ import copy
 import csv
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from schemas.run_artifacts import check_checkpoint
 from schemas.tasks import task_spec
@@ -26,8 +26,11 @@ from training.config import TrainConfig
 from training.data.splits import SplitArrays, load_split
 from training.encoders import build_encoder
 from training.heads import AnchorHead
+from training.interrupt import StopRequest, TrainingInterrupted
 from training.losses import CombinedLoss, build_loss
 from training.metrics import headline_metric, task_metrics
+from training.progress import RunLog, format_epoch
+from training.regimes import REGIME_PHASES, labelled_rows, pretrain_step
 
 
 class AnchorModel(nn.Module):
@@ -56,6 +59,10 @@ class TensorSplit:
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
+
+    def subset(self, idx: Tensor) -> TensorSplit:
+        return TensorSplit(self.x[idx], self.lengths[idx], self.static[idx], self.y[idx],
+                           [self.stays[i] for i in idx.tolist()])
 
     def batch(self, idx: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         lengths = self.lengths[idx]
@@ -187,77 +194,228 @@ class FitResult:
     best_val: float
     train_seconds: float
     stays_per_second: float
+    pretrain_history: list[dict[str, float]] = field(default_factory=list)
 
 
-def fit(cfg: TrainConfig, data: Prepared, run_dir: Path | None = None) -> FitResult:
-    """Adam + gradient clipping + early stopping on the validation headline metric."""
+#: The resume checkpoint in a run folder: written on SIGINT/SIGTERM, removed once the run ends.
+RESUME_FILE = "resume.pt"
+
+
+@dataclass
+class LoopState:
+    """Where the loop is: phase, finished epochs, the current epoch's batches and position,
+    early-stopping bookkeeping. With the model, optimizer, criterion and RNG states it is
+    everything a resumed run needs to continue exactly as an uninterrupted one."""
+
+    phase: str
+    epoch: int = 0
+    batches: list[Tensor] | None = None
+    next_batch: int = 0
+    sums: dict[str, float] = field(default_factory=dict)
+    epoch_seconds: float = 0.0
+    best_val: float = -math.inf
+    best_epoch: int = -1
+    best_state: dict[str, Tensor] | None = None
+    bad: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+    pretrain_history: list[dict[str, float]] = field(default_factory=list)
+    seen: int = 0
+    t_train: float = 0.0
+
+
+def make_batches(split: TensorSplit, batch_size: int, gen: torch.Generator,
+                 buckets: bool) -> list[Tensor]:
+    """One epoch's batches of row indices, drawn from `gen`.
+
+    Without buckets: a random permutation cut into batches. With buckets: the permutation is
+    cut into chunks of 50 batches, each chunk sorted by stay length and cut into batches, and
+    the batch order shuffled, so a batch pads to the longest of similar stays only.
+    """
+    perm = torch.randperm(len(split), generator=gen)
+    if not buckets:
+        return list(perm.split(batch_size))
+    out: list[Tensor] = []
+    for chunk in perm.split(50 * batch_size):
+        order = torch.argsort(split.lengths[chunk], stable=True)
+        out.extend(chunk[order].split(batch_size))
+    return [out[i] for i in torch.randperm(len(out), generator=gen).tolist()]
+
+
+def _phase_setup(cfg: TrainConfig, phase: str, model: AnchorModel) -> torch.optim.Optimizer:
+    """Freeze/unfreeze for the phase and return its optimizer (fresh Adam state)."""
+    frozen = cfg.regime == "two_stage" and phase == "train"
+    for param in model.encoder.parameters():
+        param.requires_grad_(not frozen)
+    if phase == "pretrain":
+        params = list(model.encoder.parameters())
+        lr = float(cfg.pretrain.get("lr", cfg.lr))
+    else:
+        if cfg.regime != "joint":  # a fresh head on the pre-trained encoder
+            model.head = AnchorHead(model.encoder.out_dim, model.head.n_classes)
+        params = [p for p in model.parameters() if p.requires_grad]
+        lr = cfg.lr
+    return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
+
+
+def _rng_states(gen: torch.Generator) -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "gen": gen.get_state(),
+            "numpy": np.random.get_state()}
+
+
+def _set_rng_states(states: dict[str, Any], gen: torch.Generator) -> None:
+    torch.set_rng_state(states["torch"])
+    gen.set_state(states["gen"])
+    np.random.set_state(states["numpy"])
+
+
+def fit(cfg: TrainConfig, data: Prepared, run_dir: Path | None = None, *,
+        resume: dict[str, Any] | None = None, echo: bool = True,
+        on_step: Callable[[LoopState], None] | None = None) -> FitResult:
+    """Adam + gradient clipping + early stopping on the validation headline metric.
+
+    Runs the regime's phases (training/regimes.py). SIGINT/SIGTERM stop after the current
+    step: the loop writes `<run_dir>/resume.pt` and raises TrainingInterrupted; `resume` (that
+    file, loaded) continues to the same weights and metrics as an uninterrupted run (on one
+    thread; several threads may reorder float sums). `on_step` is called after every step.
+    """
     torch.set_num_threads(cfg.threads)
     gen = seed_everything(cfg.seed)
     n_classes = data.train.y.shape[1]
     model = build_model(cfg, data.train.x.shape[2], data.train.static.shape[1], n_classes)
     crit = criterion(cfg)
+    labelled = data.train
+    if cfg.label_fraction is not None:
+        rows = labelled_rows(data.train.y.numpy(), cfg.label_fraction, cfg.seed)
+        labelled = data.train.subset(torch.from_numpy(rows))
     if crit.regularizers:
-        crit.prepare(stay_summaries(data.train), data.train.y, model.encoder.out_dim)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        crit.prepare(stay_summaries(labelled), labelled.y, model.encoder.out_dim)
+    phases = REGIME_PHASES[cfg.regime]
+    st = LoopState(phase=phases[0])
+    if resume is not None:
+        st = resume["loop"]
+        for phase in phases[: phases.index(st.phase) + 1]:
+            opt = _phase_setup(cfg, phase, model)
+        model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+        crit = resume["criterion"]
+        _set_rng_states(resume["rng"], gen)
+    else:
+        opt = _phase_setup(cfg, st.phase, model)
     headline = task_spec(cfg.task).headline_metric
-    best_val, best_epoch, best_state, bad = -math.inf, -1, None, 0
-    history: list[dict[str, float]] = []
-    seen, t_train = 0, 0.0
-    # disable=None: a bar on a terminal, silence in log files and CI.
-    bar = tqdm(range(cfg.epochs), desc="epochs", disable=None if cfg.progress else True,
-               unit="ep")
-    for epoch in bar:
-        model.train()
-        t0 = time.perf_counter()
-        perm = torch.randperm(len(data.train), generator=gen)
-        if crit.needs_epoch_embeddings:
-            crit.refresh(torch.from_numpy(predict(model, crit, data.train)["z"]), data.train.y)
-            model.train()
-        sums: dict[str, float] = {"loss": 0.0}
-        n_batches = 0
-        for i in range(0, len(perm), cfg.batch_size):
-            idx = perm[i : i + cfg.batch_size]
-            x, lengths, static, y = data.train.batch(idx)
-            z, logits = model(x, lengths, static)
-            z2 = None
-            if crit.needs_second_view:
-                z2, _ = model(x + crit.view_noise * torch.randn_like(x), lengths, static)
-            loss, parts = crit(z, logits, y, index=idx, z2=z2)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.clip_grad:
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
-            opt.step()
-            sums["loss"] += loss.item()
-            for name, part in parts.items():  # cce, scr, then each regularizer by name
-                sums[name] = sums.get(name, 0.0) + part.item()
-            n_batches += 1
-            bar.set_postfix(loss=f"{sums['loss'] / n_batches:.4f}", best=f"{best_val:.4f}",
-                            refresh=False)
-        t_train += time.perf_counter() - t0
-        seen += len(perm)
-        val = predict(model, crit, data.val)
-        m = task_metrics(cfg.task, val["y"], val["probability"])
-        score = m[headline] if m[headline] is not None else -math.inf
-        row = {"epoch": epoch + 1, **{f"train_{k}": v / n_batches for k, v in sums.items()},
-               f"val_{headline}": score, "val_auprc": m.get("auprc") or float("nan"),
-               "seconds": time.perf_counter() - t0}
-        history.append(row)
-        if score > best_val:
-            best_val, best_epoch, bad = score, epoch + 1, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad += 1
-        bar.set_postfix(loss=f"{row['train_loss']:.4f}", val=f"{score:.4f}",
-                        best=f"{best_val:.4f}@{best_epoch}")
+    pre_step = pretrain_step(cfg.regime, cfg.pretrain) if "pretrain" in phases else None
+
+    def checkpoint(where: str, signum: int) -> None:
         if run_dir is not None:
-            write_history(run_dir / "epochs.csv", history)
-        if bad >= cfg.patience:
-            break
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    return FitResult(model, crit, history, best_epoch, best_val, t_train,
-                     seen / max(t_train, 1e-9))
+            torch.save({"config": cfg.to_dict(), "loop": st, "model": model.state_dict(),
+                        "optimizer": opt.state_dict(), "criterion": crit,
+                        "rng": _rng_states(gen)}, run_dir / RESUME_FILE)
+        raise TrainingInterrupted(run_dir, where, signum)
+
+    with RunLog(run_dir, bar=cfg.progress, echo=echo) as log, StopRequest() as stop:
+        if resume is not None:
+            log.line(f"resumed at {st.phase} epoch {st.epoch + 1}, step {st.next_batch}")
+        for phase in phases[phases.index(st.phase):]:
+            if phase != st.phase:  # the next phase starts: fresh optimizer, epoch count
+                st.phase, st.epoch, st.batches = phase, 0, None
+                opt = _phase_setup(cfg, phase, model)
+            pre = phase == "pretrain"
+            split = data.train if pre and cfg.regime == "ssl" else labelled
+            total = int(cfg.pretrain.get("epochs", 10)) if pre else cfg.epochs
+            log.start_bar(total, st.epoch, "pre-training" if pre else "epochs")
+            while st.epoch < total:
+                t0 = time.perf_counter()
+                model.train()
+                if cfg.regime == "two_stage" and not pre:
+                    model.encoder.eval()  # frozen: no dropout either
+                if st.batches is None:
+                    st.batches = make_batches(split, cfg.batch_size, gen, cfg.buckets)
+                    st.next_batch, st.sums, st.epoch_seconds = 0, {"loss": 0.0}, 0.0
+                    if not pre and crit.needs_epoch_embeddings:
+                        crit.refresh(torch.from_numpy(predict(model, crit, split)["z"]),
+                                     split.y)
+                        model.train()
+                while st.next_batch < len(st.batches):
+                    idx = st.batches[st.next_batch]
+                    x, lengths, static, y = split.batch(idx)
+                    if pre:
+                        loss, parts = pre_step(model.encoder, x, lengths, static, y, idx)  # type: ignore[misc]
+                    else:
+                        z, logits = model(x, lengths, static)
+                        z2 = None
+                        if crit.needs_second_view:
+                            z2, _ = model(x + crit.view_noise * torch.randn_like(x), lengths,
+                                          static)
+                        loss, parts = crit(z, logits, y, index=idx, z2=z2)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if cfg.clip_grad:
+                        nn.utils.clip_grad_norm_(
+                            [p for g in opt.param_groups for p in g["params"]], cfg.clip_grad)
+                    opt.step()
+                    st.sums["loss"] += loss.item()
+                    for name, part in parts.items():  # cce, scr, then regularizers by name
+                        st.sums[name] = st.sums.get(name, 0.0) + part.item()
+                    st.next_batch += 1
+                    if not pre:
+                        st.seen += len(idx)
+                    if on_step is not None:
+                        on_step(st)
+                    if stop.requested:
+                        st.epoch_seconds += time.perf_counter() - t0
+                        checkpoint(f"{phase} epoch {st.epoch + 1}, step {st.next_batch}",
+                                   stop.signum or 2)
+                n = len(st.batches)
+                st.epoch_seconds += time.perf_counter() - t0
+                row: dict[str, Any] = {"epoch": st.epoch + 1,
+                                       **{f"train_{k}": v / n for k, v in st.sums.items()}}
+                st.epoch += 1
+                st.batches = None
+                if pre:
+                    row = {"phase": "pretrain", **row, "seconds": st.epoch_seconds}
+                    st.pretrain_history.append(row)
+                    log.line(format_epoch(row, total, headline, st.best_val, st.best_epoch))
+                    log.update_bar(loss=f"{row['train_loss']:.4f}")
+                    if run_dir is not None:
+                        write_history(run_dir / "pretrain.csv", st.pretrain_history)
+                    continue
+                st.t_train += st.epoch_seconds
+                t_val = time.perf_counter()
+                val = predict(model, crit, data.val)
+                m = task_metrics(cfg.task, val["y"], val["probability"])
+                score = m[headline] if m[headline] is not None else -math.inf
+                row.update({f"val_{headline}": score,
+                            "val_auprc": m.get("auprc") or float("nan"),
+                            "seconds": st.epoch_seconds + time.perf_counter() - t_val})
+                st.history.append(row)
+                if score > st.best_val:
+                    st.best_val, st.best_epoch, st.bad = score, st.epoch, 0
+                    st.best_state = copy.deepcopy(model.state_dict())
+                else:
+                    st.bad += 1
+                log.line(format_epoch(row, total, headline, st.best_val, st.best_epoch))
+                log.update_bar(loss=f"{row['train_loss']:.4f}", val=f"{score:.4f}",
+                               best=f"{st.best_val:.4f}@{st.best_epoch}")
+                if run_dir is not None:
+                    write_history(run_dir / "epochs.csv", st.history)
+                if st.bad >= cfg.patience:
+                    log.line(f"early stop: no better validation {headline} for "
+                             f"{cfg.patience} epochs")
+                    break
+    if st.best_state is not None:
+        model.load_state_dict(st.best_state)
+    model.eval()
+    return FitResult(model, crit, st.history, st.best_epoch, st.best_val, st.t_train,
+                     st.seen / max(st.t_train, 1e-9), st.pretrain_history)
+
+
+def load_resume(run_dir: Path) -> dict[str, Any]:
+    """The resume checkpoint of a run folder, with a clear error when there is none."""
+    path = Path(run_dir) / RESUME_FILE
+    if not path.is_file():
+        done = (Path(run_dir) / "metrics.json").is_file()
+        raise FileNotFoundError(f"{path} does not exist: " + (
+            "the run finished" if done else "the run was not stopped by SIGINT/SIGTERM"))
+    return torch.load(path, map_location="cpu", weights_only=False)
 
 
 def write_history(path: Path, history: list[dict[str, float]]) -> None:

@@ -21,6 +21,7 @@ from sklearn.metrics import (
     average_precision_score,
     precision_recall_curve,
     roc_auc_score,
+    roc_curve,
 )
 
 from schemas.tasks import task_spec
@@ -73,6 +74,25 @@ def min_se_ppv(y: ArrayLike, p: ArrayLike) -> float:
         return float("nan")
     precision, recall, _ = precision_recall_curve(yy, pp)
     return float(np.max(np.minimum(precision, recall)))
+
+
+def balanced_accuracy(y: ArrayLike, p: ArrayLike, threshold: float) -> float:
+    """Mean of sensitivity and specificity at `threshold` (unweighted accuracy); NaN on one
+    class."""
+    yy, pp = _binary(y, p)
+    if not _two_classes(yy):
+        return float("nan")
+    pred = pp >= threshold
+    return float((np.mean(pred[yy == 1]) + np.mean(~pred[yy == 0])) / 2)
+
+
+def balanced_accuracy_threshold(y: ArrayLike, p: ArrayLike) -> float:
+    """The threshold maximising balanced accuracy on (y, p): Youden's J on the ROC curve."""
+    yy, pp = _binary(y, p)
+    if not _two_classes(yy):
+        return 0.5
+    fpr, tpr, thresholds = roc_curve(yy, pp)
+    return float(min(thresholds[int(np.argmax(tpr - fpr))], 1.0))
 
 
 def _evaluable(Y: np.ndarray) -> np.ndarray:

@@ -15,18 +15,26 @@ import numpy as np
 
 from schemas.run_artifacts import RunArtifacts, prediction_key
 from schemas.tasks import task_spec
-from training.bootstrap import bootstrap_metrics
+from training.bootstrap import bootstrap_ci, bootstrap_metrics
 from training.config import TrainConfig
 from training.data.writer import write_json
 from training.fit import (
+    RESUME_FILE,
     FitResult,
     Prepared,
     fit,
+    load_resume,
     predict,
     prepare,
     save_checkpoint,
 )
-from training.metrics import task_metrics
+from training.interrupt import StopRequest, TrainingInterrupted
+from training.metrics import (
+    balanced_accuracy,
+    balanced_accuracy_threshold,
+    min_se_ppv,
+    task_metrics,
+)
 from training.plots import (
     plot_embedding_tsne,
     plot_learning_curves,
@@ -34,6 +42,7 @@ from training.plots import (
     plot_reliability,
     plot_roc_curves,
 )
+from training.progress import RunLog
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:
@@ -41,31 +50,73 @@ def default_run_dir(cfg: TrainConfig) -> Path:
     return Path("runs") / f"{cfg.task}-{cfg.encoder}-{cfg.loss}-lam{cfg.lam:g}-s{cfg.seed}-{stamp}"
 
 
-def train_run(cfg: TrainConfig, data: Prepared | None = None) -> dict[str, Any]:
-    """Train, select on validation, evaluate on test; returns the final metrics dict."""
+def train_run(cfg: TrainConfig, data: Prepared | None = None, *, resume: bool = False,
+              echo: bool = True) -> dict[str, Any]:
+    """Train, select on validation, evaluate on test; returns the final metrics dict.
+
+    `resume`: continue the run in `cfg.out` from its `resume.pt` (written when SIGINT/SIGTERM
+    stopped it). `echo=False` keeps per-epoch lines out of stdout (they still go to
+    `<run>/train.log`).
+    """
     run_dir = Path(cfg.out) if cfg.out else default_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     files = RunArtifacts(run_dir)
     cfg.out = str(run_dir)
-    write_json(files.config, cfg.to_dict())
+    state = load_resume(run_dir) if resume else None
+    if not resume:
+        write_json(files.config, cfg.to_dict())
+        (run_dir / "train.log").unlink(missing_ok=True)
     t0 = time.perf_counter()
     data = data if data is not None else prepare(cfg)
-    res = fit(cfg, data, run_dir)
-    save_checkpoint(files.checkpoint, cfg, res, data)
-    splits = ("val", "test", "calib") if data.calib is not None else ("val", "test")
-    preds = {s: predict(res.model, res.criterion, getattr(data, s)) for s in splits}
-    train = predict(res.model, res.criterion, data.train)  # for prototypes at export
-    np.savez_compressed(
-        files.predictions,
-        **{prediction_key(s, k): v for s, p in preds.items() for k, v in p.items()},
-        train_z=train["z"], train_y=train["y"],
-        test_static_raw=data.raw["test"].static_raw,
-        test_stays=np.array(data.test.stays), val_stays=np.array(data.val.stays),
-    )
-    final = summarize(cfg, res, data, preds, time.perf_counter() - t0)
-    write_json(files.metrics, final)
-    make_plots(run_dir, cfg, res, preds, data)
+    res = fit(cfg, data, run_dir, resume=state, echo=echo)
+    # A signal during the steps below (a minute at most) stops the process once they are done:
+    # the run is then complete, and nothing needs resuming.
+    with StopRequest() as stop:
+        log = RunLog(run_dir, bar=False, echo=echo)
+        save_checkpoint(files.checkpoint, cfg, res, data)
+        splits = ("val", "test", "calib") if data.calib is not None else ("val", "test")
+        log.announce(f"predicting {' and '.join(splits)} and {len(data.train)} training stays")
+        preds = {s: predict(res.model, res.criterion, getattr(data, s)) for s in splits}
+        train = predict(res.model, res.criterion, data.train)  # for prototypes at export
+        np.savez_compressed(
+            files.predictions,
+            **{prediction_key(s, k): v for s, p in preds.items() for k, v in p.items()},
+            train_z=train["z"], train_y=train["y"],
+            test_static_raw=data.raw["test"].static_raw,
+            test_stays=np.array(data.test.stays), val_stays=np.array(data.val.stays),
+        )
+        log.announce(f"test bootstrap: {cfg.n_boot} resamples of {len(data.test)} stays")
+        final = summarize(cfg, res, data, preds, time.perf_counter() - t0)
+        write_json(files.metrics, final)
+        if cfg.plots:
+            log.announce("plots: ROC, PR, reliability, learning curves (--no-plots skips them)"
+                         + (f", t-SNE of {len(data.test)} test embeddings (--no-tsne skips it)"
+                            if cfg.tsne and task_spec(cfg.task).binary else ""))
+            make_plots(run_dir, cfg, res, preds, data)
+        (run_dir / RESUME_FILE).unlink(missing_ok=True)
+        log.line(f"done: best epoch {res.best_epoch}, {time.perf_counter() - t0:.0f} s with plots")
+    if stop.requested:
+        raise TrainingInterrupted(None, "the run finished (evaluation included): nothing to "
+                                  f"resume in {run_dir}", stop.signum or 2)
     return final
+
+
+def binary_extras(val: dict[str, np.ndarray], test: dict[str, np.ndarray], n_boot: int,
+                  seed: int) -> dict[str, Any]:
+    """Test min(Se, P+) and balanced accuracy with 95% bootstrap CIs (binary tasks).
+
+    Balanced accuracy needs a threshold: the one maximising it on validation, applied
+    unchanged to test (outputs of different losses are not calibrated alike, so a fixed 0.5
+    would compare thresholds, not models).
+    """
+    t = balanced_accuracy_threshold(val["y"][:, 0], val["probability"][:, 0])
+    y, p = test["y"][:, 0], test["probability"][:, 0]
+    return {
+        "min_se_ppv": bootstrap_ci(min_se_ppv, y, p, n_boot=n_boot, seed=seed),
+        "balanced_accuracy": bootstrap_ci(lambda a, b: balanced_accuracy(a, b, t), y, p,
+                                          n_boot=n_boot, seed=seed),
+        "balanced_accuracy_threshold": t,
+    }
 
 
 def summarize(cfg: TrainConfig, res: FitResult, data: Prepared,
@@ -86,6 +137,10 @@ def summarize(cfg: TrainConfig, res: FitResult, data: Prepared,
                             data.label_names),
         "test": task_metrics(cfg.task, y, p, data.label_names),
         "test_ci": bootstrap_metrics(cfg.task, y, p, n_boot=cfg.n_boot, seed=cfg.seed),
+        "test_ci_binary": binary_extras(preds["val"], test, cfg.n_boot, cfg.seed)
+        if task_spec(cfg.task).binary else None,
+        "regime": cfg.regime,
+        "pretrain_epochs": len(res.pretrain_history),
         "n": {s: len(getattr(data, s)) for s in ("train", "val", "test")},
         "train_prevalence": data.train.y.numpy().mean(axis=0).tolist(),
         "train_seconds": res.train_seconds,

@@ -71,9 +71,9 @@ def test_grid_resumes_only_missing_runs(grid: tuple[Path, dict],
     trained: list[str] = []
     real = exp.train_run
 
-    def counting(cfg: TrainConfig, data: object = None) -> dict:
+    def counting(cfg: TrainConfig, data: object = None, **kwargs: object) -> dict:
         trained.append(Path(cfg.out).name)
-        return real(cfg, data)  # type: ignore[arg-type]
+        return real(cfg, data, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(exp, "train_run", counting)
     out = exp.run_grid(base, gdir, batch_sizes=[32], lams=[0.0, 0.01], losses=["cbce"],

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from schemas.tasks import TASK_SPECS
-from schemas.variables import BY_ID, Variable
+from schemas.variables import BY_ID, Variable, name_index
 
 
 class UnknownVariableError(ValueError):
@@ -54,6 +54,10 @@ class FeatureSet:
                 f"know; known ids: {', '.join(BY_ID)}")
         if len(set(self.variable_ids)) != len(self.variable_ids):
             raise ValueError(f"feature set {self.name!r} lists a variable twice")
+        try:  # a payload name (alias, LOINC code) must name one variable of the set
+            name_index(self.variables)
+        except ValueError as e:
+            raise ValueError(f"feature set {self.name!r}: {e}") from None
 
     @cached_property
     def variables(self) -> tuple[Variable, ...]:

@@ -32,7 +32,7 @@ import numpy as np
 
 from schemas.featureset import STATIC_FIELDS, FeatureSet
 from schemas.payloads import Notice, Observation, Problem, StayPayload, WideTable
-from schemas.tensorize import Observations, cleaning_masks, plausibility_masks
+from schemas.tensorize import Observations, apply_rules
 from schemas.variables import CategoryError, UnitError, Variable, find, identity, name_index
 
 DEFAULT_MAX_OBSERVATIONS = 20_000
@@ -542,24 +542,22 @@ def _read(stay: StayPayload, fs: FeatureSet) -> StayIngest:
 
 
 def _apply_cleaning(out: StayIngest, fs: FeatureSet, strict: bool) -> None:
-    """The plausibility rule, then the benchmark rule (`plausibility_masks` and
-    `cleaning_masks`, as `clean` applies them), each change named."""
-    value, implausible, rescaled = plausibility_masks(out.channel, out.value, fs)
-    drop, clip, clipped = cleaning_masks(out.channel, value, fs)
-    drop &= ~implausible
-    clip &= ~implausible
-    for r in rescaled.nonzero()[0].tolist():
+    """The plausibility rule, then the benchmark rule (`apply_rules`, as `clean` applies
+    them), each change named."""
+    rules = apply_rules(out.channel, out.value, fs)
+    for r in rules.rescaled.nonzero()[0].tolist():
         _report_rescaled(out, fs, r)
-    for r in implausible.nonzero()[0].tolist():
+    for r in rules.implausible.nonzero()[0].tolist():
         _report_implausible(out, fs, r, strict)
-    dropped, clipped_rows = drop.nonzero()[0], clip.nonzero()[0]
+    dropped, clipped_rows = rules.drop.nonzero()[0], rules.clip.nonzero()[0]
     for rows, code, verb in ((dropped, "value_dropped", "dropped (outside outlier bounds)"),
                              (clipped_rows, "value_clipped", "clipped to the valid range")):
         for r in rows.tolist():
             _report_cleaning(out, fs, r, code, verb, strict)
     if strict and out.problems:
         return
-    gone = drop | implausible
+    clipped = rules.value
+    gone = rules.removed
     if gone.any():
         keep = ~gone
         out.channel, out.time, out.source = out.channel[keep], out.time[keep], out.source[keep]

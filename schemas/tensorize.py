@@ -133,6 +133,29 @@ def cleaning_masks(channel: np.ndarray, value: np.ndarray, fs: FeatureSet
     return drop, clip, value.clip(lo_val, hi_val)
 
 
+@dataclass
+class RowRules:
+    """Per row, what the plausibility rule and then the benchmark rule decided."""
+
+    value: np.ndarray  # float64: scalings undone, clipped to the valid bounds
+    implausible: np.ndarray  # bool: not physiological, removed
+    rescaled: np.ndarray  # bool: a known scaling undone (pH x 100)
+    drop: np.ndarray  # bool: plausible but outside the outlier bounds, removed
+    clip: np.ndarray  # bool: kept, clipped to the valid bounds
+
+    @property
+    def removed(self) -> np.ndarray:
+        return self.implausible | self.drop
+
+
+def apply_rules(channel: np.ndarray, value: np.ndarray, fs: FeatureSet) -> RowRules:
+    """The plausibility rule, then the benchmark rule on what is plausible: the one place both
+    are combined (`clean` for converters and the reader, `schemas.ingest` for the service)."""
+    plausible_value, implausible, rescaled = plausibility_masks(channel, value, fs)
+    drop, clip, clipped = cleaning_masks(channel, plausible_value, fs)
+    return RowRules(clipped, implausible, rescaled, drop & ~implausible, clip & ~implausible)
+
+
 def clean(obs: Observations, fs: FeatureSet) -> tuple[Observations, CleaningReport]:
     """Apply the plausibility rule (`plausibility_masks`: implausible values are removed,
     known scalings undone), then the benchmark rule on what is left: drop outside the outlier
@@ -141,13 +164,10 @@ def clean(obs: Observations, fs: FeatureSet) -> tuple[Observations, CleaningRepo
     Categorical channels are validated by category membership instead and pass unchanged.
     """
     c = fs.n_channels
-    value, implausible, rescaled = plausibility_masks(obs.channel, obs.value, fs)
-    drop, clip, clipped_values = cleaning_masks(obs.channel, value, fs)
-    drop &= ~implausible
-    clip &= ~implausible
-    gone = drop | implausible
-    kept = obs.take(~gone)
-    kept.value = clipped_values[~gone]
+    rules = apply_rules(obs.channel, obs.value, fs)
+    drop, clip, implausible, rescaled = rules.drop, rules.clip, rules.implausible, rules.rescaled
+    kept = obs.take(~rules.removed)
+    kept.value = rules.value[~rules.removed]
     ch = obs.channel
     report = CleaningReport(
         dropped=np.bincount(ch[drop], minlength=c),

@@ -90,6 +90,11 @@ class Variable:
     description: str = ""
     aliases: tuple[str, ...] = ()
     plausible: Plausible | None = None
+    #: Categories are scores in order ("3" < "15"): summaries may use them as numbers.
+    ordinal: bool = False
+    #: Each value is an amount per charting interval (urine): its sum over a window means
+    #: something.
+    cumulative: bool = False
 
     @property
     def loinc_codes(self) -> tuple[str, ...]:
@@ -221,7 +226,7 @@ VARIABLES: tuple[Variable, ...] = (
              ranges=Ranges(1, 1, 6, 6), loinc="9268-4"),
     Variable("gcs_total", "Glascow coma scale total", "categorical", "15", categories=_TOTAL,
              category_aliases={f"{s}.0": str(s) for s in range(3, 16)},
-             ranges=Ranges(3, 3, 15, 15), loinc="9269-2", aliases=("GCS",)),
+             ranges=Ranges(3, 3, 15, 15), loinc="9269-2", aliases=("GCS",), ordinal=True),
     Variable("gcs_verbal", "Glascow coma scale verbal response", "categorical", "5 Oriented",
              categories=_VERBAL,
              category_aliases=_scores({5: "5 Oriented", 4: "4 Confused", 3: "3 Inapprop words",
@@ -279,13 +284,13 @@ def _lab(vid: str, name: str, unit: str, normal: str, loinc: str | None, *,
          spellings: tuple[str, ...] = (), units: tuple[Unit, ...] = (),
          other_loinc: tuple[str, ...] = (),
          aliases: tuple[str, ...] = (), plausible: Plausible | None = ABOVE_ZERO,
-         description: str = "") -> Variable:
+         description: str = "", cumulative: bool = False) -> Variable:
     """A continuous variable outside the benchmark: no benchmark ranges, a plausibility rule,
     and a unit that may be omitted (then it is the canonical one)."""
     return Variable(vid, name, "continuous", normal, unit, (_unit(unit, *spellings), *units),
                     loinc=loinc,
                     other_loinc=other_loinc, aliases=aliases, plausible=plausible,
-                    description=description)
+                    description=description, cumulative=cumulative)
 
 
 def _per_l_to_mg_dl(mg_per_mmol: float) -> Callable[[float], float]:
@@ -376,7 +381,7 @@ ICU_VARIABLES: tuple[Variable, ...] = (
          plausible=Plausible(0, 1000, True)),
     _lab("urine_output", "Urine output", "mL", "70", "9187-6", aliases=("Urine",),
          spellings=("ml",), units=(_unit("L", "l", f=lambda v: v * 1000.0),),
-         plausible=Plausible(0, 15000),
+         plausible=Plausible(0, 15000), cumulative=True,
          description="volume since the previous charting (PhysioNet: per charting interval)"),
     _lab("wbc", "White blood cells", "10*9/L", "7.5", "6690-2", other_loinc=("26464-8",),
          aliases=("WBC", "leukocytes"), spellings=PER_NL[1:],

@@ -6,8 +6,11 @@ imputed cells do not dilute them:
 
 - continuous channel: first, last, min, max, mean, last − first, the least-squares slope per
   hour over observed bins (NaN under two) and the count of observed bins;
-- categorical channel (capillary refill, GCS): the mean of its one-hot columns over observed
-  bins (the share of observations in each category; no ordinal scores to maintain) and the count;
+- categorical channel (capillary refill, GCS, ICU type): the mean of its one-hot columns over
+  observed bins (the share of observations in each category) and the count; a channel whose
+  categories are ordered scores (`Variable.ordinal`: GCS total) also gets the first, last, min,
+  max and mean of its score;
+- an amount per charting interval (`Variable.cumulative`: urine output) also gets its sum;
 - demographics: static_raw median-imputed (training medians) plus a missing flag each.
 
 A channel never observed in a stay has NaN summaries (count 0), which a median imputer fitted on
@@ -45,6 +48,7 @@ from training.metrics import task_metrics
 
 C_GRID: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0, 10.0)
 _STATS = ("first", "last", "min", "max", "mean", "delta", "slope", "count")
+_SCORE_STATS = ("first", "last", "min", "max", "mean")
 GBM_GRID: tuple[dict[str, float], ...] = tuple(
     {"learning_rate": lr, "max_leaf_nodes": leaves}
     for lr in (0.03, 0.1) for leaves in (7, 15, 31))
@@ -56,8 +60,12 @@ def feature_names(fs: FeatureSet) -> list[str]:
     for v in fs.variables:
         if v.is_categorical:
             names += [f"{v.id}={c}:share" for c in v.categories] + [f"{v.id}:count"]
+            if v.ordinal:
+                names += [f"{v.id}:score:{s}" for s in _SCORE_STATS]
         else:
             names += [f"{v.id}:{s}" for s in _STATS]
+            if v.cumulative:
+                names.append(f"{v.id}:sum")
     for s in STATIC_FIELDS:
         names += [s, f"{s}:missing"]
     return names
@@ -68,9 +76,8 @@ def summary_features(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet) -> np.n
 
     Demographics are appended by `LogisticBaseline` (they need training medians).
     """
-    n, t, _ = x.shape
+    t = x.shape[1]
     valid = np.arange(t)[None, :] < np.asarray(lengths)[:, None]
-    steps = np.arange(t)[None, :]
     cols: list[np.ndarray] = []
     for i, v in enumerate(fs.variables):
         obs = (x[:, :, fs.n_value_columns + i] > 0.5) & valid
@@ -82,19 +89,34 @@ def summary_features(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet) -> np.n
             with np.errstate(invalid="ignore", divide="ignore"):
                 share = onehot.sum(axis=1) / count[:, None]
             cols += [*share.T, count]
+            if v.ordinal:
+                score = x[:, :, b : b + w].astype(np.float64) @ np.array(
+                    [float(c) for c in v.categories])
+                cols += list(_stats(obs, score, count, seen)[:5])
             continue
         val = x[:, :, b].astype(np.float64)
-        first_i = np.where(obs, steps, t).min(axis=1)
-        last_i = np.where(obs, steps, -1).max(axis=1)
-        rows = np.arange(n)
-        first = np.where(seen, val[rows, np.minimum(first_i, t - 1)], np.nan)
-        last = np.where(seen, val[rows, np.maximum(last_i, 0)], np.nan)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(obs, val, 0.0).sum(axis=1) / count
-        vmin = np.where(seen, np.where(obs, val, np.inf).min(axis=1), np.nan)
-        vmax = np.where(seen, np.where(obs, val, -np.inf).max(axis=1), np.nan)
+        first, last, vmin, vmax, mean = _stats(obs, val, count, seen)
         cols += [first, last, vmin, vmax, mean, last - first, _slope(obs, val, count), count]
+        if v.cumulative:
+            cols.append(np.where(obs, val, 0.0).sum(axis=1))
     return np.stack(cols, axis=1)
+
+
+def _stats(obs: np.ndarray, val: np.ndarray, count: np.ndarray, seen: np.ndarray
+           ) -> tuple[np.ndarray, ...]:
+    """First, last, min, max and mean of `val` [N, T] over observed bins (NaN if none)."""
+    n, t = val.shape
+    steps = np.arange(t)[None, :]
+    first_i = np.where(obs, steps, t).min(axis=1)
+    last_i = np.where(obs, steps, -1).max(axis=1)
+    rows = np.arange(n)
+    first = np.where(seen, val[rows, np.minimum(first_i, t - 1)], np.nan)
+    last = np.where(seen, val[rows, np.maximum(last_i, 0)], np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(obs, val, 0.0).sum(axis=1) / count
+    vmin = np.where(seen, np.where(obs, val, np.inf).min(axis=1), np.nan)
+    vmax = np.where(seen, np.where(obs, val, -np.inf).max(axis=1), np.nan)
+    return first, last, vmin, vmax, mean
 
 
 def _slope(obs: np.ndarray, val: np.ndarray, count: np.ndarray) -> np.ndarray:

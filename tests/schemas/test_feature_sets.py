@@ -71,3 +71,10 @@ def test_manifest_round_trip_checks_the_content_hash() -> None:
     assert FeatureSet.from_dict(legacy) == BENCHMARK_48H
     with pytest.raises(ValueError, match="the variable catalog changed since the model"):
         FeatureSet.from_dict({**d, "sha256": "0" * 64})
+
+
+def test_a_set_whose_variables_share_a_payload_name_is_refused() -> None:
+    # the merged benchmark channel and the invasive one both read LOINC 76213-8
+    with pytest.raises(ValueError, match="'76213-8' names both diastolic_bp and "
+                                         "invasive_diastolic_bp"):
+        FeatureSet("mixed", "1", ("diastolic_bp", "invasive_diastolic_bp"))

@@ -153,6 +153,28 @@ def test_baseline_features_use_only_observed_bins() -> None:
     assert np.isnan(f[names.index("ph:mean")]) and f[names.index("ph:count")] == 0
 
 
+def test_baseline_scores_ordinal_gcs_and_sums_urine() -> None:
+    from schemas.featureset import FEATURE_SETS
+    from training.baseline import summary_features
+
+    fs = FEATURE_SETS["physionet2012-full"]
+    ids = [v.id for v in fs.variables]
+    x = np.zeros((1, 4, fs.n_features), np.float32)
+    gcs, urine = ids.index("gcs_total"), ids.index("urine_output")
+    cats = fs.variables[gcs].categories
+    for step, score in ((0, "15"), (1, "15"), (2, "7"), (3, "7")):  # carried forward at 1, 3
+        x[0, step, int(fs.begins[gcs]) + cats.index(score)] = 1
+    x[0, [0, 2], fs.n_value_columns + gcs] = 1
+    x[0, :, int(fs.begins[urine])] = [50, 50, 0, 120]
+    x[0, [0, 2, 3], fs.n_value_columns + urine] = 1  # 0 mL at bin 2 is an observation
+    f = summary_features(x, np.array([4]), fs)[0]
+    names = feature_names(fs)
+    assert len(names) == len(f) + 4  # the static fields follow
+    got = {s: f[names.index(f"gcs_total:score:{s}")] for s in ("first", "last", "min", "mean")}
+    assert got == {"first": 15, "last": 7, "min": 7, "mean": 11}
+    assert f[names.index("urine_output:sum")] == 170 and "weight:sum" not in names
+
+
 def test_imbalance_study_writes_table_and_plot(cfg: TrainConfig, tmp_path: Path) -> None:
     out = exp.run_imbalance(cfg, tmp_path, prevalences=[0.1], seeds=[0], losses=["bce@0.01"])
     row = out["runs"][0]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import Any
 
-from schemas.featureset import FEATURE_SETS
-from schemas.tasks import TASK_NAMES
+from schemas.featureset import FEATURE_SETS, FeatureSet
+from schemas.tasks import TASK_NAMES, task_spec
 from training.data.layout import TASK_DIRS, available_tasks
 from training.data.report import cleaning_table, pct, table
 
@@ -60,6 +61,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--task", choices=sorted(TASK_DIRS), default=None,
                    help="task folder to inspect (default: every task found)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    p.add_argument("--feature-set", dest="feature_set", choices=list(FEATURE_SETS),
+                   default=None, help="channels to read (default: the one provenance.json "
+                   "names, else the task's)")
     p.set_defaults(func=_inspect)
 
 
@@ -153,13 +157,24 @@ def _inspect(args: argparse.Namespace) -> int:
     if not tasks:
         raise FileNotFoundError(f"no benchmark data under {path}: expected "
                                 f"{_expected(path)} (mimic3-benchmarks layout)")
+    fs = _written_feature_set(path, args.feature_set)
     for task in tasks:
-        arrays = {split: load_split(path, task, split, cache=not args.no_cache)
+        task_fs = fs if fs is not None and fs.window_hours == task_spec(task).window_hours \
+            else None
+        arrays = {split: load_split(path, task, split, task_fs, cache=not args.no_cache)
                   for split in ("train", "val", "test")}
         print(f"== {task} ({TASK_DIRS[task]}) ==")
         print(inspect_task(task, arrays))
         print()
     return 0
+
+
+def _written_feature_set(path: Path, name: str | None) -> FeatureSet | None:
+    """`name`'s feature set, else the one the converter recorded in provenance.json."""
+    prov = path / "provenance.json"
+    if name is None and prov.is_file():
+        name = json.loads(prov.read_text()).get("feature_set", {}).get("name")
+    return None if name is None else FEATURE_SETS.get(name)
 
 
 def _expected(path: Path) -> str:

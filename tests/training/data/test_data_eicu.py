@@ -104,3 +104,20 @@ def test_real_subset(tmp_path: Path) -> None:
 def test_wrong_source_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"patient\.csv\.gz"):
         convert_eicu_demo(tmp_path, tmp_path / "out", ccs_definitions=tmp_path / "x.yaml")
+
+
+def test_labs_map_onto_the_same_ids_in_the_full_feature_set() -> None:
+    from schemas.featureset import BENCHMARK_STAY, FEATURE_SETS
+    from training.data.eicu_demo import empty_channels, grid_targets
+
+    full = grid_targets(FEATURE_SETS["physionet2012-full"])
+    assert full["bun"] == ("bun", 1.0) and full["crea"] == ("creatinine", 1.0)
+    assert full["lact"] == ("lactate", 1.0) and full["plt"] == ("platelets", 1.0)
+    assert full["sbp"] == ("noninvasive_systolic_bp", 1.0) and full["fio2"] == ("fio2", 0.01)
+    assert "o2sat" not in full  # pulse oximetry: the full set has SaO2 only
+    assert set(empty_channels(FEATURE_SETS["physionet2012-full"])) == {
+        "invasive_systolic_bp", "invasive_diastolic_bp", "invasive_mean_bp", "gcs_total",
+        "mechanical_ventilation", "sao2", "hematocrit", "cholesterol", "troponin_i"}
+    bench = grid_targets(BENCHMARK_STAY)
+    assert bench["sbp"] == ("systolic_bp", 1.0) and bench["o2sat"] == ("o2_saturation", 1.0)
+    assert len(bench) == 10  # the benchmark conversion is unchanged

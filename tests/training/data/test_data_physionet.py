@@ -180,7 +180,8 @@ def test_convert_hand_made_source(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "provenance.json").is_file()
 
 
-def test_convert_with_the_full_feature_set(tmp_path: Path) -> None:
+def test_convert_with_the_full_feature_set(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     src = _fake_source(tmp_path / "src")
     prov = convert_physionet2012(src, tmp_path / "out", progress=False, val_fraction=0.2,
                                  fs=FULL)
@@ -191,6 +192,10 @@ def test_convert_with_the_full_feature_set(tmp_path: Path) -> None:
     assert a.coverage[FCH["invasive_diastolic_bp"]] == 1.0
     assert a.coverage[FCH["noninvasive_diastolic_bp"]] == 1.0
     assert a.coverage[FCH["icu_type"]] == 1.0 and a.coverage[FCH["bun"]] == 0.0
+    from scehr_cli import main
+
+    assert main(["data", "inspect", str(tmp_path / "out"), "--no-cache"]) == 0  # reads the set
+    assert "noninvasive_diastolic_bp" in capsys.readouterr().out  # provenance.json names
 
 
 def test_wrong_source_names_the_path(tmp_path: Path) -> None:

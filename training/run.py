@@ -94,7 +94,8 @@ def train_run(cfg: TrainConfig, data: Prepared | None = None, *, resume: bool = 
                             if cfg.tsne and task_spec(cfg.task).binary else ""))
             make_plots(run_dir, cfg, res, preds, data)
         (run_dir / RESUME_FILE).unlink(missing_ok=True)
-        log.line(f"done: best epoch {res.best_epoch}, {time.perf_counter() - t0:.0f} s with plots")
+        log.line(f"done: best epoch {res.best_epoch}, {time.perf_counter() - t0:.0f} s in all "
+                 "(training, evaluation" + (", plots)" if cfg.plots else ")"))
     if stop.requested:
         raise TrainingInterrupted(None, "the run finished (evaluation included): nothing to "
                                   f"resume in {run_dir}", stop.signum or 2)

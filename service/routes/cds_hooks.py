@@ -8,7 +8,7 @@ from starlette.concurrency import run_in_threadpool
 
 from schemas.payloads import ErrorBody
 from service.auth import ApiKey
-from service.deps import MetricsDep, RegistryDep, SettingsDep, handle_for
+from service.deps import MetricsDep, MonitoringDep, RegistryDep, SettingsDep, handle_for
 from service.errors import ApiError
 from service.interop.cds_hooks import (
     SERVICE_PREFIX,
@@ -38,7 +38,7 @@ async def cds_discovery(registry: RegistryDep) -> CdsDiscovery:
              summary="CDS Hooks patient-view: risk cards from the prefetched data")
 async def cds_service(service_id: str, body: CdsRequest, request: Request,
                       registry: RegistryDep, settings: SettingsDep, metrics: MetricsDep,
-                      _: ApiKey) -> CdsResponse:
+                      monitoring: MonitoringDep, _: ApiKey) -> CdsResponse:
     """Cards by operating point (info / warning / critical), with the top contributing
     variables (occlusion) and a link to the model card."""
     if not service_id.startswith(SERVICE_PREFIX):
@@ -50,7 +50,7 @@ async def cds_service(service_id: str, body: CdsRequest, request: Request,
     if stay is None:  # the client has no Observations: no decision support to give
         return CdsResponse(cards=[])
     pred = await score_one(handle, stay.payload, settings, metrics, task, explain="full",
-                           locate=stay.locate)
+                           locate=stay.locate, monitoring=monitoring)
     url = str(request.url_for("model_card", task=task))
     return cards(pred, handle.model.spec.manifest, url)
 

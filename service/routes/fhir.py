@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from service.auth import ApiKey
-from service.deps import MetricsDep, RegistryDep, SettingsDep, handle_for
+from service.deps import MetricsDep, MonitoringDep, RegistryDep, SettingsDep, handle_for
 from service.interop.fhir_in import read_bundle
 from service.interop.fhir_out import FHIR_JSON, risk_bundle, to_json
 from service.routes.predict import ERRORS, Explain, Strict, score_one
@@ -34,7 +34,7 @@ async def fhir_predict(
         "Observations (LOINC, UCUM) and the ICU Encounter. " + EXAMPLE_NOTE,
         media_type="application/json")],
     request: Request, registry: RegistryDep, settings: SettingsDep, metrics: MetricsDep,
-    _: ApiKey, explain: Explain = "basic", strict: Strict = False,
+    monitoring: MonitoringDep, _: ApiKey, explain: Explain = "basic", strict: Strict = False,
     admission_time: Annotated[datetime | None, Query(
         description="ICU admission time (with a timezone) when the Bundle has no Encounter "
         "with period.start; overrides it otherwise")] = None,
@@ -49,7 +49,7 @@ async def fhir_predict(
     stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
                                    end_hours=end_hours)
     pred = await score_one(handle, stay.payload, settings, metrics, task, explain=explain,
-                           strict=strict, locate=stay.locate)
+                           strict=strict, locate=stay.locate, monitoring=monitoring)
     text = await run_in_threadpool(
         lambda: to_json(risk_bundle(pred, handle.model.spec.manifest, stay)))
     return Response(text, media_type=FHIR_JSON)

@@ -478,3 +478,20 @@ async def test_panels_components_and_resources_without_ids(client: httpx.AsyncCl
     [ra] = risk_assessments(r.json())
     assert ra.basis[-1].reference is None
     assert ra.basis[-1].display == f"Bundle.entry[{len(b['entry']) - 2}].resource"
+
+
+async def test_fhir_and_cds_scores_are_counted_by_drift_monitoring(
+        client: httpx.AsyncClient) -> None:
+    """Every interface's scores reach the monitoring window, not only /predict's."""
+    async def stays() -> int:
+        r = await client.get("/models/mortality/monitoring")
+        assert r.status_code == 200, r.text
+        return r.json()["stays"]
+
+    before = await stays()
+    r = await client.post("/fhir/predict/mortality", json=fhir_bundle())
+    assert r.status_code == 200, r.text
+    assert await stays() == before + 1
+    r = await client.post("/cds-services/scehr-mortality", json=cds_request(fhir_bundle()))
+    assert r.status_code == 200, r.text
+    assert await stays() == before + 2

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from schemas.contract import RESPONSE_VERSION, RESPONSE_VERSION_HEADER
@@ -53,6 +53,7 @@ router = APIRouter(tags=["predict"])
 log = logging.getLogger("scehr.predict")
 audit_log = logging.getLogger("scehr.audit")
 T = TypeVar("T")
+_Body = TypeVar("_Body", bound=BaseModel)
 
 _EXPLAIN = ("basic: anchors, margin percentiles and nearest prototypes; top: also the "
             "channels contributing most to the risk (occlusion, one batched ONNX run of one "
@@ -230,8 +231,14 @@ def parse_stay(raw: bytes) -> StayPayload:
     if not raw.strip():
         raise RequestValidationError([{"type": "missing", "loc": ("body",),
                                        "msg": "Field required"}])
+    return _as_body_parameter(StayPayload, raw, json.loads)
+
+
+def _as_body_parameter(model: type[_Body], raw: bytes, loads: Callable[[bytes], Any]) -> _Body:
+    """`model` from the request bytes, refused exactly as FastAPI refuses a body parameter:
+    422 `json_invalid` at the byte position, 400 for bytes JSON cannot hold, 422 per field."""
     try:
-        obj = json.loads(raw)
+        obj = loads(raw)
     except json.JSONDecodeError as e:
         raise RequestValidationError([{"type": "json_invalid", "loc": ("body", e.pos),
                                        "msg": "JSON decode error",
@@ -239,7 +246,7 @@ def parse_stay(raw: bytes) -> StayPayload:
     except (ValueError, RecursionError):  # invalid UTF-8, a 5,000-digit int, deep nesting
         raise HTTPException(400, "There was an error parsing the body") from None
     try:
-        return StayPayload.model_validate(obj)
+        return model.model_validate(obj)
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("body", *err["loc"])}
                                       for err in e.errors(include_input=False)]) from None
@@ -340,19 +347,7 @@ def _parse_batch(raw: bytes) -> BatchRequest:
     """The envelope from the bytes, answered as FastAPI would for a body parameter. `json.loads`
     rather than pydantic's JSON parser, which refuses a whole body for one lone surrogate that
     the per-stay validation turns into that stay's error."""
-    try:
-        obj = _loads_envelope(raw)
-    except json.JSONDecodeError as e:
-        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", e.pos),
-                                       "msg": "JSON decode error",
-                                       "ctx": {"error": e.msg}}]) from None
-    except (ValueError, RecursionError):  # invalid UTF-8, a 5,000-digit int, deep nesting
-        raise HTTPException(400, "There was an error parsing the body") from None
-    try:
-        return BatchRequest.model_validate(obj)
-    except ValidationError as e:
-        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])}
-                                      for err in e.errors(include_input=False)]) from None
+    return _as_body_parameter(BatchRequest, raw, _loads_envelope)
 
 
 #: The body is read by the route (parsed off the event loop when large), so its schema and

@@ -25,7 +25,7 @@ from schemas.payloads import ErrorBody, Problem
 from service.auth import key_matches
 from service.logs import request_id_var
 from service.metrics import Metrics
-from service.middleware import send_error
+from service.middleware import header, send_error
 
 _PREDICT = re.compile(r"^/predict/([^/]+)(?:/batch)?/?$")
 #: The overload answer (an ErrorBody; request ids are ASCII by their validated shape).
@@ -141,13 +141,6 @@ def needs_key(path: str) -> bool:
                                                and path.endswith("/infer"))
 
 
-def _api_key(scope: Scope) -> str | None:
-    for k, v in scope.get("headers", []):
-        if k == b"x-api-key":
-            return v.decode("latin-1")
-    return None
-
-
 class AdmissionMiddleware:
     """Before any body is read: 401 without a valid API key (where keys are set) on the routes
     that need one, then 503 + Retry-After when the model is full."""
@@ -166,7 +159,7 @@ class AdmissionMiddleware:
             return
         task = predict_task(scope)
         if self.api_keys and needs_key(scope.get("path", "")):
-            key = _api_key(scope)
+            key = header(scope, b"x-api-key")
             if key is None or not key_matches(key, self.api_keys):
                 await send_error(send, 401, ErrorBody(
                     error="unauthorized", request_id=request_id_var.get(), detail=[Problem(

@@ -34,7 +34,8 @@ async def send_error(send: Send, status: int, body: ErrorBody,
     await send({"type": "http.response.body", "body": data})
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
+    """A request header from the ASGI scope (names are lower-case bytes there)."""
     for k, v in scope.get("headers", []):
         if k == name:
             return v.decode("latin-1")
@@ -66,7 +67,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = _header(scope, b"x-request-id")
+        given = header(scope, b"x-request-id")
         rid = given if given and _RID.match(given) else uuid.uuid4().hex
         token = request_id_var.set(rid)
         scope.setdefault("state", {})
@@ -130,7 +131,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _header(scope, b"content-length")
+        declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await send_error(send, 413, self._error(), [(b"connection", b"close")])
             return

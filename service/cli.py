@@ -119,7 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
         registry = Registry(settings, None, None)  # type: ignore[arg-type]
         registry.preflight()
         for task, folder in registry.folders.items():
-            load_model(folder, task, settings)
+            load_model(folder, task, settings, runtime=registry.runtime)
     except ModelLoadError as e:
         print(f"scehr serve: {' '.join(str(e).split())}", file=sys.stderr)
         return 1

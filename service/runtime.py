@@ -63,6 +63,7 @@ class OrtRuntime:
 
     def check_provider(self, provider: str) -> None:
         """Remember whether CUDA started; under device=cuda a CPU fallback is an error."""
+        first = self.cuda_works is None
         if self.device != "cpu":
             self.cuda_works = provider == CUDA
         if self.device == "cuda" and provider != CUDA:
@@ -71,23 +72,37 @@ class OrtRuntime:
                 f"to {provider} (onnxruntime-gpu lists CUDA as available even without a usable "
                 "GPU or CUDA/cuDNN libraries; its own error is logged above). Fix the GPU "
                 "setup, or set SCEHR_DEVICE=auto to run on CPU.")
-        if self.device == "auto" and provider != CUDA and CUDA in ort.get_available_providers():
-            log.warning("CUDA provider listed but not usable: running on CPU",
+        if (first and self.device == "auto" and provider != CUDA
+                and CUDA in ort.get_available_providers()):
+            log.warning("CUDA provider listed but not usable (no GPU, or CUDA/cuDNN libraries "
+                        "missing): running on CPU; SCEHR_DEVICE=cpu skips the attempt, "
+                        "SCEHR_DEVICE=cuda shows ONNX Runtime's own error",
                         extra={"provider": provider})
 
-    def session(self, onnx_path: Path) -> ort.InferenceSession:
-        sess = ort.InferenceSession(str(onnx_path), session_options(self.threads),
-                                    providers=self.providers())
+    def _create(self, model: str | bytes, threads: int) -> ort.InferenceSession:
+        """A session on `providers()`. Under `auto` on a machine without a usable GPU,
+        onnxruntime-gpu prints red "Failed to load library ... libcublasLt" errors while it
+        tries CUDA; that attempt runs with ONNX Runtime's own log silenced, and
+        `check_provider` says it in one warning instead. Under `cuda` its error stays: it
+        explains the refusal to start."""
+        providers = self.providers()
+        quiet = self.device == "auto" and providers[0] != CPU
+        if quiet:
+            ort.set_default_logger_severity(4)  # fatal only, for this attempt
+        try:
+            sess = ort.InferenceSession(model, session_options(threads), providers=providers)
+        finally:
+            if quiet:
+                ort.set_default_logger_severity(2)  # ONNX Runtime's default: warnings
         self.check_provider(sess.get_providers()[0])
         return sess
 
+    def session(self, onnx_path: Path) -> ort.InferenceSession:
+        return self._create(str(onnx_path), self.threads)
+
     def probe(self) -> str:
         """The provider a session really gets here; raises DeviceError at start."""
-        sess = ort.InferenceSession(_PROBE_MODEL, session_options(1),
-                                    providers=self.providers())
-        provider = sess.get_providers()[0]
-        self.check_provider(provider)
-        return provider
+        return self._create(_PROBE_MODEL, 1).get_providers()[0]
 
 
 def probe_device(device: str) -> str:

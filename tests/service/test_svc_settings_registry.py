@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from service.registry import (
     read_index,
     resolve,
 )
+from service.runtime import CUDA, OrtRuntime
 from service.settings import Settings, available_cores
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model
@@ -181,3 +183,21 @@ def test_runtimes_keep_what_they_learnt_about_cuda_to_themselves() -> None:
     a.cuda_works = False
     assert a.providers() == ["CPUExecutionProvider"] and b.cuda_works is None
     assert OrtRuntime("cpu", 1).probe() == "CPUExecutionProvider"
+
+
+def test_auto_tries_cuda_quietly_and_says_it_once(capfd: pytest.CaptureFixture[str],
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """onnxruntime-gpu without a usable GPU: no red ONNX Runtime errors at start under
+    device=auto, one warning of ours instead (device=cuda keeps ORT's error: it explains why
+    the service refuses to start)."""
+    if CUDA not in ort.get_available_providers():
+        pytest.skip("this onnxruntime build has no CUDA provider to try")
+    rt = OrtRuntime("auto", 1)
+    with caplog.at_level(logging.WARNING, logger="scehr.registry"):
+        provider = rt.probe()
+        rt.probe()
+    if provider == CUDA:
+        pytest.skip("CUDA works on this machine: there is no fallback to be quiet about")
+    err = capfd.readouterr().err
+    assert "[E:onnxruntime" not in err and "Failed to load library" not in err, err[:300]
+    assert sum("not usable" in r.getMessage() for r in caplog.records) == 1

@@ -142,6 +142,26 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
+def wait_until_healthy(proc: subprocess.Popen[bytes], port: int, path: str, log_name: str,
+                       *, timeout_s: float, poll_s: float, what: str = "server") -> None:
+    """Poll `GET path` on the loopback `port` until it answers 200; raise, naming the log,
+    when the process exits first or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    request = f"GET {path} HTTP/1.1\r\nHost: b\r\n\r\n".encode()
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited; see {log_name}")
+        try:
+            status, _ = asyncio.run(one_request(port, request))
+            if status == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} never became ready; see {log_name}")
+        time.sleep(poll_s)
+
+
 @contextmanager
 def server(models: Path, profile: Path | None = None, device: str = "cpu", workers: int = 1,
            **settings: Any) -> Iterator[Server]:
@@ -160,20 +180,7 @@ def server(models: Path, profile: Path | None = None, device: str = "cpu", worke
                              "--device", device, "--workers", str(workers)],
                             stdout=log, stderr=log, env=env, cwd=REPO)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited; see {log.name}")
-            try:
-                status, _ = asyncio.run(one_request(port, b"GET /readyz HTTP/1.1\r\nHost: b\r\n"
-                                                          b"\r\n"))
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server never became ready")
-            time.sleep(0.1)
+        wait_until_healthy(proc, port, "/readyz", log.name, timeout_s=60, poll_s=0.1)
         yield Server(port, proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -48,11 +48,11 @@ from common import (
     full_stay,
     loadavg,
     model_dir,
-    one_request,
     pct,
     post,
     server,
     tree_cpu_seconds,
+    wait_until_healthy,
 )
 from payloads import real_stays
 
@@ -84,20 +84,7 @@ def process_server(cmd: list[str], health: str, env: dict[str, str] | None = Non
     proc = subprocess.Popen([c.format(port=port) for c in cmd], stdout=log, stderr=log,
                             cwd=cwd, start_new_session=True, env=env)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{cmd[1]} exited; see {log.name}")
-            try:
-                status, _ = asyncio.run(one_request(
-                    port, f"GET {health} HTTP/1.1\r\nHost: b\r\n\r\n".encode()))
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{cmd[1]} never became ready; see {log.name}")
-            time.sleep(0.2)
+        wait_until_healthy(proc, port, health, log.name, timeout_s=120, poll_s=0.2, what=cmd[1])
         yield Server(port, proc.pid)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # its own session: LitServe's workers too

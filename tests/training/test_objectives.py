@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import scehr_cli
+from tests.training.tiny_run import tiny_config
 from training.data.synthetic import write_synthetic
 from training.losses import REGULARIZERS, build_loss, build_regularizer
 
@@ -47,25 +48,12 @@ def test_every_registered_regularizer_except_scr_is_exercised() -> None:
 def test_regularizer_trains_one_epoch_from_a_config(name: str, data_dir: Path,
                                                     tmp_path: Path) -> None:
     config = tmp_path / "run.toml"
-    config.write_text(f"""task = "mortality"
-encoder = "lstm"
-loss = "cbce"
+    config.write_text(tiny_config(f"""loss = "cbce"
 lam = 0.0
-epochs = 1
-batch_size = 16
-threads = 1
-n_boot = 5
-tsne = false
-progress = false
-[encoder_hparams]
-units = 4
-depth = 1
-bidirectional = false
-dropout = 0.0
 [regularizers.{name}]
 weight = 0.1
 {PARAMS[name]}
-""")
+"""))
     out = tmp_path / "run"
     code = scehr_cli.main(["train", "--config", str(config), "--data", str(data_dir),
                            "--out", str(out)])

@@ -12,23 +12,9 @@ import pytest
 import torch
 
 import scehr_cli
+from tests.training.tiny_run import tiny_config
 from training.data.synthetic import write_synthetic
 from training.regimes import labelled_rows, segment_views
-
-BASE = """task = "mortality"
-encoder = "lstm"
-epochs = 1
-batch_size = 16
-threads = 1
-n_boot = 5
-tsne = false
-progress = false
-[encoder_hparams]
-units = 4
-depth = 1
-bidirectional = false
-dropout = 0.0
-"""
 
 #: regime/method -> the config lines that select it.
 REGIMES = {
@@ -59,7 +45,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_regime_trains_one_epoch_from_a_config(name: str, data_dir: Path,
                                                tmp_path: Path) -> None:
     config = tmp_path / "run.toml"
-    config.write_text(_merge(REGIMES[name]))
+    config.write_text(tiny_config(REGIMES[name]))
     out = tmp_path / "run"
     assert scehr_cli.main(["train", "--config", str(config), "--data", str(data_dir),
                            "--out", str(out)]) == 0
@@ -73,12 +59,6 @@ def test_regime_trains_one_epoch_from_a_config(name: str, data_dir: Path,
             rows = list(csv.DictReader(f))
         assert len(rows) == 1 and np.isfinite(float(rows[0]["train_loss"]))
         assert metrics["pretrain_epochs"] == 1
-
-
-def _merge(lines: str) -> str:
-    """Top-level keys first, then BASE, then the tables (TOML wants keys before tables)."""
-    head, _, tables = lines.partition("\n[")
-    return head + "\n" + BASE + ("\n[" + tables if tables else "")
 
 
 def test_two_stage_freezes_the_encoder_and_ssl_fine_tunes_it(data_dir: Path,

@@ -581,10 +581,11 @@ def _report_implausible(out: StayIngest, fs: FeatureSet, row: int, strict: bool)
 
 def _report_rescaled(out: StayIngest, fs: FeatureSet, row: int) -> None:
     var = fs.variables[out.channel[row]]
-    scale = var.plausible.scaled_by if var.plausible else None
+    rule = var.plausible  # only a variable with a plausibility rule has rescaled rows
+    assert rule is not None and rule.scaled_by is not None
     out.notices.append(Notice(code="value_rescaled", loc=out.locate(int(out.source[row])),
-                              variable=var.id, message=f"{var.id} value divided by {scale:g}: "
-                              f"a scaled value (rule: {var.plausible.rule(var.id)})"))
+                              variable=var.id, message=f"{var.id} value divided by "
+                              f"{rule.scaled_by:g}: a scaled value (rule: {rule.rule(var.id)})"))
 
 
 def _report_cleaning(out: StayIngest, fs: FeatureSet, row: int, code: str, verb: str,

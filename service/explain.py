@@ -139,13 +139,6 @@ class ExplainAssets:
         # One product against every class's prototypes at once (stacked at load), then each
         # class's slice: the same per-element dot products as class by class, computed once.
         cos_all = _row_dot(_unit_rows(z), self._proto_unit)  # [n, all prototypes]
-        sizes = {b - a for a, b in self._proto_bounds}
-        if len(sizes) == 1 and all(p is not None for p in self.prototypes):
-            # every class has P prototypes: one sort over [n, C, P] (the same stable order)
-            cos = cos_all.reshape(len(z), len(self.prototypes), sizes.pop())
-            idx = np.argsort(-cos, axis=2, kind="stable")[:, :, :k]
-            top = np.take_along_axis(cos, idx, axis=2)
-            return [(idx[:, c], top[:, c]) for c in range(len(self.prototypes))]
         rows = np.arange(len(z))[:, None]
         for p, (a, b) in zip(self.prototypes, self._proto_bounds, strict=True):
             if p is None:

@@ -304,9 +304,11 @@ PER_NL = ("10*9/L", "10^9/L", "10*3/uL", "10^3/uL", "K/uL", "/nL")
 KPA = _unit("kPa", "kpa", f=lambda v: v * 7.500617)
 
 
-def _mmhg_bp(vid: str, name: str, normal: str, loinc: str, alias: str) -> Variable:
+def _mmhg_bp(vid: str, name: str, normal: str, loinc: str, alias: str,
+             generic: tuple[str, ...] = ()) -> Variable:
     return Variable(vid, name, "continuous", normal, "mmHg", MMHG, loinc=loinc,
-                    aliases=(alias,), plausible=Plausible(0.0, 375.0, low_open=True))
+                    other_loinc=generic, aliases=(alias,),
+                    plausible=Plausible(0.0, 375.0, low_open=True))
 
 
 #: Every other PhysioNet 2012 series and the ICU type; units are PhysioNet's (checked on the
@@ -395,12 +397,15 @@ ICU_VARIABLES: tuple[Variable, ...] = (
     _mmhg_bp("invasive_diastolic_bp", "Invasive diastolic arterial pressure", "59.0",
              "76213-8", "DiasABP"),
     _mmhg_bp("invasive_mean_bp", "Invasive mean arterial pressure", "77.0", "76214-6", "MAP"),
+    # The generic codes (8480-6, 8462-4, 8478-0: the FHIR vital-signs profile's blood
+    # pressure, which does not say how it was measured) read as the cuff in the full set; a
+    # model of the benchmark channels reads them as its one systolic/diastolic/mean channel.
     _mmhg_bp("noninvasive_systolic_bp", "Non-invasive systolic blood pressure", "118.0",
-             "76534-7", "NISysABP"),
+             "76534-7", "NISysABP", generic=("8480-6",)),
     _mmhg_bp("noninvasive_diastolic_bp", "Non-invasive diastolic blood pressure", "59.0",
-             "76535-4", "NIDiasABP"),
+             "76535-4", "NIDiasABP", generic=("8462-4",)),
     _mmhg_bp("noninvasive_mean_bp", "Non-invasive mean blood pressure", "77.0", "76536-2",
-             "NIMAP"),
+             "NIMAP", generic=("8478-0",)),
     Variable("icu_type", "ICU type", "categorical", "3", categories=("1", "2", "3", "4"),
              category_aliases={"1.0": "1", "2.0": "2", "3.0": "3", "4.0": "4",
                                "ccu": "1", "coronary care unit": "1",
@@ -416,11 +421,21 @@ ICU_VARIABLES: tuple[Variable, ...] = (
 CATALOG: tuple[Variable, ...] = VARIABLES + ICU_VARIABLES
 BY_ID: dict[str, Variable] = {v.id: v for v in CATALOG}
 BY_BENCHMARK_NAME: dict[str, Variable] = {v.benchmark_name: v for v in VARIABLES}
-#: LOINC code -> benchmark channel (the FHIR adapter's map for the benchmark-shaped models).
-#: Some codes are also the main code of a finer catalog variable (invasive diastolic pressure
-#: is a `diastolic_bp` here and an `invasive_diastolic_bp` in the full PhysioNet set); a feature
-#: set resolves codes among its own variables (`name_index`).
-BY_LOINC: dict[str, Variable] = {c: v for v in VARIABLES for c in v.loinc_codes}
+
+
+def loinc_index(variables: Sequence[Variable]) -> dict[str, Variable]:
+    """LOINC code -> the variable among `variables` it measures.
+
+    Codes resolve per feature set: some are also the main code of a finer catalog variable
+    (invasive diastolic pressure is a `diastolic_bp` among the benchmark channels and an
+    `invasive_diastolic_bp` in the full PhysioNet set), and `name_index` already refuses a
+    feature set in which two variables share a code.
+    """
+    return {c: v for v in variables for c in v.loinc_codes}
+
+
+#: LOINC code -> benchmark channel (the map of the benchmark-shaped models).
+BY_LOINC: dict[str, Variable] = loinc_index(VARIABLES)
 
 LOINC_SYSTEM = "http://loinc.org"
 #: LOINC panels whose `component`s carry the channels (each component coded on its own).
@@ -430,9 +445,10 @@ LOINC_PANELS: dict[str, str] = {
 }
 
 
-def by_loinc(code: str) -> Variable | None:
-    """The channel a LOINC code measures, or None when the catalog does not map it."""
-    return BY_LOINC.get(code.strip())
+def by_loinc(code: str, index: Mapping[str, Variable] = BY_LOINC) -> Variable | None:
+    """The variable a LOINC code measures in `index` (a `loinc_index`; default the benchmark
+    channels), or None when it does not map it."""
+    return index.get(code.strip())
 
 
 def names_of(v: Variable) -> tuple[str, ...]:

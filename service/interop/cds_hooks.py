@@ -8,6 +8,7 @@ prefetch is a 412 Precondition Failed saying so (the spec's answer), never a gue
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.manifest import Manifest
 from schemas.outcomes import outcome_coding
 from schemas.payloads import ClassResult, Prediction, Problem
-from schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES
+from schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES, Variable
 from service.errors import ApiError
 from service.interop.fhir_in import (
     Encounter,
@@ -44,17 +45,17 @@ NO_FHIR_ACCESS = ("this service does not query FHIR servers (fhirServer and "
                   "fhirAuthorization are not used): the CDS Client must prefetch")
 
 
-def observation_query() -> str:
-    """The Observation prefetch: every LOINC code the catalog reads, and the BP panels."""
-    codes = [c for v in VARIABLES for c in v.loinc_codes] + list(LOINC_PANELS)
+def observation_query(variables: Sequence[Variable] = VARIABLES) -> str:
+    """The Observation prefetch: every LOINC code of the model's variables, and the BP panels."""
+    codes = list(dict.fromkeys(c for v in variables for c in v.loinc_codes)) + list(LOINC_PANELS)
     return ("Observation?patient={{context.patientId}}&code="
             + ",".join(f"{LOINC_SYSTEM}|{c}" for c in codes) + "&_count=1000")
 
 
-def prefetch_templates() -> dict[str, str]:
+def prefetch_templates(variables: Sequence[Variable] = VARIABLES) -> dict[str, str]:
     return {"patient": "Patient/{{context.patientId}}",
             "encounter": "Encounter/{{context.encounterId}}",
-            "observations": observation_query()}
+            "observations": observation_query(variables)}
 
 
 class CdsService(BaseModel):
@@ -70,17 +71,18 @@ class CdsDiscovery(BaseModel):
     services: list[CdsService]
 
 
-def discovery(tasks: list[str]) -> CdsDiscovery:
+def discovery(tasks: Mapping[str, Sequence[Variable]]) -> CdsDiscovery:
+    """One service per task; each prefetches the codes its model reads (task -> variables)."""
     return CdsDiscovery(services=[CdsService(
         hook=HOOK, id=f"{SERVICE_PREFIX}{t}",
         title=f"scehr ICU {t} risk",
         description=f"ICU {t} risk from the stay's vital signs and labs (scehr {t} model), "
         "with the variables that raise it most and a link to the model card.",
-        prefetch=prefetch_templates(),
+        prefetch=prefetch_templates(variables),
         usageRequirements="Needs the Patient, the ICU Encounter (period.start = ICU "
         "admission, so encounterId in the context) and the Observations prefetched; "
         + NO_FHIR_ACCESS + ". Research software: not for clinical use without local "
-        "validation.") for t in tasks])
+        "validation.") for t, variables in tasks.items()])
 
 
 class CdsRequest(BaseModel):
@@ -129,19 +131,21 @@ class CdsResponse(BaseModel):
     cards: list[Card]
 
 
-def _precondition(missing: list[str], why: str) -> ApiError:
+def _precondition(missing: list[str], why: str, variables: Sequence[Variable]) -> ApiError:
     return ApiError(412, "precondition_failed", [Problem(
         loc=["body", "prefetch", k], rule="prefetch_required",
         message=f"prefetch {k!r} {why}; {NO_FHIR_ACCESS}",
-        allowed=prefetch_templates()[k]) for k in missing])
+        allowed=prefetch_templates(variables)[k]) for k in missing])
 
 
 def _usable(value: Any) -> bool:
     return isinstance(value, dict) and value.get("resourceType") != "OperationOutcome"
 
 
-def read_prefetch(req: CdsRequest) -> FhirStay | None:
-    """The stay from the prefetch; None when the client says there are no Observations."""
+def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES
+                  ) -> FhirStay | None:
+    """The stay from the prefetch, read with the scoring model's `variables`; None when the
+    client says there are no Observations."""
     if req.hook != HOOK:
         raise ApiError(422, "unsupported_hook", [Problem(
             loc=["body", "hook"], rule="hook", message=f"hook {req.hook!r} is not served here",
@@ -153,14 +157,14 @@ def read_prefetch(req: CdsRequest) -> FhirStay | None:
     pre = req.prefetch or {}
     missing = [k for k in PREFETCH_REQUIRED if k not in pre]
     if missing:
-        raise _precondition(missing, "is missing")
+        raise _precondition(missing, "is missing", variables)
     errors = [k for k in PREFETCH_REQUIRED
               if pre[k] is not None and not _usable(pre[k])]
     if errors:
-        raise _precondition(errors, "is an OperationOutcome or not a resource")
+        raise _precondition(errors, "is an OperationOutcome or not a resource", variables)
     nulls = [k for k in ("patient", "encounter") if pre[k] is None]
     if nulls:
-        raise _precondition(nulls, "is null (the client has no such resource)")
+        raise _precondition(nulls, "is null (the client has no such resource)", variables)
     if pre["observations"] is None:
         return None
     resources = [
@@ -177,7 +181,7 @@ def read_prefetch(req: CdsRequest) -> FhirStay | None:
             loc=["body", "prefetch", "patient", "id"], rule="patient_mismatch",
             message="the prefetched Patient is not context.patientId",
             allowed=str(patient_id))])
-    return to_stay(resources, prefix=["body", "prefetch"])
+    return to_stay(resources, prefix=["body", "prefetch"], variables=variables)
 
 
 def _summary(label: str, risk: float, level: Level) -> str:

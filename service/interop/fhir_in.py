@@ -12,6 +12,7 @@ naming the FHIR path. The payload then goes through exactly the scoring path of
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -26,10 +27,12 @@ from schemas.payloads import Demographics, Observation, Problem, StayPayload
 from schemas.variables import (
     LOINC_PANELS,
     LOINC_SYSTEM,
+    VARIABLES,
     CategoryError,
     UnitError,
     Variable,
     by_loinc,
+    loinc_index,
 )
 from service.errors import ApiError
 
@@ -200,13 +203,13 @@ def _effective(obs: FhirObservation) -> datetime | None:
     return None
 
 
-def _loinc(concept: Any) -> tuple[str | None, Variable | None]:
-    """(first LOINC code, the channel it maps to) of a CodeableConcept."""
+def _loinc(concept: Any, codes: Mapping[str, Variable]) -> tuple[str | None, Variable | None]:
+    """(first LOINC code, the variable of `codes` it maps to) of a CodeableConcept."""
     first = None
     for c in (concept.coding or []) if concept is not None else []:
         if c.system == LOINC_SYSTEM and c.code:
             first = first or c.code
-            var = by_loinc(c.code)
+            var = by_loinc(c.code, codes)
             if var is not None:
                 return c.code, var
     return first, None
@@ -228,9 +231,11 @@ def _value(holder: Any) -> tuple[float | str | None, str | None, str]:
 class StayBuilder:
     """Collects observations from resources into one StayPayload, with warnings."""
 
-    def __init__(self, admission: datetime, patient_refs: set[str]) -> None:
+    def __init__(self, admission: datetime, patient_refs: set[str],
+                 codes: Mapping[str, Variable]) -> None:
         self.admission = admission
         self.patient_refs = patient_refs
+        self.codes = codes  # LOINC code -> variable of the model's feature set
         self.obs: list[Observation] = []
         self.sources: list[tuple[Loc, str]] = []
         self.basis: list[str] = []
@@ -265,16 +270,16 @@ class StayBuilder:
             self._warn("before_admission", f"{ref}: effective before the ICU admission; "
                        "not used", item, item.loc)
             return
-        code, var = _loinc(obs.code)
+        code, var = _loinc(obs.code, self.codes)
         parts: list[tuple[Any, Loc, str | None, Variable | None]] = []
         if var is not None:
             parts.append((obs, item.loc, code, var))
         for i, comp in enumerate(obs.component or []):
-            c_code, c_var = _loinc(comp.code)
+            c_code, c_var = _loinc(comp.code, self.codes)
             parts.append((comp, [*item.loc, "component", i], c_code, c_var))
         if var is None and not obs.component:
             what = "a panel without components" if code in LOINC_PANELS else \
-                "not a catalog variable"
+                "not a variable of this model"
             self._warn("unmapped_code", f"{ref}: code {code or 'without a LOINC coding'} is "
                        f"{what}; not used", item, [*item.loc, "code"])
             return
@@ -288,7 +293,7 @@ class StayBuilder:
                    var: Variable | None, when: datetime) -> bool:
         if var is None:
             self._warn("unmapped_code", f"{ref}: code {code or 'without a LOINC coding'} at "
-                       f"{fhir_path(loc)} is not a catalog variable; not used", item,
+                       f"{fhir_path(loc)} is not a variable of this model; not used", item,
                        [*loc, "code"])
             return False
         value, unit, kind = _value(holder)
@@ -313,9 +318,11 @@ class StayBuilder:
 
 
 def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
-            end_hours: float | None = None, prefix: Loc = ("body",)) -> FhirStay:
+            end_hours: float | None = None, prefix: Loc = ("body",),
+            variables: Sequence[Variable] = VARIABLES) -> FhirStay:
     """Patient + Encounter + Observations -> the stay payload; other resources are ignored
-    (one warning per resource type)."""
+    (one warning per resource type). LOINC codes resolve among `variables`, the scoring
+    model's feature set (a code it does not read is a warning, not an observation)."""
     by_type: dict[str, list[Located]] = {}
     for r in resources:
         by_type.setdefault(r.resource.get_resource_type(), []).append(r)
@@ -325,7 +332,7 @@ def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
     refs = {f"Patient/{patient.resource.id}"} if patient.resource.id else set()
     if patient.full_url:
         refs.add(patient.full_url)
-    builder = StayBuilder(admission, refs)
+    builder = StayBuilder(admission, refs, loinc_index(variables))
     for item in by_type.get("Observation", []):
         builder.add(item)
     ignored = Counter({t: len(v) for t, v in by_type.items()
@@ -341,9 +348,11 @@ def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
 
 
 def read_bundle(raw: Any, *, admission_time: datetime | None = None,
-                end_hours: float | None = None) -> FhirStay:
+                end_hours: float | None = None,
+                variables: Sequence[Variable] = VARIABLES) -> FhirStay:
     """A request body Bundle -> FhirStay (422 naming the FHIR path when malformed)."""
-    return to_stay(bundle_resources(raw), admission_time=admission_time, end_hours=end_hours)
+    return to_stay(bundle_resources(raw), admission_time=admission_time, end_hours=end_hours,
+                   variables=variables)
 
 
 def validate_resource(model: type, raw: Any, prefix: Loc, root: str) -> Located:

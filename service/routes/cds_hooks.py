@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from schemas.payloads import ErrorBody
+from schemas.variables import CATALOG, Variable
 from service.auth import ApiKey
 from service.deps import MetricsDep, MonitoringDep, RegistryDep, SettingsDep, handle_for
 from service.errors import ApiError
@@ -19,6 +22,7 @@ from service.interop.cds_hooks import (
     discovery,
     read_prefetch,
 )
+from service.registry import ModelNotReady, Registry
 from service.routes.predict import ERRORS, score_one
 
 router = APIRouter(tags=["cds-hooks"])
@@ -27,7 +31,16 @@ router = APIRouter(tags=["cds-hooks"])
 @router.get("/cds-services", response_model=CdsDiscovery,
             summary="CDS Hooks discovery: one patient-view service per served task")
 async def cds_discovery(registry: RegistryDep) -> CdsDiscovery:
-    return discovery(sorted(registry.state))
+    return discovery({t: _variables(registry, t) for t in sorted(registry.state)})
+
+
+def _variables(registry: Registry, task: str) -> Sequence[Variable]:
+    """The variables the task's model reads; the whole catalog while it is not ready (the
+    prefetch then asks for more than it will use, and the unused codes are warnings)."""
+    try:
+        return registry.get(task).model.spec.fs.variables
+    except (KeyError, ModelNotReady):
+        return CATALOG
 
 
 @router.post("/cds-services/{service_id}", response_model=CdsResponse,
@@ -46,7 +59,8 @@ async def cds_service(service_id: str, body: CdsRequest, request: Request,
     task = service_id.removeprefix(SERVICE_PREFIX)
     handle = handle_for(registry, settings, task)
     request.state.model = task
-    stay = await run_in_threadpool(read_prefetch, body)  # FHIR validation: off the loop
+    # FHIR validation: off the loop
+    stay = await run_in_threadpool(read_prefetch, body, handle.model.spec.fs.variables)
     if stay is None:  # the client has no Observations: no decision support to give
         return CdsResponse(cards=[])
     pred = await score_one(handle, stay.payload, settings, metrics, task, explain="full",

@@ -47,7 +47,7 @@ async def fhir_predict(
     request.state.model = task
     # FHIR validation and building are pure Python and grow with the Bundle: off the loop
     stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
-                                   end_hours=end_hours)
+                                   end_hours=end_hours, variables=handle.model.spec.fs.variables)
     pred = await score_one(handle, stay.payload, settings, metrics, task, explain=explain,
                            strict=strict, locate=stay.locate, monitoring=monitoring)
     text = await run_in_threadpool(

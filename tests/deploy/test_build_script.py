@@ -36,5 +36,7 @@ def test_refuses_dirty_trees_and_existing_versions(tmp_path: Path) -> None:
     r = run(repo, "mortality", "2.0.0", SCEHR_ALLOW_DIRTY="1", SCEHR_DATA_DIR=str(tmp_path))
     assert r.stderr.startswith("WARNING: building from a tree with uncommitted changes")
     assert r.returncode != 0  # then it stops: this bare repo has no venv to train with
+    r = run(repo, "mortality", "2.0.0", "--config", "configs/nope.toml", SCEHR_ALLOW_DIRTY="1")
+    assert r.returncode == 2 and "no config configs/nope.toml" in r.stderr
     r = run(repo, "mortality")
     assert r.returncode == 1 and "usage" in r.stderr

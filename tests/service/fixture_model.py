@@ -179,13 +179,14 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
                 unseen: tuple[str, ...] | None = None, corrupt_sha: bool = False,
                 contract_version: str = CONTRACT_VERSION, ignore_lengths: bool = False,
                 lstm_hidden: int = 0, mangle: dict[str, Any] | None = None,
-                named: bool = False) -> Path:
+                named: bool = False, feature_set: FeatureSet | None = None) -> Path:
     """Write `root/<task>/<version>/{model.onnx, manifest.json, MODEL_CARD.md}`; return the dir.
 
     `named` adds the contract 1.1 serving assets: named operating points on the risk, margin
-    percentiles, a validation risk histogram and training value histograms."""
+    percentiles, a validation risk histogram and training value histograms. `feature_set`
+    replaces the task's own (e.g. physionet2012-full for mortality)."""
     mortality = task == "mortality"
-    fs = BENCHMARK_48H if mortality else BENCHMARK_STAY
+    fs = feature_set or (BENCHMARK_48H if mortality else BENCHMARK_STAY)
     loss = loss or ("cbce" if mortality else "csce")
     uses_static = mortality if uses_static is None else uses_static
     labels = ["in_hospital_mortality"] if mortality else PHENOTYPE_LABELS

@@ -7,6 +7,7 @@ import copy
 import json
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ import tritonclient.utils as triton_utils
 from fhir.resources.R4B.bundle import Bundle
 from fhir.resources.R4B.riskassessment import RiskAssessment
 
-from schemas.featureset import BENCHMARK_48H
+from schemas.featureset import BENCHMARK_48H, FEATURE_SETS
 from schemas.outcomes import MORTALITY, PHENOTYPE_CCS, outcome_coding
 from schemas.payloads import StayPayload
 from schemas.variables import BY_LOINC, LOINC_PANELS, VARIABLES, by_loinc
@@ -27,7 +28,7 @@ from service.pipeline import prepare
 from service.settings import Settings
 from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.service import cds_hooks_schema as cds
-from tests.service.conftest import stay
+from tests.service.conftest import serve, stay
 from tests.service.fhir_writer import (
     CODES,
     Item,
@@ -35,6 +36,7 @@ from tests.service.fhir_writer import (
     bundle,
     groups_from_stay,
 )
+from tests.service.fixture_model import write_index, write_model
 
 pytestmark = pytest.mark.anyio
 ADMISSION = datetime.fromisoformat("2026-03-01T06:30:00+00:00")
@@ -242,6 +244,32 @@ async def test_unmapped_codes_and_units_are_warnings_naming_the_resource(
     ref = (await client.post("/fhir/predict/mortality", json=fhir_bundle())).json()
     assert ra.prediction[0].probabilityDecimal == risk_assessments(ref)[0].prediction[
         0].probabilityDecimal
+
+
+async def test_loinc_codes_resolve_among_the_scoring_models_variables(tmp_path: Path) -> None:
+    """Lactate (LOINC 2524-7) is an observation for a full-PhysioNet model and a warning for a
+    benchmark-17 one, through FHIR and CDS Hooks alike; each discovery prefetches its codes."""
+    write_model(tmp_path, "mortality", "full", feature_set=FEATURE_SETS["physionet2012-full"])
+    write_model(tmp_path, "mortality", "bench")
+    b = fhir_bundle()
+    lactate = bundle([[Item(3.0, "2524-7", 2.1, "mmol/L")]], admission=ADMISSION,
+                     patient="p1")["entry"][2:]
+    lactate[0]["resource"]["id"] = "lactate-0"
+    b["entry"] += lactate
+    for version, reads_lactate in (("full", True), ("bench", False)):
+        write_index(tmp_path, [("mortality", version)])
+        async with serve(Settings(model_dir=tmp_path, device="cpu")) as client:
+            r = await client.post("/fhir/predict/mortality", json=b)
+            assert r.status_code == 200, r.text
+            [ra] = risk_assessments(r.json())
+            assert ("Observation/lactate-0" in {x.reference for x in ra.basis}) is reads_lactate
+            assert ("unmapped_code" in r.text) is not reads_lactate, version
+            cds_risk = await client.post("/cds-services/scehr-mortality", json=cds_request(b))
+            assert cds_risk.status_code == 200, cds_risk.text
+            ext = cds_risk.json()["cards"][0]["extension"]["dev.scehr.result"]
+            assert abs(ext["risk"] - float(ra.prediction[0].probabilityDecimal)) <= TOL
+            [svc] = (await client.get("/cds-services")).json()["services"]
+            assert ("2524-7" in svc["prefetch"]["observations"]) is reads_lactate
 
 
 async def test_admission_time_from_encounter_or_parameter(client: httpx.AsyncClient) -> None:

@@ -71,11 +71,14 @@ class Calibration(_M):
     are often exactly 0 or 1; a sigmoid of a large margin rounds to 1).
     """
 
-    method: Literal["none", "temperature", "isotonic"]
+    method: Literal["none", "temperature", "platt", "isotonic"]
     input: Literal["margin", "probability"] = Field(
-        "probability", description="temperature: p = σ(margin / T); isotonic: interp(p, x, y)"
+        "probability", description="temperature: σ(m / T); platt: σ(slope·m + intercept), "
+        "m the margin or logit(p) per `input`; isotonic: interp(p, x, y)"
     )
     temperature: float | None = None
+    slope: float | None = Field(None, description="platt (contract 1.2): the logit's slope")
+    intercept: float | None = Field(None, description="platt (contract 1.2): its intercept")
     x: list[float] | None = None
     y: list[float] | None = None
     fitted_on: str = Field("", description="Which data it was fitted on")
@@ -90,8 +93,10 @@ class Calibration(_M):
         if self.method == "none":
             return np.asarray(p, dtype=np.float64)
         x = margin if self.input == "margin" else p
-        if self.method == "temperature":
+        if self.method in ("temperature", "platt"):
             m = x if self.input == "margin" else logit(x)
+            if self.method == "platt":
+                return sigmoid(float(self.slope or 0.0) * m + float(self.intercept or 0.0))
             return sigmoid(m / float(self.temperature or 1.0))
         return np.interp(x, np.asarray(self.x, dtype=np.float64),
                          np.asarray(self.y, dtype=np.float64))
@@ -100,7 +105,8 @@ class Calibration(_M):
     def monotone_in_probability(self) -> bool:
         """True when the risk is a non-decreasing function of the model's probability alone,
         so that `p >= t` and `risk >= apply(t)` raise the same alerts."""
-        return self.method == "none" or self.input == "probability"
+        falling = self.method == "platt" and float(self.slope or 0.0) < 0.0
+        return self.method == "none" or (self.input == "probability" and not falling)
 
 
 class OperatingPoint(_M):

@@ -37,12 +37,11 @@ def apply_calibration(d: dict[str, Any] | None, margin_or_p: ArrayLike) -> np.nd
     p = x if kind == "probability" else sigmoid(x)
 
     def one(c: int | None) -> Calibration:
-        """The map of column c (None: the only one); temperature may be shared by columns."""
-        t, xs, ys = d.get("temperature"), d.get("x"), d.get("y")
-        if c is not None:
-            t = t[c] if isinstance(t, list) else t
-            xs, ys = (None if xs is None else xs[c]), (None if ys is None else ys[c])
-        return Calibration(method=d["method"], input=kind, temperature=t, x=xs, y=ys)
+        """The map of column c (None: the only one); a scalar parameter is shared by columns."""
+        params = {k: d.get(k) for k in ("temperature", "slope", "intercept", "x", "y")}
+        if c is not None:  # per-column maps hold a list per parameter (knots: a list each)
+            params = {k: v[c] if isinstance(v, list) else v for k, v in params.items()}
+        return Calibration(method=d["method"], input=kind, **params)
 
     if x.ndim == 1:
         return one(None).apply(p, x)
@@ -152,6 +151,46 @@ class TemperatureCalibrator:
         t = d["temperature"]
         obj.temperature = [float(v) for v in t] if isinstance(t, list) else float(t)
         return obj
+
+
+class PlattCalibrator:
+    """p_cal = σ(a·m + b) (Platt scaling), fitted by unpenalised logistic regression on
+    held-out data (one pair per column if 2-D).
+
+    Two parameters instead of temperature's one: the intercept moves the baseline risk, which
+    a temperature cannot (e.g. a site whose outcome rate differs from training's).
+    """
+
+    def __init__(self, input: InputKind = "margin"):
+        self.input = input
+        self.slope: float | list[float] | None = None
+        self.intercept: float | list[float] | None = None
+
+    def fit(self, margin_or_p: ArrayLike, y: ArrayLike) -> PlattCalibrator:
+        from sklearn.linear_model import LogisticRegression
+
+        arr = np.asarray(margin_or_p, dtype=np.float64)
+        m = logit(arr) if self.input == "probability" else arr
+        yy = np.asarray(y, dtype=np.float64)
+        if m.shape != yy.shape:
+            raise ValueError(f"shape mismatch: inputs {m.shape} vs labels {yy.shape}")
+        cols = [(m, yy)] if m.ndim == 1 else [(m[:, c], yy[:, c]) for c in range(m.shape[1])]
+        fits = [LogisticRegression(penalty=None, tol=1e-8, max_iter=1000).fit(x[:, None], t)
+                for x, t in cols]
+        slopes = [float(f.coef_[0, 0]) for f in fits]
+        intercepts = [float(f.intercept_[0]) for f in fits]
+        self.slope, self.intercept = ((slopes[0], intercepts[0]) if m.ndim == 1
+                                      else (slopes, intercepts))
+        return self
+
+    def transform(self, margin_or_p: ArrayLike) -> np.ndarray:
+        return apply_calibration(self.to_dict(), margin_or_p)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.slope is None:
+            raise RuntimeError("PlattCalibrator is not fitted")
+        return {"method": "platt", "input": self.input, "slope": self.slope,
+                "intercept": self.intercept}
 
 
 class IsotonicCalibrator:

@@ -43,6 +43,7 @@ from schemas.tasks import task_spec
 from training import fairness
 from training.calibration import (
     IsotonicCalibrator,
+    PlattCalibrator,
     TemperatureCalibrator,
     brier,
     choose_named_points,
@@ -114,13 +115,14 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
                     val: tuple[np.ndarray, np.ndarray, np.ndarray], where: str,
                     temperature_input: Literal["margin", "probability"] = "margin"
                     ) -> Calibration:
-    """Fit temperature and isotonic maps on `cal`; keep the best of them and none on `val`.
+    """Fit temperature, Platt and isotonic maps on `cal`; keep the best of them and none on
+    `val`.
 
     Each triple is (y, p, margin). The choice and the reported ECE use the validation split,
     which the maps never saw, so neither number is an in-sample figure. With no held-out `cal`
     (None) nothing is fitted: validation chose the epoch, so it cannot also fit the map and
-    measure its effect. The temperature map is σ(margin / T), or σ(logit(p) / T) with
-    `temperature_input="probability"`; the isotonic map interpolates p.
+    measure its effect. The temperature map is σ(m / T) and the Platt map σ(a·m + b), m the
+    margin, or logit(p) with `temperature_input="probability"`; the isotonic map interpolates p.
     """
     yv, pv, mv = val
     before = expected_calibration_error(yv, pv)
@@ -132,12 +134,15 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
         return Calibration(method="none", fitted_on=where, ece_before=before, ece_after=before)
     by_margin = temperature_input == "margin"
     temp = TemperatureCalibrator(input=temperature_input).fit(mc if by_margin else pc, yc)
+    platt = PlattCalibrator(input=temperature_input).fit(mc if by_margin else pc, yc)
     iso = IsotonicCalibrator().fit(pc, yc).to_dict()
     candidates = [  # in order of preference on a tie: no map first
         Calibration(method="none", fitted_on=f"{where}; no map beat the model's own "
                     "probability (validation Brier)"),
         Calibration(method="temperature", input=temperature_input,
                     temperature=float(temp.to_dict()["temperature"]), fitted_on=where),
+        Calibration(method="platt", input=temperature_input, slope=float(platt.slope),
+                    intercept=float(platt.intercept), fitted_on=where),
         Calibration(method="isotonic", input="probability", x=list(map(float, iso["x"])),
                     y=list(map(float, iso["y"])), fitted_on=where),
     ]

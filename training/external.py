@@ -194,7 +194,8 @@ def risk_metrics(y: np.ndarray, risk: np.ndarray, alerts: np.ndarray, alert_rule
 
 def fit_site_calibration(model: ExportedModel, fit: Scored, choose: Scored, where: str
                          ) -> Calibration:
-    """The export's calibration rule (temperature / isotonic / none, best validation Brier),
+    """The export's calibration rule (temperature / Platt / isotonic / none, best validation
+    Brier),
     fitted on the site's stays `fit` and chosen on `choose`."""
     from training.export import POSITIVE_ANCHOR_ONLY, fit_calibration
 

@@ -125,7 +125,8 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
     places = sorted({c.calibration.fitted_on.split("; no map")[0] for c in m.classes})
     lines += ["", "## Calibration", "",
               "Maps fitted on: " + "; ".join(places) + ". For each class the best of a "
-              "temperature map, an isotonic map and no map by validation Brier score; ECE "
+              "temperature map, a Platt map (slope and intercept), an isotonic map and no "
+              "map by validation Brier score; ECE "
               "(10 bins) on validation, which the maps never saw.", "",
               "| class | method | ECE before | ECE after |", "|---|---|---:|---:|"]
     for c in m.classes[:25]:

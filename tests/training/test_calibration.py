@@ -1,4 +1,4 @@
-"""ECE/reliability, temperature and isotonic calibrators, operating points."""
+"""ECE/reliability, temperature, Platt and isotonic calibrators, operating points."""
 
 import itertools
 import json
@@ -9,6 +9,7 @@ import pytest
 from schemas.contract import RISK_EPS
 from training.calibration import (
     IsotonicCalibrator,
+    PlattCalibrator,
     TemperatureCalibrator,
     apply_calibration,
     expected_calibration_error,
@@ -63,6 +64,40 @@ def test_temperature_per_column():
     assert t[0] == pytest.approx(0.5, rel=0.15) and t[1] == pytest.approx(3.0, rel=0.15)
 
 
+def test_platt_recovers_a_shifted_baseline_that_temperature_cannot():
+    """Outcomes drawn from σ(0.7·m − 1.2): Platt finds slope and intercept; a temperature map
+    (no intercept) is left miscalibrated in the mean, as at a site with fewer events."""
+    rng = np.random.default_rng(2)
+    m = rng.normal(0, 3, (20000, 2))
+    truth = sigmoid(0.7 * m - 1.2)
+    y = (rng.random(m.shape) < truth).astype(int)
+    platt = PlattCalibrator().fit(m[:, 0], y[:, 0])
+    assert platt.slope == pytest.approx(0.7, rel=0.05)
+    assert platt.intercept == pytest.approx(-1.2, abs=0.08)
+    d = json.loads(json.dumps(platt.to_dict()))
+    np.testing.assert_allclose(apply_calibration(d, m[:10, 0]),
+                               sigmoid(platt.slope * m[:10, 0] + platt.intercept))
+    temp = TemperatureCalibrator().fit(m[:, 0], y[:, 0])
+    assert abs(temp.transform(m[:, 0]).mean() - y[:, 0].mean()) > 0.05
+    assert abs(platt.transform(m[:, 0]).mean() - y[:, 0].mean()) < 0.01
+    per_col = PlattCalibrator().fit(m, y)  # one pair per column, applied per column
+    np.testing.assert_allclose(per_col.transform(m[:10])[:, 1],
+                               sigmoid(per_col.slope[1] * m[:10, 1] + per_col.intercept[1]))
+    p = sigmoid(m[:, 0])  # from probabilities: the same map on logit(p)
+    by_p = PlattCalibrator(input="probability").fit(p, y[:, 0])
+    assert by_p.slope == pytest.approx(platt.slope, rel=1e-3)
+
+
+def test_a_falling_platt_map_is_not_monotone_in_the_probability():
+    from schemas.manifest import Calibration
+
+    rising = Calibration(method="platt", input="probability", slope=0.8, intercept=0.1)
+    falling = rising.model_copy(update={"slope": -0.8})
+    assert rising.monotone_in_probability and not falling.monotone_in_probability
+    p = np.array([0.1, 0.5, 0.9])
+    assert np.all(np.diff(rising.apply(p, p)) > 0) and np.all(np.diff(falling.apply(p, p)) < 0)
+
+
 def test_isotonic_roundtrip_equals_sklearn():
     rng = np.random.default_rng(2)
     p = rng.random(400)
@@ -88,7 +123,7 @@ def test_apply_calibration_none():
     np.testing.assert_allclose(apply_calibration(None, [0.2, 0.7]), [0.2, 0.7])
     assert apply_calibration({"method": "none", "input": "margin"}, [0.0])[0] == 0.5
     with pytest.raises(ValueError):
-        apply_calibration({"method": "platt"}, [0.1])
+        apply_calibration({"method": "beta"}, [0.1])
 
 
 def test_operating_points_monotonic_and_targets():

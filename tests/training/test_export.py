@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from schemas.contract import CONTRACT_VERSION
 from schemas.featureset import TASK_FEATURE_SETS
 from schemas.ingest import ingest
 from schemas.manifest import load_manifest, sha256_file
@@ -64,7 +65,7 @@ def test_export_writes_a_valid_manifest_card_and_index(models: Path, task: str) 
     card = (folder / "MODEL_CARD.md").read_text()
     assert "not for clinical use" in card.lower() and "scehr export" in card
     # contract 1.1 serving assets: points on the risk, margin percentiles, drift references
-    assert m.contract_version == "1.1"
+    assert m.contract_version == CONTRACT_VERSION
     for c in m.classes:
         for pt in c.named_points:
             assert pt.name in ("high_sensitivity", "balanced", "high_ppv")

@@ -58,7 +58,10 @@ def test_external_report_before_and_after_recalibration(setup: tuple) -> None:
         for k in ("auroc", "auprc", "ece", "calibration_slope", "calibration_intercept",
                   "event1", "event2_h_normalized"):
             ci = out[block][k]
-            assert ci["value"] is not None and ci["low"] <= ci["value"] <= ci["high"], (block, k)
+            assert ci["value"] is not None and ci["low"] <= ci["high"], (block, k)
+            if k in ("auroc", "auprc"):  # ECE, H and Event 1 are biased under resampling:
+                # their percentile interval need not hold the point value (20 resamples)
+                assert ci["low"] <= ci["value"] <= ci["high"], (block, k)
     # a monotone recalibration of the same scores keeps the ranking
     if out["recalibration"]["method"] == "temperature":
         assert test["auroc"]["value"] == pytest.approx(out["shipped_test"]["auroc"]["value"])

@@ -175,7 +175,7 @@ class PlattCalibrator:
         if m.shape != yy.shape:
             raise ValueError(f"shape mismatch: inputs {m.shape} vs labels {yy.shape}")
         cols = [(m, yy)] if m.ndim == 1 else [(m[:, c], yy[:, c]) for c in range(m.shape[1])]
-        fits = [LogisticRegression(penalty=None, tol=1e-8, max_iter=1000).fit(x[:, None], t)
+        fits = [LogisticRegression(C=np.inf, tol=1e-8, max_iter=1000).fit(x[:, None], t)
                 for x, t in cols]
         slopes = [float(f.coef_[0, 0]) for f in fits]
         intercepts = [float(f.intercept_[0]) for f in fits]

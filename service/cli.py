@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        "threads per worker = cores // workers)")
     serve.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     serve.add_argument("--device", choices=["auto", "cuda", "cpu"], help="SCEHR_DEVICE")
+    serve.add_argument("--version", metavar="TASK=VERSION", action="append",
+                       help="serve this version of the task instead of its default, repeatable "
+                       "(e.g. mortality=1.1.0 for the benchmark-17 model; SCEHR_VERSIONS)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                        help="SCEHR_LOG_LEVEL")
     serve.set_defaults(func=_serve)
@@ -106,12 +109,18 @@ def _serve(args: argparse.Namespace) -> int:
         value = getattr(args, opt)
         if value is not None:
             os.environ[env] = str(Path(value).resolve()) if opt == "model_dir" else str(value)
+    if args.version:  # the workers read it from the environment, like every other setting
+        os.environ["SCEHR_VERSIONS"] = ",".join(args.version)
     workers = args.workers if args.workers is not None else available_cores()
     if workers < 1:
         print("scehr serve: --workers must be >= 1", file=sys.stderr)
         return 2
     os.environ["SCEHR_WORKERS"] = str(workers)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValueError as e:  # pydantic's ValidationError: a bad SCEHR_* value, named
+        print(f"scehr serve: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
     # Fail here, with one clear line, before any worker starts: every configured model is
     # loaded and warmed up once (a corrupt graph whose sha256 matches, anchors that do not
     # reproduce the graph), since a worker could only report it as a model that never loads.

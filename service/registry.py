@@ -208,7 +208,7 @@ class Registry:
     def preflight(self) -> None:
         """Fail fast at start (see `validation.preflight`); every model is then loading."""
         checked = preflight(self.settings.model_dir, list(self.settings.tasks or []),
-                            self.runtime)
+                            self.runtime, self.settings.versions)
         self.defaults = checked.defaults
         for task, folder in checked.folders.items():
             self.folders[task] = folder

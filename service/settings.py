@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     tasks: Annotated[list[str] | None, NoDecode] = Field(
         None, description="Tasks to serve (comma-separated); default: every task with a default "
         "model in index.json")
+    versions: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, description="Pin a task to a version of index.json instead of its "
+        "default, comma-separated TASK=VERSION (e.g. mortality=1.1.0: the benchmark-17 model "
+        "for MIMIC-shaped clients)")
     device: Literal["auto", "cuda", "cpu"] = Field(
         "auto", description="auto: CUDA when ONNX Runtime can really use it, else CPU; cuda: fail "
         "at start without a working CUDA provider")
@@ -112,6 +116,19 @@ class Settings(BaseSettings):
         for t in v or []:
             if t not in TASKS:
                 raise ValueError(f"unknown task {t!r}; known: {', '.join(TASKS)}")
+        return v
+
+    @field_validator("versions", mode="before")
+    @classmethod
+    def _split_versions(cls, v: object) -> object:
+        if isinstance(v, str):
+            pairs = [item.strip() for item in v.split(",") if item.strip()]
+            if any(p.count("=") != 1 for p in pairs):
+                raise ValueError(f"versions must be TASK=VERSION, comma-separated; got {v!r}")
+            v = dict(tuple(x.strip() for x in p.split("=")) for p in pairs)
+        for t in v or {}:
+            if t not in TASKS:
+                raise ValueError(f"unknown task {t!r} in versions; known: {', '.join(TASKS)}")
         return v
 
     @field_validator("api_keys", mode="before")

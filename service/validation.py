@@ -10,6 +10,7 @@ graph, and that padding a stay in a batch does not change its result. Every fail
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -153,10 +154,12 @@ class Preflight:
     defaults: dict[str, tuple[str | None, datetime | None]] = field(default_factory=dict)
 
 
-def preflight(model_dir: Path, tasks: list[str], runtime: OrtRuntime) -> Preflight:
+def preflight(model_dir: Path, tasks: list[str], runtime: OrtRuntime,
+              versions: Mapping[str, str] | None = None) -> Preflight:
     """Fail fast at start: device, index, manifests and checksums of every configured model.
 
-    `tasks` empty means every task the index has a default for.
+    `tasks` empty means every task the index has a default for; `versions` pins a task to a
+    version of the index instead of its default.
     """
     provider = runtime.probe()
     log.info("execution provider", extra={"device": runtime.device, "provider": provider})
@@ -167,7 +170,7 @@ def preflight(model_dir: Path, tasks: list[str], runtime: OrtRuntime) -> Preflig
                              rule="no_default_model", status=500)
     folders, defaults = {}, {}
     for task in tasks:
-        folder = resolve(model_dir, index, task)
+        folder = resolve(model_dir, index, task, version=(versions or {}).get(task))
         inspect(folder, task)
         folders[task] = folder
         defaults[task] = (index.defaults.get(task), index.since(task))

@@ -56,6 +56,29 @@ def test_settings_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
         Settings()
 
 
+async def test_a_task_can_be_pinned_to_a_version_other_than_its_default(
+        monkeypatch: pytest.MonkeyPatch, model_dir: Path) -> None:
+    """SCEHR_VERSIONS=mortality=v2 serves v2 (the index default is v1); bad values are named."""
+    monkeypatch.setenv("SCEHR_VERSIONS", "mortality = v2")
+    settings = Settings(model_dir=model_dir, device="cpu")
+    assert settings.versions == {"mortality": "v2"}
+    async with serve(settings) as client:
+        r = await client.post("/predict/mortality", json=stay())
+        assert r.status_code == 200 and r.json()["model"]["version"] == "v2"
+        r = await client.post("/predict/phenotypes", json=stay())
+        assert r.json()["model"]["version"] == "v1"  # not pinned: its default
+        models = (await client.get("/models/mortality")).json()
+        assert models["version"] == "v2" and models["default_version"] == "v1"
+    for bad, rule in (("mortality", "TASK=VERSION"), ("sepsis=1.0", "unknown task")):
+        monkeypatch.setenv("SCEHR_VERSIONS", bad)
+        with pytest.raises(ValueError, match=rule):
+            Settings()
+    monkeypatch.setenv("SCEHR_VERSIONS", "mortality=9.9.9")
+    registry = Registry(Settings(model_dir=model_dir, device="cpu"), None, None)  # type: ignore[arg-type]
+    with pytest.raises(ModelLoadError, match=r"9\.9\.9"):
+        registry.preflight()
+
+
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     for k in [k for k in os.environ if k.startswith("SCEHR_")]:
         monkeypatch.delenv(k)

@@ -50,7 +50,8 @@ def stay_sets(n: int) -> list[tuple[str, FeatureSet, list[StayPayload]]]:
 
     rng = np.random.default_rng(0)
     return [
-        ("examples/mortality_stay.json", BENCHMARK_48H, [load("mortality_stay.json")]),
+        ("examples/mortality_stay_benchmark17.json", BENCHMARK_48H,
+         [load("mortality_stay_benchmark17.json")]),
         ("examples/phenotypes_stay.json", BENCHMARK_STAY, [load("phenotypes_stay.json")]),
         (f"{n} full 48 h stays", BENCHMARK_48H,
          [StayPayload.model_validate(full_stay(seed)) for seed in range(n)]),

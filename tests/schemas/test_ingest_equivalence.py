@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from schemas import ingest as fast
-from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
+from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FEATURE_SETS, FeatureSet
 from schemas.payloads import Observation, StayPayload
 from tests.oracles import ingest_reference as reference
 from tests.oracles.ingest_cases import assert_same_result, assert_same_stay, random_stay
@@ -59,7 +59,8 @@ def test_random_payloads_match_the_reference(seed: int, fs: FeatureSet) -> None:
 
 
 def test_the_examples_and_full_stays_match_the_reference() -> None:
-    for name, fs in (("mortality_stay.json", BENCHMARK_48H),
+    for name, fs in (("mortality_stay_benchmark17.json", BENCHMARK_48H),
+                     ("mortality_stay.json", FEATURE_SETS["physionet2012-full"]),
                      ("phenotypes_stay.json", BENCHMARK_STAY)):
         p = StayPayload.model_validate(json.loads((REPO / "examples" / name).read_text()))
         both([p], fs)

@@ -38,7 +38,28 @@ CODES: dict[str, tuple[str, str | None]] = {
     "gcs_motor": ("9268-4", None),
     "gcs_verbal": ("9270-0", None),
     "gcs_total": ("9269-2", None),
+    # the full PhysioNet 2012 set: a cuff pressure sent with the generic vital-signs codes, as
+    # FHIR's vital-signs profile does; labs and blood gases with their serum/arterial codes
+    "noninvasive_systolic_bp": ("8480-6", "mm[Hg]"),
+    "noninvasive_diastolic_bp": ("8462-4", "mm[Hg]"),
+    "noninvasive_mean_bp": ("8478-0", "mm[Hg]"),
+    "lactate": ("2524-7", "mmol/L"),
+    "creatinine": ("2160-0", "mg/dL"),
+    "bun": ("3094-0", "mg/dL"),
+    "sodium": ("2951-2", "mmol/L"),
+    "potassium": ("2823-3", "mmol/L"),
+    "hco3": ("1963-8", "mmol/L"),
+    "wbc": ("6690-2", "10*3/uL"),
+    "platelets": ("777-3", "10*3/uL"),
+    "hematocrit": ("4544-3", "%"),
+    "magnesium": ("19123-9", "mg/dL"),
+    "pao2": ("2703-7", "mm[Hg]"),
+    "paco2": ("2019-8", "mm[Hg]"),
+    "sao2": ("2708-6", "%"),
+    "urine_output": ("9187-6", "mL"),
 }
+SYSTOLIC = ("systolic_bp", "noninvasive_systolic_bp")
+DIASTOLIC = ("diastolic_bp", "noninvasive_diastolic_bp")
 
 
 @dataclass
@@ -122,7 +143,8 @@ def birth_date_for(age_years: int, admission: datetime) -> date:
 def groups_from_stay(stay: dict[str, Any]) -> list[list[Item]]:
     """A long-form JSON stay as FHIR groups (systolic + diastolic at one time -> a panel).
 
-    Variables without a LOINC code here (capillary refill) are left out.
+    Variables without a LOINC code here (capillary refill, ICU type, mechanical ventilation)
+    are left out.
     """
     groups: list[list[Item]] = []
     pending_sys: dict[float, list[Item]] = {}
@@ -134,11 +156,11 @@ def groups_from_stay(stay: dict[str, Any]) -> list[list[Item]]:
         if unit is None and isinstance(value, str) and value.replace(".", "").isdigit():
             value = float(value)  # a score sent as text: FHIR carries it as a quantity
         item = Item(float(o["time"]), code, value, o.get("unit") or unit)
-        if o["variable"] == "systolic_bp":
+        if o["variable"] in SYSTOLIC:
             group = [item]
             pending_sys[item.hours] = group
             groups.append(group)
-        elif o["variable"] == "diastolic_bp" and item.hours in pending_sys:
+        elif o["variable"] in DIASTOLIC and item.hours in pending_sys:
             pending_sys.pop(item.hours).append(item)
         else:
             groups.append([item])

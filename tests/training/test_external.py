@@ -87,7 +87,7 @@ async def test_recalibrate_writes_a_new_version_the_service_serves(setup: tuple)
         "0.1.0-site")  # the only model of that folder
     with pytest.raises(ModelIndexError, match="already"):
         recalibrate(shipped, site, site_models / "mortality" / "0.1.0-site")
-    payload = json.loads((REPO / "examples" / "mortality_stay.json").read_text())
+    payload = json.loads((REPO / "examples" / "mortality_stay_benchmark17.json").read_text())
     async with serve(Settings(model_dir=site_models, device="cpu")) as client:
         r = await client.post("/predict/mortality", json=payload)
     assert r.status_code == 200, r.text

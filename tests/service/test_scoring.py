@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from schemas.featureset import FEATURE_SETS
+from schemas.model_index import read_index
 from schemas.payloads import Prediction
 from service.scoring import CLASS_FIELDS, Output, parse_shard, read_benchmark, score
 from service.settings import Settings
@@ -253,10 +255,13 @@ async def test_real_physionet_set_c_stays_equal_the_service(tmp_path: Path) -> N
     """Converted PhysioNet 2012 set-c stays, shipped default model: scorer == HTTP to 1e-6."""
     from training.data.physionet2012 import convert_physionet2012
 
-    convert_physionet2012(SHARED_DATA / "physionet2012", tmp_path / "bench", limit=60,
-                          progress=False)
-    split = tmp_path / "bench" / "in-hospital-mortality" / "test"
     models = REPO / "models"
+    index = read_index(models)
+    default = index.entry("mortality", index.defaults["mortality"])
+    assert default is not None
+    convert_physionet2012(SHARED_DATA / "physionet2012", tmp_path / "bench", limit=60,
+                          progress=False, fs=FEATURE_SETS[default.feature_set])
+    split = tmp_path / "bench" / "in-hospital-mortality" / "test"
     score("mortality", split, tmp_path / "out.jsonl", model_dir=models, device="cpu",
           progress=False)
     keys, stays = zip(*read_benchmark(split), strict=True)

@@ -186,12 +186,13 @@ async def test_worsening_a_vital_raises_its_contribution_on_the_shipped_model() 
         obs = []
         for k, t in enumerate(hours):
             hr = 85 + (hr_end - 85) * k / (len(hours) - 1)
-            obs += [{"variable": "systolic_bp", "time": t, "value": 125},
-                    {"variable": "diastolic_bp", "time": t, "value": 70},
-                    {"variable": "mean_bp", "time": t, "value": 85},
+            # blood pressures and saturation by LOINC code: every shipped feature set reads them
+            obs += [{"variable": "8480-6", "time": t, "value": 125},
+                    {"variable": "8462-4", "time": t, "value": 70},
+                    {"variable": "8478-0", "time": t, "value": 85},
                     {"variable": "heart_rate", "time": t, "value": round(hr, 1)},
                     {"variable": "respiratory_rate", "time": t, "value": 16},
-                    {"variable": "o2_saturation", "time": t, "value": 97}]
+                    {"variable": "2708-6", "time": t, "value": 97}]
         obs.append({"variable": "gcs_total", "time": 1.0, "value": "15"})
         return {"observations": obs, "demographics": {"age": 60, "sex": "male"}}
 

@@ -33,7 +33,15 @@ import numpy as np
 from schemas.featureset import STATIC_FIELDS, FeatureSet
 from schemas.payloads import Notice, Observation, Problem, StayPayload, WideTable
 from schemas.tensorize import Observations, apply_rules
-from schemas.variables import CategoryError, UnitError, Variable, find, identity, name_index
+from schemas.variables import (
+    CategoryError,
+    UnitError,
+    Variable,
+    find,
+    identity,
+    in_catalog,
+    name_index,
+)
 
 DEFAULT_MAX_OBSERVATIONS = 20_000
 #: Memo entries per feature set and kind (bounded: the keys come from requests).
@@ -421,9 +429,12 @@ def _add(out: StayIngest, acc: _Accepted, fs: FeatureSet, loc: Loc, variable: st
     """Check one row: accept it into `acc` or append its first problem to `out`."""
     ch = find(tables.index, variable)
     if ch is None:
+        known = in_catalog(variable)  # a real variable another feature set reads: say so
+        where = (f"; the catalog's {known.id} is not an input of this model (feature set "
+                 f"{fs.name}): score it with a model that reads it" if known else "")
         out.problems.append(Problem(
             loc=[*loc, "variable"], rule="unknown_variable",
-            message=f"unknown variable {variable!r}",
+            message=f"unknown variable {variable!r}{where}",
             allowed=", ".join(v.id for v in fs.variables),
         ))
         return

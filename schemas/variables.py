@@ -488,6 +488,12 @@ def _catalog_index() -> dict[str, int]:
 _CATALOG_INDEX = _catalog_index()
 
 
+def in_catalog(name: str) -> Variable | None:
+    """The catalog variable a name (id, name or alias) means, whatever the feature set."""
+    i = find(_CATALOG_INDEX, name)
+    return None if i is None else CATALOG[i]
+
+
 def lookup(name: str) -> Variable:
     """A variable by id, name or alias (case-insensitive); raises KeyError."""
     i = find(_CATALOG_INDEX, name)

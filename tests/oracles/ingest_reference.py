@@ -15,7 +15,7 @@ import numpy as np
 from schemas.featureset import STATIC_FIELDS, FeatureSet
 from schemas.payloads import Notice, Problem, StayPayload
 from schemas.tensorize import Observations, clean
-from schemas.variables import CategoryError, UnitError
+from schemas.variables import CategoryError, UnitError, in_catalog
 
 DEFAULT_MAX_OBSERVATIONS = 20_000
 
@@ -71,9 +71,12 @@ def _add(out: StayIngest, fs: FeatureSet, loc: list[str | int], variable: str,
     if ch is None:
         ch = index.get(variable.strip().lower())
     if ch is None:
+        known = in_catalog(variable)
+        where = (f"; the catalog's {known.id} is not an input of this model (feature set "
+                 f"{fs.name}): score it with a model that reads it" if known else "")
         out.problems.append(Problem(
             loc=[*loc, "variable"], rule="unknown_variable",
-            message=f"unknown variable {variable!r}",
+            message=f"unknown variable {variable!r}{where}",
             allowed=", ".join(v.id for v in fs.variables),
         ))
         return

@@ -118,6 +118,11 @@ def test_payloads_name_variables_by_id_alias_or_loinc_code() -> None:
     unknown = ingest_stay(stay([{"variable": "lactate", "time": 1, "value": 2.0}]),
                           BENCHMARK_48H)
     assert [p.rule for p in unknown.problems] == ["unknown_variable"]
+    # a catalog variable this feature set does not read says so; a typo does not
+    assert "not an input of this model (feature set benchmark76-48h)" in \
+        unknown.problems[0].message
+    typo = ingest_stay(stay([{"variable": "lactat", "time": 1, "value": 2.0}]), BENCHMARK_48H)
+    assert typo.problems[0].message == "unknown variable 'lactat'"
 
 
 def test_iso_times_with_admission_and_wide_form_match_long_form() -> None:

@@ -12,17 +12,28 @@ import math
 from pathlib import Path
 from typing import Any
 
-from schemas.featureset import BENCHMARK_48H
 from schemas.tasks import task_spec
+from schemas.variables import CATALOG
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: The converted folder and task subfolder of each task's real payloads.
-SOURCES = {"mortality": ("physionet2012-benchmark", "in-hospital-mortality"),
-           "phenotypes": ("eicu-benchmark", "phenotyping")}
+#: The converted folder and task subfolder of real payloads, by the served model's feature set
+#: (a model is sent the variables it reads: `scehr data convert-* --feature-set NAME`).
+SOURCES = {"benchmark76-48h": ("physionet2012-benchmark", "in-hospital-mortality"),
+           "physionet2012-full": ("physionet2012-full", "in-hospital-mortality"),
+           "benchmark76-stay": ("eicu-benchmark", "phenotyping")}
 
-UNITS = {v.benchmark_name: v.unit for v in BENCHMARK_48H.variables
-         if v.unit_required and v.unit}
+
+def default_feature_set(task: str, models: Path = REPO / "models") -> str:
+    """The feature set of the task's default model in `models/index.json`."""
+    from schemas.model_index import read_index
+
+    index = read_index(models)
+    entry = index.entry(task, index.defaults[task])
+    assert entry is not None, f"index.json names {task}'s default but has no entry for it"
+    return entry.feature_set
+
+UNITS = {v.benchmark_name: v.unit for v in CATALOG if v.unit_required and v.unit}
 
 
 def stay_payload(folder: Path, name: str, demo: dict[str, Any],
@@ -53,12 +64,14 @@ def stay_payload(folder: Path, name: str, demo: dict[str, Any],
     return body
 
 
-def real_stays(task: str, n: int, data: Path | None = None) -> tuple[list[dict], str] | None:
-    """The first `n` test stays of the task's converted data, with a description; None when
-    the data is not there. Whole-stay tasks get `end_hours` from the listfile."""
+def real_stays(task: str, n: int, data: Path | None = None,
+               feature_set: str | None = None) -> tuple[list[dict], str] | None:
+    """The first `n` test stays of the task's converted data in `feature_set` (default: that
+    of the task's default model in models/), with a description; None when the data is not
+    there. Whole-stay tasks get `end_hours` from the listfile."""
     import pandas as pd
 
-    root, sub = SOURCES[task]
+    root, sub = SOURCES[feature_set or default_feature_set(task)]
     task_dir = (data or REPO / "data") / root / sub
     if not (task_dir / "test_listfile.csv").is_file():
         return None

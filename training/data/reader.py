@@ -190,8 +190,16 @@ def _counts(a: np.ndarray | None, ids: list[str]) -> list[int]:
     return [0] * len(ids) if a is None else a.tolist()
 
 
-def _split_file(data: bytes) -> tuple[bytes, bytes]:
-    """(header line, body with one row per line and a final newline)."""
+def _split_file(data: bytes) -> tuple[bytes, bytes | memoryview, int]:
+    """(header line, body with one row per line and a final newline, number of rows).
+
+    The body of a plain file (LF line ends, no blank lines, final newline) is a view, not a
+    copy: the common case costs one scan per check.
+    """
+    nl = data.find(b"\n")
+    if (nl >= 0 and data.endswith(b"\n") and b"\r" not in data and b"\n\n" not in data
+            and b"\n \n" not in data):
+        return data[:nl], memoryview(data)[nl + 1:], data.count(b"\n") - 1
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     nl = data.find(b"\n")
@@ -201,7 +209,7 @@ def _split_file(data: bytes) -> tuple[bytes, bytes]:
     if body.startswith(b"\n") or b"\n\n" in body or b"\n \n" in body:
         kept = [line for line in body.split(b"\n") if line.strip()]
         body = b"\n".join(kept) + b"\n" if kept else b""
-    return head, body
+    return head, body, body.count(b"\n")
 
 
 def _channel_of(fs: FeatureSet) -> dict[str, int]:
@@ -220,18 +228,13 @@ def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | N
     together; the cells that hold a value are taken row by row (row-major), so when every file
     lists its rows in time order, as the benchmark writes them, no sort is needed.
     """
-    missing = [p for p in paths if not p.is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"{len(missing)} timeseries file(s) named in the listfile are missing, e.g. "
-            f"{missing[0]} (expected beside the listfile, as mimic3-benchmarks writes them)"
-        )
     invalid = np.zeros(fs.n_channels, dtype=np.int64)
     unknown: list[str] = []
     parts: list[tuple[np.ndarray, ...]] = []
     totals = {"rows": 0, "no_time": 0}
 
-    def flush(groups: dict[bytes, tuple[list[int], list[bytes], list[int]]]) -> None:
+    def flush(groups: dict[bytes, tuple[list[int], list[bytes | memoryview], list[int]]]
+              ) -> None:
         for head, (stays, bodies, counts) in groups.items():
             cols = _parse_group(head, bodies, fs, paths[stays[0]])
             stay_of_row = np.repeat(np.asarray(stays, dtype=np.int64), counts)
@@ -239,24 +242,29 @@ def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | N
             np.add.at(invalid, cols.channels, cols.invalid)
             has_time = ~np.isnan(cols.hours)
             totals["no_time"] += int(len(has_time) - has_time.sum())
-            cell = (~np.isnan(cols.values) & has_time[:, None]).ravel().nonzero()[0]
+            # Row-major positions of the cells with a value: (row, column) in file order.
+            cell = np.flatnonzero((~np.isnan(cols.values) & has_time).T)
             row, col = np.divmod(cell, max(len(cols.channels), 1))
             parts.append((stay_of_row[row], cols.channels[col], cols.hours[row],
-                          cols.values.ravel()[cell], row + totals["rows"]))
+                          cols.values[col, row], row + totals["rows"]))
             totals["rows"] += len(cols.hours)
         groups.clear()
 
     # Parse in batches of about BATCH_BYTES so memory stays bounded on large datasets.
-    pending: dict[bytes, tuple[list[int], list[bytes], list[int]]] = {}
+    pending: dict[bytes, tuple[list[int], list[bytes | memoryview], list[int]]] = {}
     size = 0
     for i, path in enumerate(tqdm(paths, desc=desc, unit="file", disable=_disable(progress),
                                   leave=False)):
-        with open(path, "rb") as f:
-            head, body = _split_file(f.read())
+        try:
+            with open(path, "rb", buffering=0) as f:  # unbuffered: one read of the whole file
+                head, body, n_rows = _split_file(f.read())
+        except FileNotFoundError:
+            _raise_missing(paths)
+            raise
         g = pending.setdefault(head.strip(), ([], [], []))
         g[0].append(i)
         g[1].append(body)
-        g[2].append(body.count(b"\n"))
+        g[2].append(n_rows)
         size += len(body)
         if size >= BATCH_BYTES:
             flush(pending)
@@ -277,6 +285,15 @@ def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | N
     return obs, report
 
 
+def _raise_missing(paths: Sequence[Path]) -> None:
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{len(missing)} timeseries file(s) named in the listfile are missing, e.g. "
+            f"{missing[0]} (expected beside the listfile, as mimic3-benchmarks writes them)"
+        )
+
+
 def _in_stay_time_order(stay: np.ndarray, time: np.ndarray) -> bool:
     """Whether (stay, time) never decreases: then (stay, time, row) order is the given one,
     since a stay's cells come from one file, in row order."""
@@ -292,12 +309,13 @@ class _Columns:
 
     hours: np.ndarray  # float64 [rows]; NaN where not a number
     channels: np.ndarray  # int64 [k]: the channel of each known column, in file order
-    values: np.ndarray  # float64 [rows, k]: numbers / category indices; NaN where missing
+    values: np.ndarray  # float64 [k, rows]: numbers / category indices; NaN where missing
     invalid: np.ndarray  # int64 [k]: cells present but not a number / not a category
     unknown: list[str]  # column names that are no channel
 
 
-def _parse_group(head: bytes, bodies: list[bytes], fs: FeatureSet, example: Path) -> _Columns:
+def _parse_group(head: bytes, bodies: list[bytes | memoryview], fs: FeatureSet,
+                 example: Path) -> _Columns:
     """Parse the bodies of files sharing one header with one `pandas.read_csv` call.
 
     Numeric columns are parsed as float64 and categorical ones as pandas categoricals (each
@@ -315,7 +333,7 @@ def _parse_group(head: bytes, bodies: list[bytes], fs: FeatureSet, example: Path
                if low != "hours" and low not in index]
     channels = np.array([ch for _, ch in known], dtype=np.int64)
     if not any(bodies):  # header-only files: no rows to parse
-        return _Columns(np.zeros(0), channels, np.zeros((0, len(known))),
+        return _Columns(np.zeros(0), channels, np.zeros((len(known), 0)),
                         np.zeros(len(known), dtype=np.int64), unknown)
     cols = [f"c{i}" for i in range(len(names))]
     cat = {cols[i] for i, ch in known if fs.variables[ch].is_categorical}
@@ -331,18 +349,18 @@ def _parse_group(head: bytes, bodies: list[bytes], fs: FeatureSet, example: Path
         except pd.errors.ParserError as e:
             raise ValueError(f"cannot parse timeseries files like {example}: {e}") from e
     hours = pd.to_numeric(df[cols[lower.index("hours")]], errors="coerce").to_numpy(np.float64)
-    values = np.empty((len(df), len(known)))
+    values = np.empty((len(known), len(df)))
     invalid = np.zeros(len(known), dtype=np.int64)
     for j, (i, ch) in enumerate(known):
         s = df[cols[i]]
         if fs.variables[ch].is_categorical:
-            values[:, j] = _category_indices(s.astype("category"), fs.variables[ch])
+            values[j] = _category_indices(s.astype("category"), fs.variables[ch])
         elif s.dtype == np.float64:
-            values[:, j] = s.to_numpy()
+            values[j] = s.to_numpy()
             continue  # parsed as numbers: nothing invalid
         else:
-            values[:, j] = pd.to_numeric(s, errors="coerce").to_numpy(np.float64)
-        invalid[j] = int((s.notna().to_numpy() & np.isnan(values[:, j])).sum())
+            values[j] = pd.to_numeric(s, errors="coerce").to_numpy(np.float64)
+        invalid[j] = int((s.notna().to_numpy() & np.isnan(values[j])).sum())
     return _Columns(hours, channels, values, invalid, unknown)
 
 

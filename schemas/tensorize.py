@@ -227,8 +227,9 @@ def discretize(
     t = obs.time
     bins = np.trunc(t / fs.timestep - EPS).astype(np.int64)
     inside = (t <= end[obs.stay] + EPS) & (bins >= 0) & (bins < lengths[obs.stay])
-    kept = obs.take(inside)
-    bins = bins[inside]
+    kept = obs
+    if not inside.all():  # a copy of every array only when some rows fall outside
+        kept, bins = obs.take(inside), bins[inside]
     win = _last_in_cell(kept, bins, n_t, c)
 
     cells = (kept.stay[win] * n_t + bins[win]) * c + kept.channel[win]

@@ -271,7 +271,9 @@ def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | N
             size = 0
     flush(pending)
 
-    if parts:
+    if len(parts) == 1:
+        stay, channel, time, value, row = parts[0]
+    elif parts:
         stay, channel, time, value, row = (np.concatenate(a) for a in zip(*parts, strict=True))
     else:
         stay = channel = row = np.zeros(0, dtype=np.int64)

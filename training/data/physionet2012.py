@@ -149,11 +149,11 @@ def read_records(tar_path: Path, limit: int | None = None, progress: bool | None
                 continue
             f = tf.extractfile(m)
             assert f is not None
-            head, body, _ = _split_file(f.read())
+            head, body = _split_file(f.read())
             if head.strip() != b"Time,Parameter,Value":
                 raise ValueError(f"{tar_path}:{m.name}: expected the header Time,Parameter,Value")
             ids.append(int(Path(m.name).stem))
-            bodies.append(bytes(body))  # a view of the record's bytes otherwise
+            bodies.append(body)
             bar.update()
             if limit is not None and len(ids) >= limit:
                 break

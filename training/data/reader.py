@@ -190,26 +190,54 @@ def _counts(a: np.ndarray | None, ids: list[str]) -> list[int]:
     return [0] * len(ids) if a is None else a.tolist()
 
 
-def _split_file(data: bytes) -> tuple[bytes, bytes | memoryview, int]:
-    """(header line, body with one row per line and a final newline, number of rows).
-
-    The body of a plain file (LF line ends, no blank lines, final newline) is a view, not a
-    copy: the common case costs one scan per check.
-    """
-    nl = data.find(b"\n")
-    if (nl >= 0 and data.endswith(b"\n") and b"\r" not in data and b"\n\n" not in data
-            and b"\n \n" not in data):
-        return data[:nl], memoryview(data)[nl + 1:], data.count(b"\n") - 1
+def _split_file(data: bytes) -> tuple[bytes, bytes]:
+    """(header line, body with one row per line and a final newline)."""
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     nl = data.find(b"\n")
     head, body = (data, b"") if nl < 0 else (data[:nl], data[nl + 1:])
+    return head, _normalise_body(body)
+
+
+def _normalise_body(body: bytes) -> bytes:
+    """LF line ends, a final newline, no blank or whitespace-only lines: `pandas.read_csv`
+    skips those, so they must not count as rows (a stay's rows would shift to the next)."""
+    if b"\r" in body:
+        body = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     if body and not body.endswith(b"\n"):
         body += b"\n"
-    if body.startswith(b"\n") or b"\n\n" in body or b"\n \n" in body:
+    if body.startswith((b"\n", b" ", b"\t")) or any(
+            s in body for s in (b"\n\n", b"\n ", b"\n\t")):  # a line may be blank
         kept = [line for line in body.split(b"\n") if line.strip()]
         body = b"\n".join(kept) + b"\n" if kept else b""
-    return head, body, body.count(b"\n")
+    return body
+
+
+def _split_head(data: bytes) -> tuple[bytes, bytes | memoryview]:
+    """`_split_file` with the body's normalisation left to `_join_bodies`, which checks a whole
+    group at once: the body is a view when the file ends with a newline and its header line has
+    no CR (then `_normalise_body` of the view is what `_split_file` would return)."""
+    nl = data.find(b"\n")
+    if nl >= 0 and data.endswith(b"\n") and b"\r" not in data[:nl]:
+        return data[:nl], memoryview(data)[nl + 1:]
+    return _split_file(data)
+
+
+def _join_bodies(bodies: list[bytes | memoryview]) -> tuple[bytes, np.ndarray]:
+    """(the bodies joined, rows per body), each body normalised as `_split_file` does.
+
+    One vectorised pass over the joined text finds whether any body could need it (a CR, or a
+    line that is empty or starts with a space or tab); only then is every body normalised."""
+    blob = b"".join(bodies)
+    text = np.frombuffer(blob, dtype=np.uint8)
+    nl = np.flatnonzero(text == ord("\n"))
+    first = text[np.concatenate(([0], nl[:-1] + 1))] if len(nl) else text[:0]
+    if np.isin(first, (ord("\n"), ord(" "), ord("\t"))).any() or (text == ord("\r")).any():
+        bodies = [_normalise_body(bytes(b)) for b in bodies]
+        blob = b"".join(bodies)
+        nl = np.flatnonzero(np.frombuffer(blob, dtype=np.uint8) == ord("\n"))
+    ends = np.cumsum([len(b) for b in bodies])
+    return blob, np.diff(np.searchsorted(nl, ends), prepend=0)
 
 
 def _channel_of(fs: FeatureSet) -> dict[str, int]:
@@ -233,10 +261,10 @@ def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | N
     parts: list[tuple[np.ndarray, ...]] = []
     totals = {"rows": 0, "no_time": 0}
 
-    def flush(groups: dict[bytes, tuple[list[int], list[bytes | memoryview], list[int]]]
-              ) -> None:
-        for head, (stays, bodies, counts) in groups.items():
-            cols = _parse_group(head, bodies, fs, paths[stays[0]])
+    def flush(groups: dict[bytes, tuple[list[int], list[bytes | memoryview]]]) -> None:
+        for head, (stays, bodies) in groups.items():
+            blob, counts = _join_bodies(bodies)
+            cols = _parse_group(head, blob, fs, paths[stays[0]])
             stay_of_row = np.repeat(np.asarray(stays, dtype=np.int64), counts)
             unknown.extend(u for u in cols.unknown if u not in unknown)
             np.add.at(invalid, cols.channels, cols.invalid)
@@ -251,20 +279,19 @@ def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | N
         groups.clear()
 
     # Parse in batches of about BATCH_BYTES so memory stays bounded on large datasets.
-    pending: dict[bytes, tuple[list[int], list[bytes | memoryview], list[int]]] = {}
+    pending: dict[bytes, tuple[list[int], list[bytes | memoryview]]] = {}
     size = 0
     for i, path in enumerate(tqdm(paths, desc=desc, unit="file", disable=_disable(progress),
                                   leave=False)):
         try:
             with open(path, "rb", buffering=0) as f:  # unbuffered: one read of the whole file
-                head, body, n_rows = _split_file(f.read())
+                head, body = _split_head(f.read())
         except FileNotFoundError:
             _raise_missing(paths)
             raise
-        g = pending.setdefault(head.strip(), ([], [], []))
+        g = pending.setdefault(head.strip(), ([], []))
         g[0].append(i)
         g[1].append(body)
-        g[2].append(n_rows)
         size += len(body)
         if size >= BATCH_BYTES:
             flush(pending)
@@ -316,9 +343,8 @@ class _Columns:
     unknown: list[str]  # column names that are no channel
 
 
-def _parse_group(head: bytes, bodies: list[bytes | memoryview], fs: FeatureSet,
-                 example: Path) -> _Columns:
-    """Parse the bodies of files sharing one header with one `pandas.read_csv` call.
+def _parse_group(head: bytes, blob: bytes, fs: FeatureSet, example: Path) -> _Columns:
+    """Parse the joined bodies of files sharing one header with one `pandas.read_csv` call.
 
     Numeric columns are parsed as float64 and categorical ones as pandas categoricals (each
     distinct text is looked up once); a cell that is not a number makes the whole group fall
@@ -334,13 +360,13 @@ def _parse_group(head: bytes, bodies: list[bytes | memoryview], fs: FeatureSet,
     unknown = [n for n, low in zip(names, lower, strict=True)
                if low != "hours" and low not in index]
     channels = np.array([ch for _, ch in known], dtype=np.int64)
-    if not any(bodies):  # header-only files: no rows to parse
+    if not blob:  # header-only files: no rows to parse
         return _Columns(np.zeros(0), channels, np.zeros((len(known), 0)),
                         np.zeros(len(known), dtype=np.int64), unknown)
     cols = [f"c{i}" for i in range(len(names))]
     cat = {cols[i] for i, ch in known if fs.variables[ch].is_categorical}
     dtype = {col: ("category" if col in cat else np.float64) for col in cols}
-    data = io.BytesIO(b"".join(bodies))
+    data = io.BytesIO(blob)
     kw = dict(header=None, names=cols, keep_default_na=False, na_values=[""], index_col=False)
     try:
         df = pd.read_csv(data, dtype=dtype, **kw)

@@ -243,9 +243,13 @@ def _random_files(root: Path, rng: np.random.Generator, n: int) -> list[Path]:
                     row.append(rng.choice([f"{x:.2f}", f"{x:.1f}", "abc"], p=[0.6, 0.39, 0.01]))
             rows.append(",".join(row))
         if rows and rng.random() < 0.2:
-            rows.insert(int(rng.integers(len(rows))), "")
+            rows.insert(int(rng.integers(len(rows))), str(rng.choice(["", " "])))
         p = root / f"{i}_episode1_timeseries.csv"
-        _write(p, rows, header=",".join(header), eol="\r\n" if rng.random() < 0.2 else "\n")
+        eol = str(rng.choice(["\n", "\r\n", "mixed"], p=[0.8, 0.1, 0.1]))
+        if eol == "mixed":  # LF after the header, CRLF between rows
+            p.write_text(",".join(header) + "\n" + "\r\n".join(rows) + "\r\n")
+        else:
+            _write(p, rows, header=",".join(header), eol=eol)
         paths.append(p)
     return paths
 
@@ -267,3 +271,14 @@ def test_reader_equals_the_line_by_line_oracle(tmp_path: Path, batch_bytes: int 
     assert (rep.n_rows, rep.rows_without_time) == (counts["rows"], counts["rows_without_time"])
     assert rep.unknown_columns == counts["unknown_columns"]
     np.testing.assert_array_equal(rep.invalid, counts["invalid"])
+
+
+def test_whitespace_only_lines_are_no_rows(tmp_path: Path) -> None:
+    """pandas skips them; counted as rows they would shift the next file's rows to this stay
+    (a space-only line right after the header once did)."""
+    a, b = tmp_path / "1_episode1_timeseries.csv", tmp_path / "2_episode1_timeseries.csv"
+    a.write_text(HEADER + "\n \n" + _row(1.0, heart_rate="80") + "\n\t\n")
+    _write(b, [_row(2.0, heart_rate="90")])
+    obs, rep = read_timeseries([a, b], FS, progress=False)
+    assert obs.stay.tolist() == [0, 1] and obs.value.tolist() == [80.0, 90.0]
+    assert rep.n_rows == 2

@@ -60,22 +60,37 @@ def observed_mask(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet) -> np.ndar
 
 
 def value_counts(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet, bins: Bins) -> np.ndarray:
-    """[N, V, width] per stay and variable: observed hours per value bin (int32)."""
-    n = x.shape[0]
+    """[N, V, width] per stay and variable: observed hours per value bin (int32).
+
+    Vectorised over variables (the service counts every request): a continuous value's bin is
+    the number of its cut points at or below it (`bin_index`), a categorical one's its
+    one-hot position; one `bincount` over the observed cells then counts them all."""
+    n, t, v, w = x.shape[0], x.shape[1], fs.n_channels, bins.width
     seen = observed_mask(x, lengths, fs)
-    out = np.zeros((n, fs.n_channels, bins.width), dtype=np.int32)
+    b = np.zeros((n, t, v), dtype=np.int64)
+    cont = np.array([k for k, e in enumerate(bins.edges) if e is not None], dtype=np.int64)
+    if len(cont):
+        vals = x[:, :, fs.begins[cont]].astype(np.float64)
+        cuts = _cut_table(bins)
+        b[:, :, cont] = (vals[..., None] >= cuts).sum(axis=-1)
+        if np.isnan(vals).any():  # as searchsorted places NaN: after every cut point
+            n_cuts = np.array([len(bins.edges[k]) for k in cont])  # type: ignore[arg-type]
+            b[:, :, cont] = np.where(np.isnan(vals), n_cuts, b[:, :, cont])
     for k, (var, begin) in enumerate(zip(fs.variables, fs.begins, strict=True)):
-        stay, hour = np.nonzero(seen[:, :, k])
-        if stay.size == 0:
-            continue
         if var.is_categorical:
-            b = x[stay, hour, begin : begin + len(var.categories)].argmax(axis=1)
-        else:
-            edges = bins.edges[k]
-            assert edges is not None
-            b = bin_index(x[stay, hour, begin].astype(np.float64), edges)
-        np.add.at(out, (stay, k, b), 1)
-    return out
+            b[:, :, k] = x[:, :, begin : begin + len(var.categories)].argmax(axis=2)
+    stay, _, k = np.nonzero(seen)
+    cell = (stay * v + k) * w + b[seen]
+    return np.bincount(cell, minlength=n * v * w).astype(np.int32).reshape(n, v, w)
+
+
+def _cut_table(bins: Bins) -> np.ndarray:
+    """[continuous variables, width - 1] cut points, padded with +inf (never at or below)."""
+    cuts = [e for e in bins.edges if e is not None]
+    table = np.full((len(cuts), max(bins.width - 1, 1)), np.inf)
+    for j, e in enumerate(cuts):
+        table[j, : len(e)] = e
+    return table
 
 
 def stays_observed(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet) -> np.ndarray:

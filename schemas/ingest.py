@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from operator import attrgetter, itemgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_not, itemgetter
 from typing import Any
 
 import numpy as np
@@ -289,10 +290,11 @@ def _wide_rows(w: WideTable) -> _Rows | None:
     for name, col in w.columns.items():
         if len(col) != n:
             return None
-        if None in col:
-            idx = [r for r, v in enumerate(col) if v is not None]
-            values += [col[r] for r in idx]
-            times += [w.hours[r] for r in idx]
+        if None in col:  # the cells kept, picked in C (compress), not by a Python loop
+            keep = list(map(is_not, col, repeat(None)))
+            idx = list(compress(range(n), keep))
+            values += compress(col, keep)
+            times += compress(w.hours, keep)
         else:
             idx = list(range(n))
             values += col

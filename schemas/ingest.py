@@ -25,8 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from itertools import compress, repeat
-from operator import attrgetter, is_not, itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -290,11 +289,10 @@ def _wide_rows(w: WideTable) -> _Rows | None:
     for name, col in w.columns.items():
         if len(col) != n:
             return None
-        if None in col:  # the cells kept, picked in C (compress), not by a Python loop
-            keep = list(map(is_not, col, repeat(None)))
-            idx = list(compress(range(n), keep))
-            values += compress(col, keep)
-            times += compress(w.hours, keep)
+        if None in col:
+            idx = [r for r, v in enumerate(col) if v is not None]
+            values += [col[r] for r in idx]
+            times += [w.hours[r] for r in idx]
         else:
             idx = list(range(n))
             values += col

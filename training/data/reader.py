@@ -265,6 +265,10 @@ def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | N
         for head, (stays, bodies) in groups.items():
             blob, counts = _join_bodies(bodies)
             cols = _parse_group(head, blob, fs, paths[stays[0]])
+            if int(counts.sum()) != len(cols.hours):  # e.g. a quoted cell holding a newline
+                raise ValueError(f"cannot tell the stay of each row in files like "
+                                 f"{paths[stays[0]]}: {len(cols.hours)} rows parsed from "
+                                 f"{int(counts.sum())} lines (a line break inside a cell?)")
             stay_of_row = np.repeat(np.asarray(stays, dtype=np.int64), counts)
             unknown.extend(u for u in cols.unknown if u not in unknown)
             np.add.at(invalid, cols.channels, cols.invalid)

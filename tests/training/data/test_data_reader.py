@@ -282,3 +282,10 @@ def test_whitespace_only_lines_are_no_rows(tmp_path: Path) -> None:
     obs, rep = read_timeseries([a, b], FS, progress=False)
     assert obs.stay.tolist() == [0, 1] and obs.value.tolist() == [80.0, 90.0]
     assert rep.n_rows == 2
+
+
+def test_a_line_break_inside_a_cell_is_an_error_not_a_shift(tmp_path: Path) -> None:
+    f = tmp_path / "3_episode1_timeseries.csv"
+    f.write_text('Hours,Heart Rate,Note\n1.0,80,"two\nlines"\n2.0,90,\n')
+    with pytest.raises(ValueError, match="line break inside a cell"):
+        read_timeseries([f, f], FS, progress=False)

@@ -182,6 +182,28 @@ def clean(obs: Observations, fs: FeatureSet) -> tuple[Observations, CleaningRepo
     return kept, report
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Per feature set, the constants `discretize` needs on every call (computed once)."""
+
+    channels: np.ndarray  # int64 [C]: 0..C-1
+    normals: np.ndarray  # float32 [C]: normal value / normal category index
+    continuous: np.ndarray  # int64: channels that are continuous
+    continuous_columns: np.ndarray  # int64: their value columns
+    categorical: np.ndarray  # int64: channels that are categorical
+    categorical_begins: np.ndarray  # int64: their first one-hot column
+    n_value_columns: int
+
+
+@lru_cache(maxsize=32)
+def _layout(fs: FeatureSet) -> _Layout:
+    cat = np.array([v.is_categorical for v in fs.variables], dtype=bool)
+    return _Layout(np.arange(fs.n_channels, dtype=np.int64),
+                   np.array([v.normal_float for v in fs.variables], dtype=np.float32),
+                   np.flatnonzero(~cat), fs.continuous_columns, np.flatnonzero(cat),
+                   fs.begins[cat], fs.n_value_columns)
+
+
 def _last_in_cell(obs: Observations, bins: np.ndarray, n_t: int, c: int) -> np.ndarray:
     """Indices of the observation that wins each (stay, bin, channel) cell.
 
@@ -227,8 +249,9 @@ def discretize(
     t = obs.time
     bins = np.trunc(t / fs.timestep - EPS).astype(np.int64)
     inside = (t <= end[obs.stay] + EPS) & (bins >= 0) & (bins < lengths[obs.stay])
-    kept = obs.take(inside)
-    bins = bins[inside]
+    kept = obs
+    if not inside.all():  # a copy of every array only when some rows fall outside
+        kept, bins = obs.take(inside), bins[inside]
     win = _last_in_cell(kept, bins, n_t, c)
 
     cells = (kept.stay[win] * n_t + bins[win]) * c + kept.channel[win]
@@ -239,22 +262,23 @@ def discretize(
     grid, src = grid.reshape(n, n_t, c), src.reshape(n, n_t, c)
     observed = src >= 0
 
-    # Forward fill along time: index of the last observed bin at or before each bin.
+    # Forward fill along time: index of the last observed bin at or before each bin, read
+    # back through flat indices (one 1-D gather; cheaper than take_along_axis).
     np.maximum.accumulate(src, axis=1, out=src)
-    filled = np.take_along_axis(grid, np.maximum(src, 0), axis=1)
-    normals = np.array([v.normal_float for v in fs.variables], dtype=np.float32)
-    np.copyto(filled, np.broadcast_to(normals, filled.shape), where=src < 0)
+    lay = _layout(fs)
+    start = np.arange(n, dtype=np.int64)[:, None, None] * (n_t * c) + lay.channels
+    filled = grid.reshape(-1)[start + np.maximum(src, 0).astype(np.int64) * c]
+    np.copyto(filled, lay.normals, where=src < 0)
 
     out = np.zeros((n, n_t, fs.n_features), dtype=np.float32)
-    cat = np.array([v.is_categorical for v in fs.variables])
-    out[:, :, fs.continuous_columns] = filled[:, :, ~cat]
-    if cat.any():
+    out[:, :, lay.continuous_columns] = filled[:, :, lay.continuous]
+    if len(lay.categorical):
         # One-hot: one scatter of 1s at column begin + category index for every cell.
-        cols = fs.begins[cat][None, None, :] + filled[:, :, cat].astype(np.int64)
+        cols = lay.categorical_begins + filled[:, :, lay.categorical].astype(np.int64)
         flat = out.reshape(n * n_t, fs.n_features)
-        rows = np.repeat(np.arange(n * n_t), int(cat.sum()))
+        rows = np.repeat(np.arange(n * n_t), len(lay.categorical))
         flat[rows, cols.reshape(-1)] = 1.0
-    out[:, :, fs.n_value_columns :] = observed
+    out[:, :, lay.n_value_columns :] = observed
     # Padding after each stay's own length stays zero.
     pad = np.arange(n_t)[None, :] >= lengths[:, None]
     if pad.any():

@@ -135,7 +135,9 @@ def _neutralise(spec: ModelSpec, obs: Observations, ok: list[int],
                 notices: list[list[Notice]]) -> Observations:
     if spec.neutralised.size == 0:
         return obs
-    hit = np.isin(obs.channel, spec.neutralised)
+    neutral = np.zeros(spec.fs.n_channels, dtype=bool)  # a lookup: np.isin costs far more
+    neutral[spec.neutralised] = True
+    hit = neutral[obs.channel]
     if not hit.any():
         return obs
     for s, ch in sorted(set(zip(obs.stay[hit].tolist(), obs.channel[hit].tolist(),

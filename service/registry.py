@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 
-import numpy as np
 import onnxruntime as ort
 
 from schemas.contract import GRAPH
@@ -29,6 +28,7 @@ from schemas.model_index import ModelIndex
 from schemas.payloads import AvailableModel, ModelInfo
 from service import readiness
 from service.batcher import MicroBatcher, ModelInputs, ModelOutputs
+from service.device_io import BoundRunner, max_batch_rows
 from service.load_errors import DeviceError, ModelLoadError
 from service.metrics import Metrics
 from service.model_store import read_index, resolve
@@ -84,9 +84,15 @@ class LoadedModel:
     shown_path: str = ""  # relative to the model dir: /models never shows server paths
     default_version: str | None = None
     default_since: datetime | None = None
-    #: Run through an ORT I/O binding (SCEHR_IO_BINDING): inputs copied to the device once per
-    #: run, outputs copied back by ORT into host memory. UNVERIFIED on a GPU (no device here).
-    io_binding: bool = False
+    #: Rows per ORT run (`device_io.max_batch_rows`: SCEHR_GPU_MAX_BATCH_SIZE on CUDA).
+    max_batch_size: int = 32
+    #: Set when runs go through an ORT I/O binding (SCEHR_IO_BINDING; `service.device_io`).
+    #: UNVERIFIED on a GPU (no device here).
+    bound: BoundRunner | None = field(default=None, repr=False)
+
+    @property
+    def io_binding(self) -> bool:
+        return self.bound is not None
 
     @property
     def task(self) -> str:
@@ -98,22 +104,13 @@ class LoadedModel:
         if GRAPH.static.name in self.input_names:
             feeds[GRAPH.static.name] = inputs.static
         t0 = time.perf_counter()
-        if self.io_binding:
-            z, al, p = self._run_bound(feeds)
+        if self.bound is not None:
+            out = self.bound.run(inputs, self.input_names)
         else:
-            z, al, p = self.session.run(list(GRAPH.output_names), feeds)
+            out = ModelOutputs(*self.session.run(list(GRAPH.output_names), feeds))
         if self.observe is not None:
             self.observe(inputs.rows, time.perf_counter() - t0)
-        return ModelOutputs(z, al, p)
-
-    def _run_bound(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        binding = self.session.io_binding()
-        for name, arr in feeds.items():
-            binding.bind_cpu_input(name, np.ascontiguousarray(arr))
-        for name in GRAPH.output_names:
-            binding.bind_output(name, "cpu")
-        self.session.run_with_iobinding(binding)
-        return list(binding.copy_outputs_to_cpu())
+        return out
 
     def info(self, available: list[AvailableModel] | None = None) -> ModelInfo:
         m = self.spec.manifest
@@ -154,10 +151,12 @@ def load_model(folder: Path, task: str, settings: Settings,
         raise ModelLoadError(f"manifest cannot be served: {e}", rule="manifest_invalid") from e
     model = LoadedModel(spec, folder, sess, sess.get_providers()[0], settings.device,
                         datetime.now(UTC), names)
-    model.io_binding = settings.io_binding == "on" or (settings.io_binding == "auto"
-                                                       and model.provider == CUDA)
+    model.max_batch_size = max_batch_rows(model.provider, settings.max_batch_size,
+                                          settings.gpu_max_batch_size)
+    if settings.io_binding == "on" or (settings.io_binding == "auto" and model.provider == CUDA):
+        model.bound = BoundRunner(sess, model.max_batch_size, gpu=model.provider == CUDA)
     try:
-        warm_up(model, settings.max_batch_size)
+        warm_up(model, model.max_batch_size)
     except ModelLoadError:
         raise
     except Exception as e:
@@ -259,7 +258,7 @@ class Registry:
 
     def _install(self, task: str, model: LoadedModel) -> ModelHandle | None:
         s = self.settings
-        batcher = MicroBatcher(model.run, max_batch_size=s.max_batch_size,
+        batcher = MicroBatcher(model.run, max_batch_size=model.max_batch_size,
                                max_queue_delay=s.max_queue_delay, max_queue_size=s.max_queue_size,
                                executor=self.executor, observe=self._observe_queue(task),
                                name=task)

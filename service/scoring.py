@@ -444,7 +444,7 @@ def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Pa
             todo = [sid not in output.done for sid, _ in chunk]
             summary.already_done += len(chunk) - sum(todo)
             if any(todo):
-                results = score_chunk(model, [r for _, r in chunk], settings.max_batch_size,
+                results = score_chunk(model, [r for _, r in chunk], model.max_batch_size,
                                       settings.max_observations, strict)
                 rows = []
                 for (sid, _), res, new in zip(chunk, results, todo, strict=True):

@@ -71,14 +71,17 @@ class Settings(BaseSettings):
         "at start without a working CUDA provider")
     io_binding: Literal["auto", "on", "off"] = Field(
         "auto", description="Run ORT through an I/O binding (inputs copied to the device once "
-        "per run, outputs back to host memory); auto: on the CUDA provider only. Not yet "
-        "measured on a GPU")
+        "per run from reused, pinned where available, host buffers; outputs bound on the device); "
+        "auto: on the CUDA provider only. Not yet measured on a GPU")
     workers: int = Field(1, ge=1, description="uvicorn worker processes (sizes ORT threads); "
                          "`scehr serve` sets it, by default to the available cores")
     intra_op_threads: int | None = Field(
         None, ge=1, description="ORT intra-op threads per session; default cores // workers")
     max_batch_size: int = Field(32, ge=1, description="Rows per ONNX run of the micro-batcher; "
                                 "1 turns batching off")
+    gpu_max_batch_size: int = Field(
+        256, ge=1, description="Rows per ONNX run on the CUDA provider (it replaces "
+        "max_batch_size there; batches are padded to a power of two). Not yet measured on a GPU")
     max_queue_delay_ms: float = Field(
         0.0, ge=0, description="How long the batcher waits for more requests once one is "
         "queued. 0: run what is queued at once; under load batches still form while the "

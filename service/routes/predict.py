@@ -147,7 +147,7 @@ async def _infer(handle: ModelHandle, prep: Prepared, settings: Settings, metric
     retry = {"Retry-After": str(settings.retry_after_s)}
     # The deadline covers the queue wait and the compute: SCEHR_REQUEST_TIMEOUT_S per ORT run
     # the request needs (one for a stay, more for a big batch or explain=full's variants).
-    runs = -(-prep.inputs.rows // settings.max_batch_size)
+    runs = -(-prep.inputs.rows // handle.model.max_batch_size)
     try:
         return await handle.batcher.submit(
             prep.inputs, time.perf_counter() + settings.request_timeout_s * runs)

@@ -107,7 +107,8 @@ def test_io_binding_is_wired_and_gives_the_same_outputs(model_dir: Path) -> None
     inputs = prepare(plain.spec, stays).inputs
     assert inputs is not None
     calls: list[str] = []
-    bound.session = _Spy(bound.session, calls)  # type: ignore[assignment]
+    assert bound.bound is not None and bound.bound.device == "cpu" and not bound.bound.pad
+    bound.bound.session = _Spy(bound.bound.session, calls)  # type: ignore[assignment]
     a, b = plain.run(inputs), bound.run(inputs)
     assert calls == ["run_with_iobinding"]
     for k in ("z", "anchor_logits", "probability"):

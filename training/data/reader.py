@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from tqdm.auto import tqdm
 from schemas.featureset import STATIC_FIELDS, FeatureSet
 from schemas.tasks import task_spec
 from schemas.tensorize import Observations, clean
-from schemas.variables import CategoryError
+from schemas.variables import CategoryError, Variable
 from training.data.layout import (
     DEMOGRAPHICS_FILE,
     benchmark_valset_path,
@@ -195,12 +196,48 @@ def _split_file(data: bytes) -> tuple[bytes, bytes]:
         data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     nl = data.find(b"\n")
     head, body = (data, b"") if nl < 0 else (data[:nl], data[nl + 1:])
+    return head, _normalise_body(body)
+
+
+def _normalise_body(body: bytes) -> bytes:
+    """LF line ends, a final newline, no blank or whitespace-only lines: `pandas.read_csv`
+    skips those, so they must not count as rows (a stay's rows would shift to the next)."""
+    if b"\r" in body:
+        body = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     if body and not body.endswith(b"\n"):
         body += b"\n"
-    if body.startswith(b"\n") or b"\n\n" in body or b"\n \n" in body:
+    if body.startswith((b"\n", b" ", b"\t")) or any(
+            s in body for s in (b"\n\n", b"\n ", b"\n\t")):  # a line may be blank
         kept = [line for line in body.split(b"\n") if line.strip()]
         body = b"\n".join(kept) + b"\n" if kept else b""
-    return head, body
+    return body
+
+
+def _split_head(data: bytes) -> tuple[bytes, bytes | memoryview]:
+    """`_split_file` with the body's normalisation left to `_join_bodies`, which checks a whole
+    group at once: the body is a view when the file ends with a newline and its header line has
+    no CR (then `_normalise_body` of the view is what `_split_file` would return)."""
+    nl = data.find(b"\n")
+    if nl >= 0 and data.endswith(b"\n") and b"\r" not in data[:nl]:
+        return data[:nl], memoryview(data)[nl + 1:]
+    return _split_file(data)
+
+
+def _join_bodies(bodies: list[bytes | memoryview]) -> tuple[bytes, np.ndarray]:
+    """(the bodies joined, rows per body), each body normalised as `_split_file` does.
+
+    One vectorised pass over the joined text finds whether any body could need it (a CR, or a
+    line that is empty or starts with a space or tab); only then is every body normalised."""
+    blob = b"".join(bodies)
+    text = np.frombuffer(blob, dtype=np.uint8)
+    nl = np.flatnonzero(text == ord("\n"))
+    first = text[np.concatenate(([0], nl[:-1] + 1))] if len(nl) else text[:0]
+    if np.isin(first, (ord("\n"), ord(" "), ord("\t"))).any() or (text == ord("\r")).any():
+        bodies = [_normalise_body(bytes(b)) for b in bodies]
+        blob = b"".join(bodies)
+        nl = np.flatnonzero(np.frombuffer(blob, dtype=np.uint8) == ord("\n"))
+    ends = np.cumsum([len(b) for b in bodies])
+    return blob, np.diff(np.searchsorted(nl, ends), prepend=0)
 
 
 def _channel_of(fs: FeatureSet) -> dict[str, int]:
@@ -213,81 +250,127 @@ def _channel_of(fs: FeatureSet) -> dict[str, int]:
 
 def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | None = None,
                     desc: str = "read") -> tuple[Observations, ReadReport]:
-    """Observations of the given `*_timeseries.csv` files (stay i = paths[i]), cleaned."""
+    """Observations of the given `*_timeseries.csv` files (stay i = paths[i]), cleaned.
+
+    Ordered by (stay, time, row in file, column in file). Files that share a header are parsed
+    together; the cells that hold a value are taken row by row (row-major), so when every file
+    lists its rows in time order, as the benchmark writes them, no sort is needed.
+    """
+    invalid = np.zeros(fs.n_channels, dtype=np.int64)
+    unknown: list[str] = []
+    parts: list[tuple[np.ndarray, ...]] = []
+    totals = {"rows": 0, "no_time": 0}
+
+    def flush(groups: dict[bytes, tuple[list[int], list[bytes | memoryview]]]) -> None:
+        for head, (stays, bodies) in groups.items():
+            blob, counts = _join_bodies(bodies)
+            cols = _parse_group(head, blob, fs, paths[stays[0]])
+            if int(counts.sum()) != len(cols.hours):  # e.g. a quoted cell holding a newline
+                raise ValueError(f"cannot tell the stay of each row in files like "
+                                 f"{paths[stays[0]]}: {len(cols.hours)} rows parsed from "
+                                 f"{int(counts.sum())} lines (a line break inside a cell?)")
+            stay_of_row = np.repeat(np.asarray(stays, dtype=np.int64), counts)
+            unknown.extend(u for u in cols.unknown if u not in unknown)
+            np.add.at(invalid, cols.channels, cols.invalid)
+            has_time = ~np.isnan(cols.hours)
+            totals["no_time"] += int(len(has_time) - has_time.sum())
+            # Row-major positions of the cells with a value: (row, column) in file order.
+            cell = np.flatnonzero((~np.isnan(cols.values) & has_time).T)
+            row, col = np.divmod(cell, max(len(cols.channels), 1))
+            parts.append((stay_of_row[row], cols.channels[col], cols.hours[row],
+                          cols.values[col, row], row + totals["rows"]))
+            totals["rows"] += len(cols.hours)
+        groups.clear()
+
+    # Parse in batches of about BATCH_BYTES so memory stays bounded on large datasets.
+    pending: dict[bytes, tuple[list[int], list[bytes | memoryview]]] = {}
+    size = 0
+    for i, path in enumerate(tqdm(paths, desc=desc, unit="file", disable=_disable(progress),
+                                  leave=False)):
+        try:
+            with open(path, "rb", buffering=0) as f:  # unbuffered: one read of the whole file
+                head, body = _split_head(f.read())
+        except FileNotFoundError:
+            _raise_missing(paths)
+            raise
+        g = pending.setdefault(head.strip(), ([], []))
+        g[0].append(i)
+        g[1].append(body)
+        size += len(body)
+        if size >= BATCH_BYTES:
+            flush(pending)
+            size = 0
+    flush(pending)
+
+    if len(parts) == 1:
+        stay, channel, time, value, row = parts[0]
+    elif parts:
+        stay, channel, time, value, row = (np.concatenate(a) for a in zip(*parts, strict=True))
+    else:
+        stay = channel = row = np.zeros(0, dtype=np.int64)
+        time = value = np.zeros(0)
+    if not _in_stay_time_order(stay, time):
+        order = np.lexsort((row, time, stay))  # stable: a row's cells keep their column order
+        stay, channel, time, value = stay[order], channel[order], time[order], value[order]
+    obs, rep = clean(Observations(stay, channel, time, value, len(paths)), fs)
+    report = ReadReport(len(paths), totals["rows"], invalid, rep.dropped, rep.clipped, unknown,
+                        totals["no_time"], rep.implausible, rep.rescaled)
+    return obs, report
+
+
+def _raise_missing(paths: Sequence[Path]) -> None:
     missing = [p for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(
             f"{len(missing)} timeseries file(s) named in the listfile are missing, e.g. "
             f"{missing[0]} (expected beside the listfile, as mimic3-benchmarks writes them)"
         )
-    c = fs.n_channels
-    invalid = np.zeros(c, dtype=np.int64)
-    unknown: list[str] = []
-    parts: list[tuple[np.ndarray, ...]] = []
-    totals = {"rows": 0, "no_time": 0}
-
-    def flush(groups: dict[bytes, tuple[list[int], list[bytes], list[int]]]) -> None:
-        for head, (stays, bodies, counts) in groups.items():
-            hours, columns, unk = _parse_group(head, bodies, fs, paths[stays[0]])
-            stay_of_row = np.repeat(np.asarray(stays, dtype=np.int64), counts)
-            unknown.extend(u for u in unk if u not in unknown)
-            base = totals["rows"]
-            totals["rows"] += len(hours)
-            totals["no_time"] += int(np.isnan(hours).sum())
-            for ch, values, bad in columns:
-                invalid[ch] += bad
-                rows = np.flatnonzero(~np.isnan(values) & ~np.isnan(hours))
-                parts.append((stay_of_row[rows], np.full(len(rows), ch), hours[rows],
-                              values[rows], rows + base))
-        groups.clear()
-
-    # Parse in batches of about BATCH_BYTES so memory stays bounded on large datasets.
-    pending: dict[bytes, tuple[list[int], list[bytes], list[int]]] = {}
-    size = 0
-    for i, path in enumerate(tqdm(paths, desc=desc, unit="file", disable=_disable(progress),
-                                  leave=False)):
-        head, body = _split_file(path.read_bytes())
-        g = pending.setdefault(head.strip(), ([], [], []))
-        g[0].append(i)
-        g[1].append(body)
-        g[2].append(body.count(b"\n"))
-        size += len(body)
-        if size >= BATCH_BYTES:
-            flush(pending)
-            size = 0
-    flush(pending)
-    n_rows, no_time = totals["rows"], totals["no_time"]
-
-    if parts:
-        stay, channel, time, value, row = (np.concatenate(a) for a in zip(*parts, strict=True))
-    else:
-        stay = channel = row = np.zeros(0, dtype=np.int64)
-        time = value = np.zeros(0)
-    order = np.lexsort((row, time, stay))
-    obs = Observations(stay[order], channel[order], time[order], value[order], len(paths))
-    obs, rep = clean(obs, fs)
-    report = ReadReport(len(paths), n_rows, invalid, rep.dropped, rep.clipped, unknown, no_time,
-                        rep.implausible, rep.rescaled)
-    return obs, report
 
 
-def _parse_group(head: bytes, bodies: list[bytes], fs: FeatureSet, example: Path
-                 ) -> tuple[np.ndarray, list[tuple[int, np.ndarray, int]], list[str]]:
-    """Parse the bodies of files sharing one header: hours, per-channel values, unknown names."""
+def _in_stay_time_order(stay: np.ndarray, time: np.ndarray) -> bool:
+    """Whether (stay, time) never decreases: then (stay, time, row) order is the given one,
+    since a stay's cells come from one file, in row order."""
+    if len(stay) < 2:
+        return True
+    d_stay, d_time = np.diff(stay), np.diff(time)
+    return bool(((d_stay > 0) | ((d_stay == 0) & (d_time >= 0))).all())
+
+
+@dataclass
+class _Columns:
+    """The parsed cells of files sharing one header."""
+
+    hours: np.ndarray  # float64 [rows]; NaN where not a number
+    channels: np.ndarray  # int64 [k]: the channel of each known column, in file order
+    values: np.ndarray  # float64 [k, rows]: numbers / category indices; NaN where missing
+    invalid: np.ndarray  # int64 [k]: cells present but not a number / not a category
+    unknown: list[str]  # column names that are no channel
+
+
+def _parse_group(head: bytes, blob: bytes, fs: FeatureSet, example: Path) -> _Columns:
+    """Parse the joined bodies of files sharing one header with one `pandas.read_csv` call.
+
+    Numeric columns are parsed as float64 and categorical ones as pandas categoricals (each
+    distinct text is looked up once); a cell that is not a number makes the whole group fall
+    back to text, which is then converted column by column and counted as invalid.
+    """
     names = [n.strip().strip('"') for n in head.decode("utf-8-sig").split(",")]
     lower = [n.lower() for n in names]
     if "hours" not in lower:
         raise ValueError(f"{example}: expected a header starting with Hours,<channel names> "
                          f"(mimic3-benchmarks timeseries); found {head[:80]!r}")
     index = _channel_of(fs)
-    if not any(bodies):  # header-only files: no rows to parse
-        return np.zeros(0), [], [n for n, low in zip(names, lower, strict=True)
-                              if low != "hours" and low not in index]
+    known = [(i, index[low]) for i, low in enumerate(lower) if low != "hours" and low in index]
+    unknown = [n for n, low in zip(names, lower, strict=True)
+               if low != "hours" and low not in index]
+    channels = np.array([ch for _, ch in known], dtype=np.int64)
+    if not blob:  # header-only files: no rows to parse
+        return _Columns(np.zeros(0), channels, np.zeros((len(known), 0)),
+                        np.zeros(len(known), dtype=np.int64), unknown)
     cols = [f"c{i}" for i in range(len(names))]
-    cat = {cols[i] for i, n in enumerate(lower) if n in index
-           and fs.variables[index[n]].is_categorical}
-    dtype = {col: (str if col in cat else np.float64) for col in cols}
-    data = io.BytesIO(b"".join(bodies))
+    cat = {cols[i] for i, ch in known if fs.variables[ch].is_categorical}
+    dtype = {col: ("category" if col in cat else np.float64) for col in cols}
+    data = io.BytesIO(blob)
     kw = dict(header=None, names=cols, keep_default_na=False, na_values=[""], index_col=False)
     try:
         df = pd.read_csv(data, dtype=dtype, **kw)
@@ -298,31 +381,28 @@ def _parse_group(head: bytes, bodies: list[bytes], fs: FeatureSet, example: Path
         except pd.errors.ParserError as e:
             raise ValueError(f"cannot parse timeseries files like {example}: {e}") from e
     hours = pd.to_numeric(df[cols[lower.index("hours")]], errors="coerce").to_numpy(np.float64)
-    columns: list[tuple[int, np.ndarray, int]] = []
-    unknown: list[str] = []
-    for col, name, low in zip(cols, names, lower, strict=True):
-        if low == "hours":
-            continue
-        if low not in index:
-            unknown.append(name)
-            continue
-        ch = index[low]
-        var = fs.variables[ch]
-        s = df[col]
-        present = s.notna().to_numpy()
-        if var.is_categorical:
-            lut = {}
-            for u in pd.unique(s[present]):
-                try:
-                    lut[u] = float(var.category_index(str(u).strip()))
-                except CategoryError:
-                    lut[u] = np.nan
-            values = s.map(lut).to_numpy(dtype=np.float64, na_value=np.nan)
+    values = np.empty((len(known), len(df)))
+    invalid = np.zeros(len(known), dtype=np.int64)
+    for j, (i, ch) in enumerate(known):
+        s = df[cols[i]]
+        if fs.variables[ch].is_categorical:
+            values[j] = _category_indices(s.astype("category"), fs.variables[ch])
+        elif s.dtype == np.float64:
+            values[j] = s.to_numpy()
+            continue  # parsed as numbers: nothing invalid
         else:
-            values = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
-        bad = int((present & np.isnan(values)).sum())
-        columns.append((ch, values, bad))
-    return hours, columns, unknown
+            values[j] = pd.to_numeric(s, errors="coerce").to_numpy(np.float64)
+        invalid[j] = int((s.notna().to_numpy() & np.isnan(values[j])).sum())
+    return _Columns(hours, channels, values, invalid, unknown)
+
+
+def _category_indices(s: pd.Series, var: Variable) -> np.ndarray:
+    """Category index of each cell (NaN: empty or no category of `var`), each text once."""
+    lut = np.full(len(s.cat.categories) + 1, np.nan)  # the last entry: code -1, an empty cell
+    for k, text in enumerate(s.cat.categories):
+        with suppress(CategoryError):
+            lut[k] = float(var.category_index(str(text).strip()))
+    return lut[s.cat.codes.to_numpy()]
 
 
 def read_demographics(path: Path, stays: Sequence[str]) -> np.ndarray:

@@ -32,7 +32,7 @@ from training.data.reader import (
 from training.data.writer import _disable
 
 #: Bump when anything that changes the cached arrays changes (reader, cleaning, layout).
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"
 #: Stays discretized per chunk: bounds the float64 working memory of `discretize`.
 CHUNK_STAYS = 1024
 

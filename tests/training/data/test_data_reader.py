@@ -209,3 +209,83 @@ def test_listfile_errors_name_the_file_and_the_rule(tmp_path: Path) -> None:
     (task / "val_listfile.csv").write_text("stay,y_true\nb,1\nc,0\n")
     with pytest.raises(ValueError, match="share 1 stays"):
         resolve_split(task, "mortality", "train")
+
+
+def _random_files(root: Path, rng: np.random.Generator, n: int) -> list[Path]:
+    """Files as real exports come: headers in other orders, ids for names, unknown columns,
+    text categories, bad cells, unsorted or missing times, CRLF, blank lines, header-only."""
+    names = [v.benchmark_name for v in FS.variables]
+    headers = [["Hours", *names],
+               ["Hours", *reversed(names)],
+               ["Hours", "Something", *[v.id for v in FS.variables[::2]]]]
+    paths = []
+    for i in range(n):
+        header = headers[int(rng.integers(len(headers)))]
+        rows = []
+        t = 0.0
+        for _ in range(int(rng.integers(0, 30))):
+            t += float(rng.choice([0.0, 0.25, 1.0 / 3, 2.5]))
+            hours = rng.choice([repr(t), repr(t), repr(t), repr(max(t - 3, 0)), "", "x"],
+                               p=[0.5, 0.2, 0.2, 0.06, 0.02, 0.02])
+            row = [str(hours)]
+            for name in header[1:]:
+                v = BY_ID.get(name) or next((x for x in FS.variables
+                                             if x.benchmark_name == name), None)
+                if v is None or rng.random() < 0.6:
+                    row.append("" if v is None or rng.random() < 0.9 else "7")
+                elif v.is_categorical:
+                    cats = [*v.categories, "not a category", f" {v.categories[0]} "]
+                    row.append(str(rng.choice(cats)))
+                else:
+                    lo = v.ranges.valid_low if v.ranges else 0.0
+                    hi = v.ranges.valid_high if v.ranges else 100.0
+                    x = rng.uniform(lo - 0.2 * (hi - lo), hi * 1.3)
+                    row.append(rng.choice([f"{x:.2f}", f"{x:.1f}", "abc"], p=[0.6, 0.39, 0.01]))
+            rows.append(",".join(row))
+        if rows and rng.random() < 0.2:
+            rows.insert(int(rng.integers(len(rows))), str(rng.choice(["", " "])))
+        p = root / f"{i}_episode1_timeseries.csv"
+        eol = str(rng.choice(["\n", "\r\n", "mixed"], p=[0.8, 0.1, 0.1]))
+        if eol == "mixed":  # LF after the header, CRLF between rows
+            p.write_text(",".join(header) + "\n" + "\r\n".join(rows) + "\r\n")
+        else:
+            _write(p, rows, header=",".join(header), eol=eol)
+        paths.append(p)
+    return paths
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 2000])
+def test_reader_equals_the_line_by_line_oracle(tmp_path: Path, batch_bytes: int | None,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import training.data.reader as reader
+    from tests.oracles.timeseries_rows import read_rows
+
+    if batch_bytes:
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    paths = _random_files(tmp_path, np.random.default_rng(7), 60)
+    obs, rep = read_timeseries(paths, FS, progress=False)
+    want, counts = read_rows(paths, FS)
+    assert len(want) > 500 and counts["invalid"].sum() > 5 and counts["rows_without_time"] > 0
+    for k in ("stay", "channel", "time", "value"):
+        np.testing.assert_array_equal(getattr(obs, k), getattr(want, k), err_msg=k)
+    assert (rep.n_rows, rep.rows_without_time) == (counts["rows"], counts["rows_without_time"])
+    assert rep.unknown_columns == counts["unknown_columns"]
+    np.testing.assert_array_equal(rep.invalid, counts["invalid"])
+
+
+def test_whitespace_only_lines_are_no_rows(tmp_path: Path) -> None:
+    """pandas skips them; counted as rows they would shift the next file's rows to this stay
+    (a space-only line right after the header once did)."""
+    a, b = tmp_path / "1_episode1_timeseries.csv", tmp_path / "2_episode1_timeseries.csv"
+    a.write_text(HEADER + "\n \n" + _row(1.0, heart_rate="80") + "\n\t\n")
+    _write(b, [_row(2.0, heart_rate="90")])
+    obs, rep = read_timeseries([a, b], FS, progress=False)
+    assert obs.stay.tolist() == [0, 1] and obs.value.tolist() == [80.0, 90.0]
+    assert rep.n_rows == 2
+
+
+def test_a_line_break_inside_a_cell_is_an_error_not_a_shift(tmp_path: Path) -> None:
+    f = tmp_path / "3_episode1_timeseries.csv"
+    f.write_text('Hours,Heart Rate,Note\n1.0,80,"two\nlines"\n2.0,90,\n')
+    with pytest.raises(ValueError, match="line break inside a cell"):
+        read_timeseries([f, f], FS, progress=False)

@@ -28,14 +28,21 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
+def real_models() -> Path:
+    """The model folder benchmarks serve: $BENCH_MODEL_DIR (e.g. a copy of models/ whose
+    index makes mortality 1.1.0 the default, to compare with figures measured on it), else
+    the repo's models/."""
+    return Path(os.environ.get("BENCH_MODEL_DIR") or REPO / "models")
+
+
 def model_dir() -> tuple[Path, str]:
-    """The repo's models/ when it has an index, else fresh fixture models (and which)."""
-    real = REPO / "models"
+    """The real model folder when it has an index, else fresh fixture models (and which)."""
+    real = real_models()
     if (real / "index.json").is_file():
         from service.registry import read_index
 
         defaults = read_index(real).defaults
-        return real, "default models of models/index.json (" + ", ".join(
+        return real, f"default models of {real}/index.json (" + ", ".join(
             f"{t} {v}" for t, v in sorted(defaults.items())) + ")"
     from tests.service.fixture_model import write_model_dir
 

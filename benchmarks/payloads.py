@@ -24,11 +24,13 @@ SOURCES = {"benchmark76-48h": ("physionet2012-benchmark", "in-hospital-mortality
            "benchmark76-stay": ("eicu-benchmark", "phenotyping")}
 
 
-def default_feature_set(task: str, models: Path = REPO / "models") -> str:
-    """The feature set of the task's default model in `models/index.json`."""
+def default_feature_set(task: str, models: Path | None = None) -> str:
+    """The feature set of the task's default model in the benchmarks' model folder."""
+    from common import real_models
+
     from schemas.model_index import read_index
 
-    index = read_index(models)
+    index = read_index(models or real_models())
     entry = index.entry(task, index.defaults[task])
     assert entry is not None, f"index.json names {task}'s default but has no entry for it"
     return entry.feature_set

@@ -162,13 +162,16 @@ def run_cell(cfg: TrainConfig, cache: DataCache) -> tuple[dict[str, Any], bool]:
 
 def run_study(path: str | Path, out: Path | None = None, data: str | None = None,
               echo: Callable[[str], None] = print,
-              methods: list[str] | None = None) -> dict[str, Any] | None:
+              methods: list[str] | None = None, embeddings: bool = False
+              ) -> dict[str, Any] | None:
     """Train (or read back) every cell, choose each method's point on validation, summarize;
     writes `<out>/summary.json` and `<out>/summary.md` and returns the summary.
 
     `methods` trains only those methods' cells and writes no summary (None): a study split
     over several processes (each its own methods; no two share a cell), then read back whole
-    by a run without `methods`."""
+    by a run without `methods`. `embeddings` adds the embedding study of every method
+    (`training/study_report.py`); a study whose methods set `train_prevalence` also gets
+    `<out>/by_prevalence.png`."""
     study = load_study(path)
     if methods:
         unknown = sorted(set(methods) - set(study.methods))
@@ -221,6 +224,15 @@ def run_study(path: str | Path, out: Path | None = None, data: str | None = None
     text = study_markdown(summary)
     (out / "summary.md").write_text(text)
     echo(text)
+    from training.study_report import embedding_report, plot_by_prevalence
+
+    if plot_by_prevalence(summary, out / "by_prevalence.png"):
+        echo(f"wrote {out / 'by_prevalence.png'}")
+    if embeddings:
+        t0 = time.perf_counter()
+        embedding_report(summary, out)
+        echo(f"embedding study ({time.perf_counter() - t0:.0f} s): {out / 'embeddings.md'}, "
+             f"{out / 'embeddings_tsne.png'}\n\n" + (out / "embeddings.md").read_text())
     return summary
 
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,7 @@ def plot_by_prevalence(summary: dict[str, Any], path: Path, metric: str = "auroc
     ax.set_xscale("log")
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
     ax.set(xlabel="training prevalence of positives (log scale)",
-           ylabel=f"test {metric.upper()} (95% CI, seed mean)", title=summary["title"])
+           ylabel=f"test {metric.upper()} (95% CI, seed mean)")
+    ax.set_title(textwrap.fill(summary["title"], 60), fontsize=9)
     ax.legend(fontsize="small")
     return _save(fig, path)

@@ -39,6 +39,7 @@ def test_every_method_trains_one_epoch(path: Path, data_dir: Path, tmp_path: Pat
             cfg = cell_config(study, method, point, 0, tmp_path, str(data_dir))
         cfg = dataclasses.replace(
             cfg, epochs=1, batch_size=16, encoder_hparams=TINY, n_boot=5, plots=False,
+            feature_set="",  # the synthetic data has the benchmark-17 layout
             tsne=False, pretrain={**cfg.pretrain, "epochs": 1} if cfg.pretrain else {})
         metrics = train_run(cfg, prepare(cfg), echo=False)
         assert metrics["epochs_run"] == 1, method

@@ -333,7 +333,8 @@ def cmd_study(args: argparse.Namespace) -> int:
     from training.study import run_study
 
     try:
-        run_study(args.study, out=Path(args.out) if args.out else None, data=args.data)
+        run_study(args.study, out=Path(args.out) if args.out else None, data=args.data,
+                  methods=args.methods, embeddings=args.embeddings)
     except TrainingInterrupted as e:
         print(f"{e}; rerun `scehr study {args.study}` to continue (finished runs are kept)",
               file=sys.stderr)
@@ -438,6 +439,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("study", help="study TOML (see training/study.py)")
     p.add_argument("--data", help="benchmark-layout data folder (default: the study's)")
     p.add_argument("--out", help="study folder (default runs/study-<file name>)")
+    p.add_argument("--methods", nargs="+", help="train only these methods, no summary (to split "
+                   "a study over processes; a run without it then reads all back)")
+    p.add_argument("--embeddings", action="store_true", help="also the embedding study of every "
+                   "method: separation, spread, linear probe (seed mean), t-SNE grid")
     p.set_defaults(func=cmd_study)
 
     p = sub.add_parser("embedding", help="embedding study of a run: separation, spread, "

@@ -191,6 +191,36 @@ def plot_learning_curves(
 
 
 # ---------------------------------------------------------------- embeddings
+def tsne_with_anchors(
+    Z: ArrayLike,
+    y: ArrayLike,
+    anchors: Mapping[str, ArrayLike] | None = None,
+    max_points: int = 2000,
+    seed: int = 0,
+    perplexity: float = 30.0,
+    max_iter: int = 1000,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(points [n, 2], their labels [n], anchors [A, 2]) of one t-SNE run over the (subsampled)
+    normalised embeddings and the normalised anchors, so anchors land among their neighbours."""
+    Zn = l2_normalize(Z)
+    yy = np.asarray(y).ravel()
+    if len(Zn) != len(yy):
+        raise ValueError(f"{len(Zn)} embeddings but {len(yy)} labels")
+    rng = np.random.default_rng(seed)
+    if len(Zn) > max_points:
+        keep = np.sort(rng.choice(len(Zn), size=max_points, replace=False))
+        Zn, yy = Zn[keep], yy[keep]
+    anchor_names = list(anchors or {})
+    A = (l2_normalize(np.stack([np.asarray(anchors[k], dtype=float).ravel()
+                                for k in anchor_names]))
+         if anchor_names else np.empty((0, Zn.shape[1])))
+    X = np.vstack([Zn, A])
+    perp = float(min(perplexity, max(1.0, (len(X) - 1) / 3)))
+    XY = TSNE(n_components=2, perplexity=perp, init="pca", random_state=seed,
+              max_iter=max_iter).fit_transform(X)
+    return XY[: len(Zn)], yy, XY[len(Zn):]
+
+
 def plot_embedding_tsne(
     path: str | Path,
     Z: ArrayLike,
@@ -209,23 +239,8 @@ def plot_embedding_tsne(
     L2-normalised and embedded in the same t-SNE run as the (subsampled,
     normalised) embeddings so they land where their neighbours are.
     """
-    Zn = l2_normalize(Z)
-    yy = np.asarray(y).ravel()
-    if len(Zn) != len(yy):
-        raise ValueError(f"{len(Zn)} embeddings but {len(yy)} labels")
-    rng = np.random.default_rng(seed)
-    if len(Zn) > max_points:
-        keep = np.sort(rng.choice(len(Zn), size=max_points, replace=False))
-        Zn, yy = Zn[keep], yy[keep]
     anchor_names = list(anchors or {})
-    A = (l2_normalize(np.stack([np.asarray(anchors[k], dtype=float).ravel()
-                                for k in anchor_names]))
-         if anchor_names else np.empty((0, Zn.shape[1])))
-    X = np.vstack([Zn, A])
-    perp = float(min(perplexity, max(1.0, (len(X) - 1) / 3)))
-    XY = TSNE(n_components=2, perplexity=perp, init="pca", random_state=seed,
-              max_iter=max_iter).fit_transform(X)
-    pts, anc = XY[: len(Zn)], XY[len(Zn):]
+    pts, yy, anc = tsne_with_anchors(Z, y, anchors, max_points, seed, perplexity, max_iter)
 
     fig = _figure(figsize=(6.5, 5.5))
     ax = fig.add_subplot()

@@ -42,14 +42,22 @@ from training.config import TrainConfig, load_config
 from training.data.writer import write_json
 from training.experiments import DataCache, _md_table, ensure_run
 from training.fit import RESUME_FILE
-from training.metrics import auprc, auroc, balanced_accuracy, min_se_ppv
+from training.metrics import (
+    auprc,
+    auroc,
+    balanced_accuracy,
+    macro_auroc,
+    micro_auroc,
+    min_se_ppv,
+)
 from training.progress import Progress
 from training.run import train_run
 
 STUDY_KEYS = ("base", "seeds", "reference", "overrides", "methods", "n_boot", "title")
-#: Keys of a method table that are not config keys: its grid, and the method it is compared
-#: with (default: the study's `reference`).
-METHOD_KEYS = ("grid", "reference")
+#: Keys of a method table that are not config keys: its grid, the method it is compared with
+#: (default: the study's `reference`), and its series (default: its name): methods of one
+#: series that differ in `train_prevalence` are one line of the prevalence plot.
+METHOD_KEYS = ("grid", "reference", "series")
 
 
 @dataclass
@@ -153,10 +161,24 @@ def run_cell(cfg: TrainConfig, cache: DataCache) -> tuple[dict[str, Any], bool]:
 
 
 def run_study(path: str | Path, out: Path | None = None, data: str | None = None,
-              echo: Callable[[str], None] = print) -> dict[str, Any]:
+              echo: Callable[[str], None] = print,
+              methods: list[str] | None = None, embeddings: bool = False
+              ) -> dict[str, Any] | None:
     """Train (or read back) every cell, choose each method's point on validation, summarize;
-    writes `<out>/summary.json` and `<out>/summary.md` and returns the summary."""
+    writes `<out>/summary.json` and `<out>/summary.md` and returns the summary.
+
+    `methods` trains only those methods' cells and writes no summary (None): a study split
+    over several processes (each its own methods; no two share a cell), then read back whole
+    by a run without `methods`. `embeddings` adds the embedding study of every method
+    (`training/study_report.py`); a study whose methods set `train_prevalence` also gets
+    `<out>/by_prevalence.png`."""
     study = load_study(path)
+    if methods:
+        unknown = sorted(set(methods) - set(study.methods))
+        if unknown:
+            raise ValueError(f"--methods {unknown} are not methods of {study.path}: "
+                             f"{list(study.methods)}")
+        study.methods = {m: v for m, v in study.methods.items() if m in methods}
     out = Path(out) if out else Path("runs") / f"study-{study.path.stem}"
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -191,6 +213,9 @@ def run_study(path: str | Path, out: Path | None = None, data: str | None = None
                                f"{metrics['val']['headline']} "
                                f"{_num(metrics['val'][metrics['val']['headline']])}",
                                time.perf_counter() - t0, trained))
+    if methods:
+        echo(f"trained {list(study.methods)}; no summary (rerun without --methods for it)")
+        return None
     echo(f"summary: bootstrap ({study.n_boot} resamples) of every method's seed average "
          "and of its paired difference against the reference")
     summary = summarize_study(study, runs, chosen)
@@ -199,6 +224,15 @@ def run_study(path: str | Path, out: Path | None = None, data: str | None = None
     text = study_markdown(summary)
     (out / "summary.md").write_text(text)
     echo(text)
+    from training.study_report import embedding_report, plot_by_prevalence
+
+    if plot_by_prevalence(summary, out / "by_prevalence.png"):
+        echo(f"wrote {out / 'by_prevalence.png'}")
+    if embeddings:
+        t0 = time.perf_counter()
+        embedding_report(summary, out)
+        echo(f"embedding study ({time.perf_counter() - t0:.0f} s): {out / 'embeddings.md'}, "
+             f"{out / 'embeddings_tsne.png'}\n\n" + (out / "embeddings.md").read_text())
     return summary
 
 
@@ -213,20 +247,37 @@ def _load_test(run_dir: str) -> dict[str, np.ndarray]:
 
 def _seed_mean(fn: Callable[..., float], thresholds: list[float] | None = None
                ) -> Callable[[np.ndarray, np.ndarray], float]:
-    """metric(y, P[:, s]) averaged over the seed columns s of P."""
+    """metric(y, P[..., s]) averaged over the seed columns s (the last axis) of P."""
     def mean(y: np.ndarray, p: np.ndarray) -> float:
-        vals = [fn(y, p[:, s]) if thresholds is None else fn(y, p[:, s], thresholds[s])
-                for s in range(p.shape[1])]
+        vals = [fn(y, p[..., s]) if thresholds is None else fn(y, p[..., s], thresholds[s])
+                for s in range(p.shape[-1])]
         return float(np.mean(vals))
     return mean
+
+
+def _strict_macro(y: np.ndarray, p: np.ndarray) -> float:
+    """Macro AUROC that is undefined (NaN) on a resample missing a class of some label, so
+    every replicate averages the same labels (as the acceptance comparison does)."""
+    return macro_auroc(y, p, strict=True)
+
+
+#: Metrics reported per task kind, and the ones compared against the reference.
+BINARY_METRICS = ("auroc", "auprc", "min_se_ppv", "balanced_accuracy")
+BINARY_DIFFS = ("auroc", "auprc")
+MULTILABEL_METRICS = ("micro_auroc", "macro_auroc")
+
+
+def _method_spec(study: Study, method: str) -> dict[str, Any]:
+    return {k: v for k, v in study.methods[method].items() if k not in METHOD_KEYS}
 
 
 def summarize_study(study: Study, runs: dict[str, dict[int, dict[str, Any]]],
                     chosen: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Seed-averaged test metrics with CIs and paired differences against the reference.
 
-    Binary tasks only (AUROC, AUPRC, min(Se, P+), balanced accuracy at the threshold each
-    run chose on validation)."""
+    Binary tasks: AUROC, AUPRC, min(Se, P+), balanced accuracy at the threshold each run chose
+    on validation. Multi-label tasks: micro and macro AUROC over the labels with both classes
+    in the test set (macro undefined on a resample that loses a class of one of them)."""
     y = stays = None
     probs: dict[str, np.ndarray] = {}
     for method, per_seed in runs.items():
@@ -236,22 +287,33 @@ def summarize_study(study: Study, runs: dict[str, dict[int, dict[str, Any]]],
             if stays is not None and not np.array_equal(t["test_stays"], stays):
                 raise ValueError(f"{per_seed[seed]['run_dir']}: test stays differ from the "
                                  "other runs' (all cells must share the test split)")
-            stays, y = t["test_stays"], t["test_y"][:, 0]
-            cols.append(t["test_probability"][:, 0])
-        probs[method] = np.stack(cols, axis=1)
+            stays, y = t["test_stays"], t["test_y"]
+            cols.append(t["test_probability"])
+        probs[method] = np.stack(cols, axis=-1)  # [N, C, seeds]
     assert y is not None
+    binary = y.shape[1] == 1
+    keep = np.ones(y.shape[1], bool) if binary else y.min(axis=0) != y.max(axis=0)
+    y = y[:, 0] if binary else y[:, keep]
+    probs = {m: p[:, 0] if binary else p[:, keep] for m, p in probs.items()}
+    diffs = BINARY_DIFFS if binary else MULTILABEL_METRICS
     rows: dict[str, Any] = {}
     fns_of: dict[str, dict[str, Callable[[np.ndarray, np.ndarray], float]]] = {}
     for method, per_seed in runs.items():
         seeds = [per_seed[s] for s in study.seeds]
-        thresholds = [r["test_ci_binary"]["balanced_accuracy_threshold"] for r in seeds]
-        fns = {"auroc": _seed_mean(auroc), "auprc": _seed_mean(auprc),
-               "min_se_ppv": _seed_mean(min_se_ppv),
-               "balanced_accuracy": _seed_mean(balanced_accuracy, thresholds)}
+        if binary:
+            thresholds = [r["test_ci_binary"]["balanced_accuracy_threshold"] for r in seeds]
+            fns = {"auroc": _seed_mean(auroc), "auprc": _seed_mean(auprc),
+                   "min_se_ppv": _seed_mean(min_se_ppv),
+                   "balanced_accuracy": _seed_mean(balanced_accuracy, thresholds)}
+        else:
+            fns = {"micro_auroc": _seed_mean(micro_auroc),
+                   "macro_auroc": _seed_mean(_strict_macro)}
         row: dict[str, Any] = {
             "chosen": chosen[method], "grid": study.methods[method].get("grid", {}),
+            "spec": _method_spec(study, method),
+            "series": study.methods[method].get("series", method),
             "val_headline": [r["val"][r["val"]["headline"]] for r in seeds],
-            "per_seed_test_auroc": [r["test"]["auroc"] for r in seeds],
+            "per_seed_test_headline": [r["test"][r["test"]["headline"]] for r in seeds],
             "best_epoch": [r["best_epoch"] for r in seeds],
             "wall_seconds": [r["wall_seconds"] for r in seeds],
             "run_dirs": [r["run_dir"] for r in seeds],
@@ -267,29 +329,42 @@ def summarize_study(study: Study, runs: dict[str, dict[int, dict[str, Any]]],
             row["vs_reference"] = {
                 k: paired_bootstrap_diff(fns_of[method][k], y, probs[method], probs[ref],
                                          n_boot=study.n_boot)
-                for k in ("auroc", "auprc")}
+                for k in diffs}
     return {"title": study.title, "study_file": str(study.path), "seeds": study.seeds,
             "reference": study.reference, "n_boot": study.n_boot, "n_test": len(y),
-            "test_prevalence": float(np.mean(y)), "overrides": study.overrides,
+            "test_prevalence": float(np.mean(y)) if binary else np.mean(y, axis=0).tolist(),
+            "labels_evaluated": int(keep.sum()), "overrides": study.overrides,
             "methods": rows}
+
+
+_LABELS = {"auroc": "test AUROC", "auprc": "test AUPRC", "min_se_ppv": "test min(Se,P+)",
+           "balanced_accuracy": "test bal. acc.", "micro_auroc": "test micro-AUROC",
+           "macro_auroc": "test macro-AUROC"}
 
 
 def study_markdown(s: dict[str, Any]) -> str:
     """The summary table (numbers only; the reading is written by a person)."""
-    head = ["method", "chosen on val", "val AUROC", "test AUROC", "test AUPRC",
-            "test min(Se,P+)", "test bal. acc.", "vs", "ΔAUROC, p", "ΔAUPRC, p", "s/run"]
+    first = next(iter(s["methods"].values()))
+    metrics = list(first["test"])
+    diffs = next((list(r["vs_reference"]) for r in s["methods"].values()
+                  if "vs_reference" in r), [])
+    short = {"auroc": "AUROC", "auprc": "AUPRC", "micro_auroc": "micro", "macro_auroc": "macro"}
+    head = ["method", "chosen on val", "val " + ("AUROC" if "auroc" in metrics else "headline"),
+            *[_LABELS[k] for k in metrics], "vs", *[f"Δ{short[k]}, p" for k in diffs], "s/run"]
     rows = []
     for name, r in s["methods"].items():
         d = r.get("vs_reference")
         rows.append([
             name, point_name(r["chosen"]) if r["chosen"] else "–",
             f"{np.mean(r['val_headline']):.3f}",
-            *[format_ci(r["test"][k]) for k in ("auroc", "auprc", "min_se_ppv",
-                                                "balanced_accuracy")],
+            *[format_ci(r["test"][k]) for k in metrics],
             r.get("reference", "–"),
-            *([_diff(d[k]) for k in ("auroc", "auprc")] if d else ["–", "–"]),
+            *([_diff(d[k]) for k in diffs] if d else ["–"] * len(diffs)),
             f"{np.mean(r['wall_seconds']):.0f}"])
-    return (f"Test n = {s['n_test']} (prevalence {s['test_prevalence']:.3f}); metrics are the "
+    prevalence = (f"prevalence {s['test_prevalence']:.3f}"
+                  if isinstance(s["test_prevalence"], float)
+                  else f"{s['labels_evaluated']} labels with both classes")
+    return (f"Test n = {s['n_test']} ({prevalence}); metrics are the "
             f"mean over seeds {s['seeds']} with 95% bootstrap CIs ({s['n_boot']} resamples of "
             "test stays, each averaging the seeds); Δ is the paired bootstrap difference "
             "against the method in column vs, on the same resamples.\n\n"

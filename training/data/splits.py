@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -117,7 +118,8 @@ def load_split(root: str | Path, task: str, split: str = "train",
         _save(path, arrays, tdir)
         arrays.cache_path = path
         for old in path.parent.glob(f"{task}-{split}-*.npz"):
-            if old != path and _same_source(old, tdir):
+            # another process's temporary file (`_save`) is half-written: never read or delete it
+            if old != path and ".tmp" not in old.name and _same_source(old, tdir):
                 old.unlink(missing_ok=True)
     return arrays
 
@@ -217,5 +219,5 @@ def _same_source(path: Path, tdir: Path) -> bool:
     try:
         with np.load(path, allow_pickle=False) as z:
             return json.loads(str(z["meta"])).get("task_dir") == str(tdir.resolve())
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return False

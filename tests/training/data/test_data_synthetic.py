@@ -89,6 +89,19 @@ def test_cache_invalidated_when_a_file_changes(tmp_path: Path) -> None:
     assert len(list(first.cache_path.parent.glob("mortality-test-*.npz"))) == 1
 
 
+def test_a_cache_being_written_by_another_process_is_left_alone(tmp_path: Path) -> None:
+    """Two trainings starting at once: one rebuilds a split while the other's temporary file
+    (same task and split, `.tmpPID.npz`) is half-written; it must not be read nor deleted."""
+    root = write_synthetic(tmp_path, task="mortality", n_train=20, n_test=5, seed=1)
+    first = load_split(root, "mortality", "test", progress=False)
+    partial = first.cache_path.with_name(first.cache_path.stem + ".tmp99999.npz")
+    partial.write_bytes(b"PK\x03\x04 half-written")  # not yet a zip file
+    first.cache_path.unlink()  # force a rebuild, which then sweeps stale caches
+    again = load_split(root, "mortality", "test", progress=False)
+    assert not again.from_cache and partial.is_file()
+    np.testing.assert_array_equal(again.x, first.x)
+
+
 def test_seeded(tmp_path: Path) -> None:
     """Same seed, same files. (Its speed is not asserted here: a timed unit test fails on a
     loaded machine; the synthetic writer is small enough that the suite shows any slowdown.)"""

@@ -496,10 +496,10 @@ def in_catalog(name: str) -> Variable | None:
 
 def lookup(name: str) -> Variable:
     """A variable by id, name or alias (case-insensitive); raises KeyError."""
-    i = find(_CATALOG_INDEX, name)
-    if i is None:
+    var = in_catalog(name)
+    if var is None:
         raise KeyError(f"unknown variable {name!r}; known ids: {[v.id for v in CATALOG]}")
-    return CATALOG[i]
+    return var
 
 
 def catalog_markdown() -> str:

@@ -105,7 +105,7 @@ def prototypes(z: np.ndarray, y: np.ndarray, seed: int = 0, k_max: int = 4) -> l
 
 
 #: Losses whose probability ignores the negative anchor (p = σ(uᵀz)): v is never trained, so
-#: their temperature map is fitted on logit(p) = uᵀz instead of the margin uᵀz − vᵀz.
+#: their temperature and Platt maps read logit(p) = uᵀz instead of the margin uᵀz − vᵀz.
 POSITIVE_ANCHOR_ONLY = frozenset({"bce", "focal"})
 NO_HOLDOUT = ("not calibrated: the run has no calibration split held out of training and "
               "early stopping (calibration_fraction = 0 or too few stays)")
@@ -113,7 +113,7 @@ NO_HOLDOUT = ("not calibrated: the run has no calibration split held out of trai
 
 def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
                     val: tuple[np.ndarray, np.ndarray, np.ndarray], where: str,
-                    temperature_input: Literal["margin", "probability"] = "margin"
+                    logistic_input: Literal["margin", "probability"] = "margin"
                     ) -> Calibration:
     """Fit temperature, Platt and isotonic maps on `cal`; keep the best of them and none on
     `val`.
@@ -122,7 +122,7 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
     which the maps never saw, so neither number is an in-sample figure. With no held-out `cal`
     (None) nothing is fitted: validation chose the epoch, so it cannot also fit the map and
     measure its effect. The temperature map is σ(m / T) and the Platt map σ(a·m + b), m the
-    margin, or logit(p) with `temperature_input="probability"`; the isotonic map interpolates p.
+    margin, or logit(p) with `logistic_input="probability"`; the isotonic map interpolates p.
     """
     yv, pv, mv = val
     before = expected_calibration_error(yv, pv)
@@ -132,16 +132,16 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
     yc, pc, mc = cal
     if len(np.unique(yc)) < 2:
         return Calibration(method="none", fitted_on=where, ece_before=before, ece_after=before)
-    by_margin = temperature_input == "margin"
-    temp = TemperatureCalibrator(input=temperature_input).fit(mc if by_margin else pc, yc)
-    platt = PlattCalibrator(input=temperature_input).fit(mc if by_margin else pc, yc)
+    x = mc if logistic_input == "margin" else pc  # what the two logistic maps read
+    temp = TemperatureCalibrator(input=logistic_input).fit(x, yc)
+    platt = PlattCalibrator(input=logistic_input).fit(x, yc)
     iso = IsotonicCalibrator().fit(pc, yc).to_dict()
     candidates = [  # in order of preference on a tie: no map first
         Calibration(method="none", fitted_on=f"{where}; no map beat the model's own "
                     "probability (validation Brier)"),
-        Calibration(method="temperature", input=temperature_input,
+        Calibration(method="temperature", input=logistic_input,
                     temperature=float(temp.to_dict()["temperature"]), fitted_on=where),
-        Calibration(method="platt", input=temperature_input, slope=float(platt.slope),
+        Calibration(method="platt", input=logistic_input, slope=float(platt.slope),
                     intercept=float(platt.intercept), fitted_on=where),
         Calibration(method="isotonic", input="probability", x=list(map(float, iso["x"])),
                     y=list(map(float, iso["y"])), fitted_on=where),
@@ -360,7 +360,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     classes = []
     where = (f"calibration split ({cfg.get('calibration_fraction', 0.1):.0%} of training stays, "
              "held out of training and early stopping); chosen and scored on validation")
-    temperature_input: Literal["margin", "probability"] = (
+    logistic_input: Literal["margin", "probability"] = (
         "probability" if cfg["loss"] in POSITIVE_ANCHOR_ONLY else "margin")
 
     def triple(split: str, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -373,7 +373,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
 
     for c, label in enumerate(labels):
         calib = fit_calibration(triple("calib", c) if has_calib else None, triple("val", c),
-                                where, temperature_input)
+                                where, logistic_input)
         pts, thr = _points(preds["val_y"][:, c], preds["val_probability"][:, c],
                            spec.default_operating_point)
         protos = prototypes(preds["train_z"], preds["train_y"][:, c])

@@ -195,8 +195,7 @@ def risk_metrics(y: np.ndarray, risk: np.ndarray, alerts: np.ndarray, alert_rule
 def fit_site_calibration(model: ExportedModel, fit: Scored, choose: Scored, where: str
                          ) -> Calibration:
     """The export's calibration rule (temperature / Platt / isotonic / none, best validation
-    Brier),
-    fitted on the site's stays `fit` and chosen on `choose`."""
+    Brier), fitted on the site's stays `fit` and chosen on `choose`."""
     from training.export import POSITIVE_ANCHOR_ONLY, fit_calibration
 
     kind = "probability" if model.manifest.loss.name in POSITIVE_ANCHOR_ONLY else "margin"

@@ -158,7 +158,7 @@ def test_temperature_of_a_positive_anchor_loss_ignores_the_untrained_negative_an
         return y, 1 / (1 + np.exp(-u)), u - v
 
     cal, val = split(60), split(4000)
-    c = fit_calibration(cal, val, "test", temperature_input="probability")
+    c = fit_calibration(cal, val, "test", logistic_input="probability")
     assert c.method == "temperature" and c.input == "probability"
     assert c.temperature == pytest.approx(2.0, rel=0.5)
     out = c.apply(val[1], val[2])  # the read-out the service serves

@@ -83,7 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     load_before = loadavg()
     models, which = model_dir()
-    found = real_stays(args.task, args.real) if args.real else None
+    found = real_stays(args.task, args.real, models) if args.real else None
     if found is not None:
         stays, what = found
     else:

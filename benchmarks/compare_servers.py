@@ -161,7 +161,7 @@ def main() -> None:
     args = ap.parse_args()
     load_before = loadavg()
     models, which = model_dir()
-    found = real_stays(args.task, args.stays)
+    found = real_stays(args.task, args.stays, models)
     if found is None:
         stays = [full_stay(i) for i in range(args.stays)]
         if task_spec(args.task).ends_at_period_length:

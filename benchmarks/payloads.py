@@ -23,19 +23,17 @@ SOURCES = {"benchmark76-48h": ("physionet2012-benchmark", "in-hospital-mortality
            "physionet2012-full": ("physionet2012-full", "in-hospital-mortality"),
            "benchmark76-stay": ("eicu-benchmark", "phenotyping")}
 
+UNITS = {v.benchmark_name: v.unit for v in CATALOG if v.unit_required and v.unit}
 
-def default_feature_set(task: str, models: Path | None = None) -> str:
-    """The feature set of the task's default model in the benchmarks' model folder."""
-    from common import real_models
 
+def default_feature_set(task: str, models: Path) -> str:
+    """The feature set of the task's default model in `models/index.json`."""
     from schemas.model_index import read_index
 
-    index = read_index(models or real_models())
+    index = read_index(models)
     entry = index.entry(task, index.defaults[task])
     assert entry is not None, f"index.json names {task}'s default but has no entry for it"
     return entry.feature_set
-
-UNITS = {v.benchmark_name: v.unit for v in CATALOG if v.unit_required and v.unit}
 
 
 def stay_payload(folder: Path, name: str, demo: dict[str, Any],
@@ -66,14 +64,14 @@ def stay_payload(folder: Path, name: str, demo: dict[str, Any],
     return body
 
 
-def real_stays(task: str, n: int, data: Path | None = None,
-               feature_set: str | None = None) -> tuple[list[dict], str] | None:
-    """The first `n` test stays of the task's converted data in `feature_set` (default: that
-    of the task's default model in models/), with a description; None when the data is not
-    there. Whole-stay tasks get `end_hours` from the listfile."""
+def real_stays(task: str, n: int, models: Path,
+               data: Path | None = None) -> tuple[list[dict], str] | None:
+    """The first `n` test stays of the task's converted data in the feature set of the task's
+    default model in `models` (the folder the benchmark serves), with a description; None
+    when the data is not there. Whole-stay tasks get `end_hours` from the listfile."""
     import pandas as pd
 
-    root, sub = SOURCES[feature_set or default_feature_set(task)]
+    root, sub = SOURCES[default_feature_set(task, models)]
     task_dir = (data or REPO / "data") / root / sub
     if not (task_dir / "test_listfile.csv").is_file():
         return None

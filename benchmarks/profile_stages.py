@@ -80,7 +80,7 @@ def main() -> None:
     models, which = model_dir()
     m = load_model(resolve(models, read_index(models), args.task), args.task,
                    Settings(model_dir=models, device="cpu", intra_op_threads=1))
-    found = real_stays(args.task, args.stays)
+    found = real_stays(args.task, args.stays, models)
     stays, what = found if found else ([full_stay(i) for i in range(args.stays)],
                                        f"{args.stays} synthetic 48 h stays")
     bodies = [dumps(s) for s in stays]

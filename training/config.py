@@ -52,7 +52,7 @@ class TrainConfig:
     tsne: bool = True
     progress: bool = True
     #: joint | two_stage | ssl (training/regimes.py); `pretrain` holds the first stage:
-    #: {objective, epochs, lr?, and the objective's parameters}.
+    #: {objective, epochs, lr?, projection?, and the objective's parameters}.
     regime: str = "joint"
     pretrain: dict[str, Any] = field(default_factory=dict)
     #: Keep the labels of only this share of the training stays (label-scarce studies).
@@ -73,9 +73,12 @@ class TrainConfig:
             raise ValueError("train_prevalence must be in (0, 1)")
         if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
             raise ValueError("label_fraction must be in (0, 1]")
-        from training.regimes import check_regime  # torch: imported only when a config is made
+        # torch: imported only when a config is made
+        from training.regimes import PROJECTIONS, check_regime
 
         check_regime(self.regime, self.pretrain, self.lam, self.regularizers)
+        if self.regime != "joint":  # explicit, so runs made before the default differ
+            self.pretrain = {"projection": PROJECTIONS[0], **self.pretrain}
 
     @property
     def buckets(self) -> bool:

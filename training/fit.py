@@ -30,15 +30,24 @@ from training.interrupt import StopRequest, TrainingInterrupted
 from training.losses import CombinedLoss, build_loss
 from training.metrics import headline_metric, task_metrics
 from training.progress import RunLog, format_epoch
-from training.regimes import REGIME_PHASES, labelled_rows, pretrain_step
+from training.regimes import REGIME_PHASES, labelled_rows, pretrain_step, projection_head
 
 
 class AnchorModel(nn.Module):
     """Encoder Φ followed by the anchor head: (x, lengths, static) -> (z, anchor_logits)."""
 
-    def __init__(self, encoder: nn.Module, head: AnchorHead) -> None:
+    def __init__(self, encoder: nn.Module, head: AnchorHead,
+                 projection: nn.Module | None = None) -> None:
         super().__init__()
         self.encoder, self.head = encoder, head
+        #: g of contrastive pre-training (regimes.projection_head); dropped once it ends.
+        self.projection = projection
+
+    def pretrain_embedding(self, x: Tensor, lengths: Tensor,
+                           static: Tensor | None = None) -> Tensor:
+        """What the pre-training loss sees: g(Φ(x)), or Φ(x) without a projection."""
+        z = self.encoder(x, lengths, static)
+        return z if self.projection is None else self.projection(z)
 
     def forward(
         self, x: Tensor, lengths: Tensor, static: Tensor | None = None
@@ -154,7 +163,9 @@ def check_splits(raw: dict[str, SplitArrays], task: str) -> None:
 
 def build_model(cfg: TrainConfig, n_features: int, n_static: int, n_classes: int) -> AnchorModel:
     encoder = build_encoder(cfg.encoder, n_features, n_static, **cfg.encoder_hparams)
-    return AnchorModel(encoder, AnchorHead(encoder.out_dim, n_classes))
+    projection = (projection_head(cfg.pretrain, encoder.out_dim)
+                  if "pretrain" in REGIME_PHASES[cfg.regime] else None)
+    return AnchorModel(encoder, AnchorHead(encoder.out_dim, n_classes), projection)
 
 
 @torch.no_grad()
@@ -248,10 +259,13 @@ def _phase_setup(cfg: TrainConfig, phase: str, model: AnchorModel) -> torch.opti
         param.requires_grad_(not frozen)
     if phase == "pretrain":
         params = list(model.encoder.parameters())
+        if model.projection is not None:
+            params += list(model.projection.parameters())
         lr = float(cfg.pretrain.get("lr", cfg.lr))
     else:
-        if cfg.regime != "joint":  # a fresh head on the pre-trained encoder
+        if cfg.regime != "joint":  # a fresh head on the pre-trained encoder; g is discarded
             model.head = AnchorHead(model.encoder.out_dim, model.head.n_classes)
+            model.projection = None
         params = [p for p in model.parameters() if p.requires_grad]
         lr = cfg.lr
     return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
@@ -338,7 +352,8 @@ def fit(cfg: TrainConfig, data: Prepared, run_dir: Path | None = None, *,
                     idx = st.batches[st.next_batch]
                     x, lengths, static, y = split.batch(idx)
                     if pre:
-                        loss, parts = pre_step(model.encoder, x, lengths, static, y, idx)  # type: ignore[misc]
+                        loss, parts = pre_step(  # type: ignore[misc]
+                            model.pretrain_embedding, x, lengths, static, y, idx)
                     else:
                         z, logits = model(x, lengths, static)
                         z2 = None

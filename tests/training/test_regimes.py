@@ -112,3 +112,40 @@ def test_regime_errors_name_the_field() -> None:
         TrainConfig(regime="two_stage", lam=0.01, pretrain={"objective": "afcl"})
     with pytest.raises(ValueError, match="label_fraction must be in"):
         TrainConfig(label_fraction=0.0)
+    with pytest.raises(ValueError, match=r"pretrain\.projection must be one of mlp, none"):
+        TrainConfig(regime="ssl", pretrain={"objective": "ntxent_segments", "projection": "x"})
+
+
+@pytest.mark.parametrize("projection", ["mlp", "none"])
+def test_pretraining_trains_its_projection_and_the_model_drops_it(
+        projection: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contrastive loss sees g(z) (the default) or z; g is trained in pre-training only and
+    is not part of the trained model (nor of what is exported)."""
+    import copy
+
+    import training.fit as fit_module
+    from training.config import TrainConfig, load_config
+
+    assert TrainConfig(regime="two_stage", pretrain={"objective": "afcl"}).pretrain[
+        "projection"] == "mlp"  # explicit in config.json, so older runs read as different
+    made: list[tuple[torch.nn.Module, torch.nn.Module]] = []  # (g, a copy of g at the start)
+    real = fit_module.projection_head
+
+    def spy(pretrain: dict, dim: int) -> torch.nn.Module | None:
+        g = real(pretrain, dim)
+        if g is not None:
+            made.append((g, copy.deepcopy(g)))
+        return g
+
+    monkeypatch.setattr(fit_module, "projection_head", spy)
+    cfg = load_config(None, data=str(data_dir), epochs=1, batch_size=16, threads=1,
+                      progress=False, regime="two_stage",
+                      pretrain={"objective": "supcon", "epochs": 2, "projection": projection},
+                      encoder_hparams={"units": 4, "depth": 1, "bidirectional": False,
+                                       "dropout": 0.0})
+    res = fit_module.fit(cfg, fit_module.prepare(cfg), echo=False)
+    assert res.model.projection is None
+    assert not any(k.startswith("projection") for k in res.model.state_dict())
+    assert len(made) == (projection == "mlp")
+    for trained, start in made:  # g's weights moved during pre-training
+        assert not torch.equal(trained[0].weight, start[0].weight)

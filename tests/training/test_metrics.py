@@ -82,3 +82,30 @@ def test_task_metrics_dispatch():
     with pytest.raises(ValueError):
         task_metrics("los", y, y)
     assert not math.isnan(m["weighted_auroc"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rank_auroc_equals_sklearn_with_ties_and_label_encodings(seed: int) -> None:
+    """The bootstrap's fast AUROC (ranks, ties counted half) gives sklearn's value: binary with
+    {0, 1}, bool and {-1, 1} labels, micro, macro and positive-weighted multi-label."""
+    from sklearn.metrics import roc_auc_score
+
+    from training.metrics import auroc, macro_auroc, micro_auroc, weighted_auroc
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 400))
+    y = (rng.random(n) < rng.uniform(0.05, 0.6)).astype(int)
+    y[:2] = [0, 1]
+    p = np.round(rng.random(n), int(rng.integers(1, 4)))  # few decimals: many ties
+    want = roc_auc_score(y, p)
+    for labels in (y, y.astype(bool), 2 * y - 1, y.astype(float)):
+        assert auroc(labels, p) == pytest.approx(want, abs=1e-12)
+    Y = (rng.random((n, 5)) < 0.3).astype(int)
+    Y[:2] = [[0] * 5, [1] * 5]
+    P = np.round(rng.random((n, 5)), 2)
+    assert micro_auroc(Y, P) == pytest.approx(roc_auc_score(Y.ravel(), P.ravel()), abs=1e-12)
+    assert macro_auroc(Y, P) == pytest.approx(roc_auc_score(Y, P, average="macro"), abs=1e-12)
+    assert weighted_auroc(Y, P) == pytest.approx(roc_auc_score(Y, P, average="weighted"),
+                                                 abs=1e-12)
+    with pytest.raises(ValueError, match="NaN"):
+        auroc(y, np.where(np.arange(n) == 3, np.nan, p))

@@ -19,7 +19,6 @@ from scipy.stats import rankdata
 from sklearn.metrics import (
     accuracy_score,
     auc,
-    average_precision_score,
     precision_recall_curve,
     roc_curve,
 )
@@ -64,10 +63,27 @@ def auroc(y: ArrayLike, p: ArrayLike) -> float:
     return _rank_auroc(yy, pp) if _two_classes(yy) else float("nan")
 
 
+def _pr_points(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(precision, recall) at each distinct threshold, highest first: sklearn's
+    precision_recall_curve without its closing (1, 0) point, at a fraction of its cost (the
+    bootstrap calls it thousands of times). `y` holds both classes; the greater is positive."""
+    if not np.isfinite(p).all():
+        raise ValueError("predictions contain NaN or infinity")
+    order = np.argsort(-p, kind="mergesort")
+    ranked = p[order]
+    last = np.r_[np.flatnonzero(ranked[1:] != ranked[:-1]), ranked.size - 1]  # each tie group
+    tps = np.cumsum(y[order] == y.max())[last]
+    return tps / (last + 1), tps / tps[-1]
+
+
 def auprc(y: ArrayLike, p: ArrayLike) -> float:
-    """Average precision (step-wise AUPRC); NaN when only one class is present."""
+    """Average precision Σ (R_k − R_{k−1}) P_k (step-wise AUPRC, sklearn's
+    average_precision_score); NaN when only one class is present."""
     yy, pp = _binary(y, p)
-    return float(average_precision_score(yy, pp)) if _two_classes(yy) else float("nan")
+    if not _two_classes(yy):
+        return float("nan")
+    precision, recall = _pr_points(yy, pp)
+    return float(np.sum(np.diff(recall, prepend=0.0) * precision))
 
 
 def auprc_trapezoid(y: ArrayLike, p: ArrayLike) -> float:
@@ -84,7 +100,7 @@ def min_se_ppv(y: ArrayLike, p: ArrayLike) -> float:
     yy, pp = _binary(y, p)
     if not _two_classes(yy):
         return float("nan")
-    precision, recall, _ = precision_recall_curve(yy, pp)
+    precision, recall = _pr_points(yy, pp)
     return float(np.max(np.minimum(precision, recall)))
 
 

@@ -85,12 +85,13 @@ def test_task_metrics_dispatch():
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_rank_auroc_equals_sklearn_with_ties_and_label_encodings(seed: int) -> None:
-    """The bootstrap's fast AUROC (ranks, ties counted half) gives sklearn's value: binary with
-    {0, 1}, bool and {-1, 1} labels, micro, macro and positive-weighted multi-label."""
-    from sklearn.metrics import roc_auc_score
+def test_fast_ranking_metrics_equal_sklearn_with_ties_and_label_encodings(seed: int) -> None:
+    """The bootstrap's fast AUROC (ranks, ties counted half), AUPRC and min(Se, P+) give
+    sklearn's values: binary with {0, 1}, bool and {-1, 1} labels, micro, macro and
+    positive-weighted multi-label AUROC."""
+    from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
-    from training.metrics import auroc, macro_auroc, micro_auroc, weighted_auroc
+    from training.metrics import auprc, auroc, macro_auroc, micro_auroc, min_se_ppv, weighted_auroc
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(5, 400))
@@ -98,8 +99,12 @@ def test_rank_auroc_equals_sklearn_with_ties_and_label_encodings(seed: int) -> N
     y[:2] = [0, 1]
     p = np.round(rng.random(n), int(rng.integers(1, 4)))  # few decimals: many ties
     want = roc_auc_score(y, p)
+    precision, recall, _ = precision_recall_curve(y, p)
     for labels in (y, y.astype(bool), 2 * y - 1, y.astype(float)):
         assert auroc(labels, p) == pytest.approx(want, abs=1e-12)
+        assert auprc(labels, p) == pytest.approx(average_precision_score(y, p), abs=1e-12)
+        assert min_se_ppv(labels, p) == pytest.approx(np.max(np.minimum(precision, recall)),
+                                                      abs=1e-12)
     Y = (rng.random((n, 5)) < 0.3).astype(int)
     Y[:2] = [[0] * 5, [1] * 5]
     P = np.round(rng.random((n, 5)), 2)

@@ -45,12 +45,17 @@ def _none_if_nan(x: float) -> float | None:
 
 
 # ---------------------------------------------------------------- scalar metrics
+def _check_finite(p: np.ndarray) -> None:
+    """The ranking metrics' one input rule (sklearn raised on NaN too; ranks would hide it)."""
+    if not np.isfinite(p).all():
+        raise ValueError("predictions contain NaN or infinity")
+
+
 def _rank_auroc(y: np.ndarray, p: np.ndarray) -> float:
     """Mann-Whitney U / (n₁·n₀), ties counted half: sklearn's roc_auc_score value at a seventh
     of its cost (its input checks dominate, and the bootstrap calls this thousands of times).
     `y` holds both classes; the greater label is the positive one, as sklearn's default."""
-    if not np.isfinite(p).all():
-        raise ValueError("predictions contain NaN or infinity")
+    _check_finite(p)
     pos = y == y.max()
     n1 = int(pos.sum())
     n0 = y.size - n1
@@ -67,8 +72,7 @@ def _pr_points(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(precision, recall) at each distinct threshold, highest first: sklearn's
     precision_recall_curve without its closing (1, 0) point, at a fraction of its cost (the
     bootstrap calls it thousands of times). `y` holds both classes; the greater is positive."""
-    if not np.isfinite(p).all():
-        raise ValueError("predictions contain NaN or infinity")
+    _check_finite(p)
     order = np.argsort(-p, kind="mergesort")
     ranked = p[order]
     last = np.r_[np.flatnonzero(ranked[1:] != ranked[:-1]), ranked.size - 1]  # each tie group

@@ -26,7 +26,6 @@ from common import (
     Conn,
     describe,
     dumps,
-    full_stay,
     loadavg,
     metric_sums,
     model_dir,
@@ -34,6 +33,7 @@ from common import (
     post,
     server,
 )
+from payloads import default_model_stays
 
 from schemas.payloads import StayPayload
 from service.batcher import ModelInputs, concat_outputs
@@ -116,7 +116,7 @@ def main() -> None:
     models, which = model_dir()
     model = load_model(resolve(models, read_index(models), args.task), args.task,
                        Settings(model_dir=models, device=args.device))
-    stays = [full_stay(i) for i in range(256)]
+    stays, _ = default_model_stays(args.task, 256, models, real=False)
     bodies = [dumps(s) for s in stays]
     path = f"/predict/{args.task}?explain=basic"  # the 1.0 default: no occlusion rows
     print(f"models: {which}; {describe(model)}; {os.cpu_count()} cores; load average before: "

@@ -22,12 +22,12 @@ import time
 
 import numpy as np
 from bench_batcher import load
-from common import describe, dumps, full_stay, loadavg, model_dir, pct, server
+from common import describe, dumps, loadavg, model_dir, pct, server
 from compare_servers import single_client
+from payloads import default_model_stays
 
 from schemas.contract import GRAPH
 from schemas.payloads import StayPayload
-from schemas.tasks import task_spec
 from service.batcher import ModelInputs
 from service.pipeline import prepare
 from service.registry import load_model, read_index, resolve
@@ -65,10 +65,7 @@ def main() -> None:
     want = CUDA if args.device == "cuda" else CPU
     if m.provider != want:
         raise SystemExit(f"asked for {want}, the session got {m.provider}")
-    stays = [full_stay(i) for i in range(max(args.batches))]
-    if task_spec(args.task).ends_at_period_length:
-        for s in stays:
-            s["end_hours"] = 48.0
+    stays, _ = default_model_stays(args.task, max(args.batches), models, real=False)
     inputs = prepare(m.spec, [StayPayload.model_validate(s) for s in stays]).inputs
     assert inputs is not None
     print(f"models: {which}; {describe(m)}; io binding: {m.io_binding} (pinned: "

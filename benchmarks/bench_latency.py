@@ -23,7 +23,6 @@ from common import (
     Conn,
     describe,
     dumps,
-    full_stay,
     loadavg,
     metric_sums,
     model_dir,
@@ -31,10 +30,9 @@ from common import (
     post,
     server,
 )
-from payloads import real_stays
+from payloads import default_model_stays, real_stays
 
 from schemas.payloads import StayPayload
-from schemas.tasks import task_spec
 from service.pipeline import predictions, prepare
 from service.registry import load_model, read_index, resolve
 from service.settings import Settings
@@ -87,11 +85,7 @@ def main() -> None:
     if found is not None:
         stays, what = found
     else:
-        stays = [full_stay(i, args.hours) for i in range(50)]
-        what = f"full {args.hours} h synthetic stays"
-        if task_spec(args.task).ends_at_period_length:  # whole-stay tasks read to end_hours
-            for s in stays:
-                s["end_hours"] = float(args.hours)
+        stays, what = default_model_stays(args.task, 50, models, args.hours, real=False)
     bodies = [dumps(s) for s in stays]
     del stays  # as in bench_parity.py: keep this process's heap small for the in-process profile
     path = f"/predict/{args.task}?explain=basic"  # the 1.0 default: no occlusion rows

@@ -17,7 +17,8 @@ import asyncio
 import time
 from collections import Counter
 
-from common import Conn, dumps, full_stay, loadavg, model_dir, pct, post, server
+from common import Conn, dumps, loadavg, model_dir, pct, post, server
+from payloads import default_model_stays
 
 LIVEZ = b"GET /livez HTTP/1.1\r\nHost: b\r\n\r\n"
 METRICS = b"GET /metrics HTTP/1.1\r\nHost: b\r\n\r\n"
@@ -68,11 +69,8 @@ def main() -> None:
     args = ap.parse_args()
     load = loadavg()
     models, which = model_dir()
-    stays = []
-    for i in range(args.stays):
-        s = full_stay(i, args.hours)
-        s["end_hours"] = float(args.hours)
-        stays.append(s)
+    stays = [dict(s, end_hours=float(args.hours)) for s in default_model_stays(
+        "phenotypes", args.stays, models, args.hours, real=False)[0]]
     body = dumps({"stays": stays})
     with server(models) as srv:
         r = asyncio.run(run(srv.port, args.seconds, body, args.senders))

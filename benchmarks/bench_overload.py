@@ -22,7 +22,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from common import Conn, dumps, full_stay, loadavg, model_dir, pct, post, server
+from common import Conn, dumps, loadavg, model_dir, pct, post, server
+from payloads import default_model_stays
 
 
 async def send(conn: Conn, raw: bytes) -> tuple[int, bytes, float]:
@@ -121,7 +122,8 @@ def main() -> None:
     raise_fd_limit(4 * args.high + 256)
     load = loadavg()
     models, which = model_dir()
-    bodies = [dumps(full_stay(i, args.hours)) for i in range(64)]
+    bodies = [dumps(s) for s in default_model_stays(args.task, 64, models, args.hours,
+                                                     real=False)[0]]
     path = f"/predict/{args.task}"
     with server(models) as srv:
         async def both() -> tuple[dict, dict]:

@@ -20,7 +20,8 @@ import os
 import sys
 import time
 
-from common import Conn, describe, dumps, full_stay, loadavg, model_dir, post, server
+from common import Conn, describe, dumps, loadavg, model_dir, post, server
+from payloads import default_model_stays
 
 from service.batcher import run_chunked
 from service.pipeline import parse_stays, predictions, prepare
@@ -38,7 +39,7 @@ def main() -> None:
     args = ap.parse_args()
     load = loadavg()
     models, which = model_dir()
-    stays = [full_stay(i) for i in range(args.stays)]
+    stays, _ = default_model_stays(args.task, args.stays, models, real=False)
     bodies = [dumps({"stays": stays[i : i + args.batch]})
               for i in range(0, len(stays), args.batch)]
     n_obs, n_stays = sum(len(s["observations"]) for s in stays) / len(stays), len(stays)

@@ -17,7 +17,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import Conn, dumps, full_stay, loadavg, model_dir, post, server
+from common import Conn, dumps, loadavg, model_dir, post, server
+from payloads import default_model_stays
 
 
 def rss_mib(pid: int) -> float:
@@ -27,10 +28,10 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def mix() -> list[tuple[bytes, int]]:
+def mix(models: Path) -> list[tuple[bytes, int]]:
     """(raw request, expected status) cycled by the clients."""
-    s = [full_stay(i, 24) for i in range(8)]
-    p = dict(s[1], end_hours=24.0)
+    s = default_model_stays("mortality", 8, models, 24, real=False)[0]
+    p = dict(default_model_stays("phenotypes", 2, models, 24, real=False)[0][1], end_hours=24.0)
     return [
         (post("/predict/mortality", dumps(s[0])), 200),
         (post("/predict/phenotypes", dumps(p)), 200),
@@ -70,7 +71,7 @@ def main() -> None:
     args = ap.parse_args()
     load = loadavg()
     models, which = model_dir()
-    requests = mix()
+    requests = mix(models)
     with server(models) as srv:
         asyncio.run(soak(srv.port, 2000, args.clients, requests))
         before = rss_mib(srv.pid)

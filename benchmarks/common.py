@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from schemas.featureset import FeatureSet
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -51,9 +53,16 @@ def model_dir() -> tuple[Path, str]:
                                                  ", ONNX LSTM 16 units; no real models yet)")
 
 
-def full_stay(seed: int, hours: int = 48) -> dict[str, Any]:
-    """A complete stay of `hours` hours (default 48): hourly vitals, 4-hourly GCS/FiO2/
-    temperature, labs (386 observations, 24 kB of JSON for 48 h; ~8 per hour)."""
+def full_stay(seed: int, hours: int = 48, fs: FeatureSet | None = None) -> dict[str, Any]:
+    """A complete synthetic stay of `hours` hours (default 48) in the variables of `fs`.
+
+    For the benchmark's 17 variables (the default, and the feature set of the 1.0/1.1
+    models): hourly vitals, 4-hourly GCS/FiO2/temperature, labs (386 observations, 24 kB of
+    JSON for 48 h; ~8 per hour), as every earlier benchmark figure used. Any other feature set
+    (e.g. the full PhysioNet set of mortality 1.2.0, which rejects `systolic_bp`) gets
+    `feature_set_stay`: a stay it accepts, not a 422 the benchmark would time instead."""
+    if fs is not None and not set(_BENCHMARK17) <= set(fs.variable_ids):
+        return feature_set_stay(fs, seed, hours)
     rng = np.random.default_rng(seed)
     obs: list[dict[str, Any]] = []
 
@@ -87,6 +96,43 @@ def full_stay(seed: int, hours: int = 48) -> dict[str, Any]:
             add("ph", t, round(float(rng.normal(7.38, 0.05)), 3))
     add("weight", 1.0, round(float(rng.normal(80, 15)), 1), "kg")
     add("height", 1.0, round(float(rng.normal(170, 10)), 1), "cm")
+    return {"id": f"bench-{seed}", "observations": obs,
+            "demographics": {"age": int(rng.integers(20, 90)),
+                             "sex": "male" if seed % 2 else "female"}}
+
+
+_BENCHMARK17 = ("heart_rate", "systolic_bp", "diastolic_bp", "mean_bp", "respiratory_rate",
+                "o2_saturation", "temperature", "gcs_eye", "gcs_motor", "gcs_verbal",
+                "gcs_total", "fio2", "capillary_refill_rate", "glucose", "ph", "weight",
+                "height")
+#: Hours between observations by position in the feature set, about full_stay's density.
+_EVERY = (1,) * 6 + (4,) * 6
+
+
+def feature_set_stay(fs: FeatureSet, seed: int, hours: int = 48) -> dict[str, Any]:
+    """A synthetic stay any model of `fs` accepts: every variable in its canonical unit, near
+    its normal value (log-normal, 3 % spread) inside its valid and plausible ranges, or a
+    random category; the first six variables hourly, the next six every 4 h, the rest every
+    12 h."""
+    rng = np.random.default_rng(seed)
+    obs: list[dict[str, Any]] = []
+    for k, var in enumerate(fs.variables):
+        every = _EVERY[k] if k < len(_EVERY) else 12
+        for h in range(0, hours, every):
+            o: dict[str, Any] = {"variable": var.id, "time": h + 0.5}
+            if var.is_categorical:
+                o["value"] = str(var.categories[int(rng.integers(len(var.categories)))])
+            else:
+                lo, hi = ((var.ranges.valid_low, var.ranges.valid_high) if var.ranges
+                          else (-np.inf, np.inf))
+                if var.plausible is not None and var.plausible.high is not None:
+                    hi = min(hi, var.plausible.high)
+                # log-normal around the normal value: never crosses 0 (open plausible bounds)
+                value = np.clip(var.normal_float * np.exp(rng.normal(0.0, 0.03)), lo, hi)
+                o["value"] = round(float(value), 4)
+                if var.unit:
+                    o["unit"] = var.unit
+            obs.append(o)
     return {"id": f"bench-{seed}", "observations": obs,
             "demographics": {"age": int(rng.integers(20, 90)),
                              "sex": "male" if seed % 2 else "female"}}

@@ -84,3 +84,24 @@ def real_stays(task: str, n: int, models: Path,
                           float(table["period_length"].iloc[i]) if whole else None)
              for i, s in enumerate(table["stay"])]
     return stays, f"{len(stays)} real test stays of {root}/{sub}"
+
+
+def default_model_stays(task: str, n: int, models: Path, hours: int = 48,
+                        real: bool = True) -> tuple[list[dict[str, Any]], str]:
+    """Stays the task's default model in `models` accepts, with a description: the real test
+    stays when the converted data is there (and `real`), else synthetic `hours`-hour stays in
+    that model's feature set (`common.full_stay`), with `end_hours` for whole-stay tasks."""
+    from common import full_stay
+
+    from schemas.featureset import FEATURE_SETS
+
+    found = real_stays(task, n, models) if real else None
+    if found is not None:
+        return found
+    fs = FEATURE_SETS[default_feature_set(task, models)]
+    stays = [full_stay(i, hours, fs) for i in range(n)]
+    if task_spec(task).ends_at_period_length:
+        for s in stays:
+            s["end_hours"] = float(hours)
+    why = " (no converted data under data/)" if real else ""
+    return stays, f"{n} synthetic {hours} h stays in {fs.name}{why}"

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 from bench_batcher import load, scrape
-from common import dumps, full_stay, loadavg, metric_sums, model_dir, server
+from common import dumps, loadavg, metric_sums, model_dir, server
+from payloads import default_model_stays
 
 # Which part of the stack a function belongs to: the first group with a piece of its file path
 # (for C built-ins, of its name) wins.
@@ -58,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"load average before: {loadavg()}")
     models, which = model_dir()
-    bodies = [dumps(full_stay(i)) for i in range(256)]
+    bodies = [dumps(s) for s in default_model_stays(args.task, 256, models, real=False)[0]]
     path = f"/predict/{args.task}?explain=basic"  # the 1.0 default: no occlusion rows
     tmp = Path(tempfile.mkdtemp(prefix="scehr-profile-"))
     out, idle = tmp / "server.prof", tmp / "idle.prof"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from schemas.contract import CONTRACT_VERSION, RISK_EPS
 from schemas.tasks import TASK_NAMES
@@ -85,9 +85,12 @@ class Calibration(_M):
     ece_before: float | None = None
     ece_after: float | None = None
 
+    _knots: tuple[Any, Any, np.ndarray, np.ndarray] | None = PrivateAttr(None)
+
     def apply(self, p: np.ndarray, margin: np.ndarray) -> np.ndarray:
         """The risk from the model's probability `p` and margin uᵀz − vᵀz, strictly in (0, 1)."""
-        return np.clip(self._map(p, margin), RISK_EPS, 1.0 - RISK_EPS)
+        # the ufuncs np.clip calls, without its Python wrapper: this runs per class and request
+        return np.minimum(np.maximum(self._map(p, margin), RISK_EPS), 1.0 - RISK_EPS)
 
     def _map(self, p: np.ndarray, margin: np.ndarray) -> np.ndarray:
         if self.method == "none":
@@ -98,8 +101,11 @@ class Calibration(_M):
             if self.method == "platt":
                 return sigmoid(float(self.slope or 0.0) * m + float(self.intercept or 0.0))
             return sigmoid(m / float(self.temperature or 1.0))
-        return np.interp(x, np.asarray(self.x, dtype=np.float64),
-                         np.asarray(self.y, dtype=np.float64))
+        k = self._knots  # the knots as arrays once, not per request (again if x or y is new)
+        if k is None or k[0] is not self.x or k[1] is not self.y:
+            k = self._knots = (self.x, self.y, np.asarray(self.x, dtype=np.float64),
+                               np.asarray(self.y, dtype=np.float64))
+        return np.interp(x, k[2], k[3])
 
     @property
     def monotone_in_probability(self) -> bool:

@@ -114,6 +114,11 @@ class Admission:
         self._retry[task] = advice
         return advice
 
+    def alone(self, task: str) -> bool:
+        """Whether one request at most of `task` is admitted in this worker: nothing would
+        share its ONNX run (the batcher may run it at once, on the calling thread)."""
+        return self.admitted.get(task, 0) <= 1
+
     def release(self, task: str, completed: bool) -> None:
         """`completed`: answered within its deadline (not a 5xx), which counts in the rate."""
         self.admitted[task] = max(0, self.admitted.get(task, 0) - 1)

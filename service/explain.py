@@ -133,25 +133,27 @@ class ExplainAssets:
     def nearest_prototypes(self, z: np.ndarray, k: int = 1
                            ) -> list[tuple[np.ndarray, np.ndarray] | None]:
         """Per class: (indices of the k nearest prototypes by cosine [n, k], cosines [n, k])."""
-        out: list[tuple[np.ndarray, np.ndarray] | None] = []
         if self._proto_unit is None:  # no class has prototypes
             return [None] * len(self.prototypes)
-        # One product against every class's prototypes at once (stacked at load), then each
-        # class's slice: the same per-element dot products as class by class, computed once.
+        # One product against every class's prototypes at once (stacked at load), laid out
+        # [n, C, most prototypes] with -inf after a class's own, then one stable argsort for
+        # all classes: the same order per class as sorting each class's slice on its own.
         cos_all = _row_dot(_unit_rows(z), self._proto_unit)  # [n, all prototypes]
-        rows = np.arange(len(z))[:, None]
-        for p, (a, b) in zip(self.prototypes, self._proto_bounds, strict=True):
-            if p is None:
-                out.append(None)
-                continue
-            cos = cos_all[:, a:b]  # [n, P]
-            idx = np.argsort(-cos, axis=1, kind="stable")[:, :k]
-            out.append((idx, cos[rows, idx]))
-        return out
+        grid = np.full((len(z), *self._proto_slots.shape), -np.inf)
+        rows, slots = self._proto_filled
+        grid[:, rows, slots] = cos_all
+        idx = np.argsort(-grid, axis=2, kind="stable")[:, :, :k]  # [n, C, k]
+        near = np.take_along_axis(grid, idx, axis=2)
+        return [None if p is None else (idx[:, c, : min(k, len(p.unit))],
+                                        near[:, c, : min(k, len(p.unit))])
+                for c, p in enumerate(self.prototypes)]
 
     def __post_init__(self) -> None:
         units = [p.unit for p in self.prototypes if p is not None]
         self._proto_unit = np.ascontiguousarray(np.concatenate(units)) if units else None
         sizes = [0 if p is None else len(p.unit) for p in self.prototypes]
-        ends = np.cumsum(sizes).tolist()
-        self._proto_bounds = [(e - n, e) for e, n in zip(ends, sizes, strict=True)]
+        # slot (class, j) of the grid holds class c's j-th prototype where j < its count
+        self._proto_slots = np.zeros((len(sizes), max(sizes, default=0)), dtype=bool)
+        for c, n in enumerate(sizes):
+            self._proto_slots[c, :n] = True
+        self._proto_filled = self._proto_slots.nonzero()

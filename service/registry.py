@@ -33,7 +33,7 @@ from service.load_errors import DeviceError, ModelLoadError
 from service.metrics import Metrics
 from service.model_store import read_index, resolve
 from service.pipeline import ModelSpec
-from service.runtime import CUDA, OrtRuntime, probe_device
+from service.runtime import CPU, CUDA, OrtRuntime, probe_device
 from service.settings import Settings
 from service.validation import check_graph, inspect, preflight, warm_up
 
@@ -261,7 +261,9 @@ class Registry:
         batcher = MicroBatcher(model.run, max_batch_size=model.max_batch_size,
                                max_queue_delay=s.max_queue_delay, max_queue_size=s.max_queue_size,
                                executor=self.executor, observe=self._observe_queue(task),
-                               name=task)
+                               name=task,
+                               # a lone row runs at once on the CPU, unless told to wait
+                               inline_when_idle=model.provider == CPU and s.max_queue_delay == 0)
         batcher.start()
         old = self.handles.get(task)
         self.handles[task] = ModelHandle(model, batcher)  # the atomic swap

@@ -85,7 +85,8 @@ class Settings(BaseSettings):
     max_queue_delay_ms: float = Field(
         0.0, ge=0, description="How long the batcher waits for more requests once one is "
         "queued. 0: run what is queued at once; under load batches still form while the "
-        "previous one computes, and a lone request pays no wait")
+        "previous one computes, and a lone request pays no wait (on the CPU it runs at once "
+        "on the event loop's thread, without the hand-off to the ORT thread)")
     max_queue_size: int = Field(
         256, ge=1, description="Requests admitted per model (being parsed, queued or computed) "
         "before new ones are refused with 503 + Retry-After, before their body is read")

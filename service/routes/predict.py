@@ -5,6 +5,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -140,8 +141,9 @@ def _count(metrics: Metrics, task: str, prep: Prepared,
 
 
 async def _infer(handle: ModelHandle, prep: Prepared, settings: Settings, metrics: Metrics,
-                 task: str) -> Any:
-    """The model's outputs for the prepared rows (None when no stay passed)."""
+                 task: str, alone: Callable[[], bool] | None = None) -> Any:
+    """The model's outputs for the prepared rows (None when no stay passed); `alone` as in
+    `MicroBatcher.submit`."""
     if prep.inputs is None:
         return None
     retry = {"Retry-After": str(settings.retry_after_s)}
@@ -150,7 +152,7 @@ async def _infer(handle: ModelHandle, prep: Prepared, settings: Settings, metric
     runs = -(-prep.inputs.rows // handle.model.max_batch_size)
     try:
         return await handle.batcher.submit(
-            prep.inputs, time.perf_counter() + settings.request_timeout_s * runs)
+            prep.inputs, time.perf_counter() + settings.request_timeout_s * runs, alone)
     except Overloaded:
         metrics.overload.labels(task).inc()
         raise ApiError(503, "overloaded", headers=retry,
@@ -199,12 +201,13 @@ async def score_one(handle: ModelHandle, stay: StayPayload, settings: Settings,
                     strict: bool = False, heavy: bool = True,
                     locate: Callable[[list[str | int]], list[str | int]] = _body_loc,
                     choice: Choice | None = None, monitoring: Monitoring | None = None,
-                    ) -> Prediction:
+                    alone: Callable[[], bool] | None = None) -> Prediction:
     """The one-stay path every interface runs (JSON, FHIR, CDS Hooks, Open Inference).
 
     `locate` maps a payload field path to the caller's (e.g. a FHIR path) in 422 problems;
     `heavy` runs the CPU work in a worker thread, off the event loop; `choice` is the
-    operating point (default: the model's), `monitoring` observes the scored stay.
+    operating point (default: the model's), `monitoring` observes the scored stay, `alone`
+    says when no other request would share its ONNX run (`MicroBatcher.submit`).
     """
     t0 = time.perf_counter()
     prep = await _work(heavy, prepare, handle.model.spec, [stay], strict=strict,
@@ -215,7 +218,7 @@ async def score_one(handle: ModelHandle, stay: StayPayload, settings: Settings,
     if prep.problems:
         raise ApiError(422, "invalid_stay", [p.model_copy(update={"loc": locate(p.loc)})
                                              for p in prep.problems[0]])
-    out = await _infer(handle, prep, settings, metrics, task)
+    out = await _infer(handle, prep, settings, metrics, task, alone)
     return (await _work(heavy, _finish, handle.model.spec, prep, out, choice, explain,
                         monitoring))[0]
 
@@ -273,7 +276,8 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
         choice = choose_point(handle.model.spec, operating_point, threshold)
         return _json(await score_one(handle, stay, settings, metrics, task, explain=explain,
                                      strict=strict, heavy=heavy, choice=choice,
-                                     monitoring=monitoring))
+                                     monitoring=monitoring,
+                                     alone=partial(request.app.state.admission.alone, task)))
 
     predict.__doc__ = f"Score one ICU stay with the {task} model."
     return predict

@@ -173,3 +173,54 @@ async def test_model_error_reaches_every_caller() -> None:
                                    return_exceptions=True)
         await b.close()
     assert all(isinstance(r, RuntimeError) for r in res)
+
+
+def threaded_model(threads: list[int]):
+    """fake_model that records the thread of every run."""
+    inner = fake_model([])
+
+    def run(inp: ModelInputs) -> ModelOutputs:
+        threads.append(threading.get_ident())
+        return inner(inp)
+    return run
+
+
+@pytest.mark.parametrize(("inline", "alone", "on_caller"), [
+    (True, True, True), (True, False, False), (False, True, False)])
+async def test_a_lone_row_runs_on_the_caller_only_when_allowed_and_alone(
+        inline: bool, alone: bool, on_caller: bool) -> None:
+    threads: list[int] = []
+    with ThreadPoolExecutor(1) as ex:
+        b = MicroBatcher(threaded_model(threads), max_batch_size=8, max_queue_delay=0,
+                         max_queue_size=8, executor=ex, inline_when_idle=inline)
+        b.start()
+        out = await b.submit(item(3, 0), alone=lambda: alone)
+        await b.close()
+    np.testing.assert_array_equal(out.z, fake_model([])(item(3, 0)).z)
+    assert (threads == [threading.get_ident()]) is on_caller, threads
+
+
+async def test_a_busy_batcher_queues_even_a_lone_row() -> None:
+    """While a batch computes, a row that says it is alone still waits for the model's
+    worker thread: it never runs beside the batch on the event loop's thread."""
+    gate = threading.Event()
+    threads: list[int] = []
+    inner = threaded_model(threads)
+
+    def slow(inp: ModelInputs) -> ModelOutputs:
+        gate.wait(5)
+        return inner(inp)
+
+    with ThreadPoolExecutor(1) as ex:
+        b = MicroBatcher(slow, max_batch_size=8, max_queue_delay=0, max_queue_size=8,
+                         executor=ex, inline_when_idle=True)
+        b.start()
+        first = asyncio.ensure_future(b.submit(item(2, 0)))  # no `alone`: queued
+        await asyncio.sleep(0.05)  # the first is computing
+        second = asyncio.ensure_future(b.submit(item(2, 1), alone=lambda: True))
+        await asyncio.sleep(0.05)
+        assert not second.done()
+        gate.set()
+        await asyncio.gather(first, second)
+        await b.close()
+    assert threading.get_ident() not in threads and len(threads) == 2

@@ -144,6 +144,28 @@ async def test_full_model_is_refused_before_the_body_is_read(
         assert 'scehr_overload_rejections_total{model="mortality"} 2.0' in metrics
 
 
+async def test_a_lone_request_runs_the_model_on_the_event_loop_only_when_alone(
+        make_settings: Callable[..., Settings]) -> None:
+    """With nothing else admitted for the model, its one row skips the hand-off to the ORT
+    thread; with another request admitted (it could share the run), it is batched."""
+    async with serve(make_settings()) as c:
+        batcher = c.app.state.registry.handles["mortality"].batcher  # type: ignore[attr-defined]
+        run, threads = batcher._run, []
+
+        def recording(inputs):  # type: ignore[no-untyped-def]
+            threads.append(threading.get_ident())
+            return run(inputs)
+
+        batcher._run = recording
+        alone = await c.post("/predict/mortality", json=stay(), params={"explain": "basic"})
+        c.app.state.admission.admitted["mortality"] = 1  # type: ignore[attr-defined]
+        shared = await c.post("/predict/mortality", json=stay(), params={"explain": "basic"})
+        c.app.state.admission.admitted["mortality"] = 0  # type: ignore[attr-defined]
+    assert alone.status_code == shared.status_code == 200
+    assert alone.json()["results"] == shared.json()["results"]
+    assert threads[0] == threading.get_ident() != threads[1], threads
+
+
 async def test_deadline_answers_instead_of_waiting(
         make_settings: Callable[..., Settings]) -> None:
     async with serve(make_settings(request_timeout_s=0.3, max_queue_size=64)) as c:

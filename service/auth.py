@@ -35,3 +35,6 @@ async def require_api_key(request: Request,
 
 
 ApiKey = Annotated[None, Depends(require_api_key)]
+#: `openapi_extra` of a route that checks no key itself (the admission middleware does, for
+#: every path `service.admission.needs_key` names): the same security entry `ApiKey` gives.
+KEYED = {"security": [{_header.scheme_name: []}]}

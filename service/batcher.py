@@ -189,13 +189,16 @@ class MicroBatcher:
             # this (old) session directly so it still finishes on the model it started with.
             return await loop.run_in_executor(self._executor, run_chunked, self._run, inputs,
                                               self.max_batch_size)
-        if (self.inline_when_idle and inputs.rows == 1 and alone is not None and alone()
-                and self._idle()):
-            # Nothing to batch with: run here, without the hand-off to a worker thread and
-            # back, which costs about as much as a small graph on a CPU. Under load other
-            # requests are admitted and every request queues as before.
-            self._notify([0.0])
-            return self._run(inputs)
+        if self.inline_when_idle and inputs.rows == 1 and alone is not None:
+            # One turn of the loop first: requests whose bytes have arrived get to be admitted
+            # (a request is handled without a pause up to here, so none would be yet).
+            await asyncio.sleep(0)
+            if alone() and self._idle():
+                # Nothing to batch with: run here, without the hand-off to a worker thread and
+                # back, which costs about as much as a small graph on a CPU. Under load other
+                # requests are admitted and every request queues as before.
+                self._notify([0.0])
+                return self._run(inputs)
         fut: asyncio.Future[ModelOutputs] = loop.create_future()
         pending = _Pending(inputs, fut, time.perf_counter(), deadline)
         try:

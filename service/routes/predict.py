@@ -4,6 +4,7 @@ import json
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Annotated, Any, Literal, TypeVar
@@ -132,12 +133,13 @@ def _audit(spec: ModelSpec, preds: dict[int, Prediction]) -> None:
 
 def _count(metrics: Metrics, task: str, prep: Prepared,
            extra: list[list[Problem]] | None = None) -> None:
-    for problems in [*prep.problems.values(), *(extra or [])]:
-        for p in problems:
-            metrics.validation_errors.labels(task, p.rule).inc()
-    for notes in prep.notices:
-        for n in notes:
-            metrics.warnings.labels(task, n.code).inc()
+    """Problems by rule and notices by code: one increment per label set (a stay typically
+    has several `channel_not_observed` notices; each `labels()` call takes a lock)."""
+    rules = Counter(p.rule for ps in [*prep.problems.values(), *(extra or [])] for p in ps)
+    for rule, k in rules.items():
+        metrics.validation_errors.labels(task, rule).inc(k)
+    for code, k in Counter(n.code for notes in prep.notices for n in notes).items():
+        metrics.warnings.labels(task, code).inc(k)
 
 
 async def _infer(handle: ModelHandle, prep: Prepared, settings: Settings, metrics: Metrics,

@@ -91,7 +91,9 @@ def test_json_formatter_one_object_per_line() -> None:
 
 
 async def test_metric_names_and_labels(client) -> None:
-    await client.post("/predict/mortality", json=secret_stay())
+    scored = (await client.post("/predict/mortality", json=secret_stay())).json()
+    unobserved = sum(w["code"] == "channel_not_observed" for w in scored["warnings"])
+    assert unobserved > 1  # several notices of one code: each one counted
     await client.post("/predict/mortality", json={"observations": [
         {"variable": "pulse", "time": 1, "value": 1}]})
     await client.post("/predict/mortality", json={"observations": "x"})
@@ -102,6 +104,7 @@ async def test_metric_names_and_labels(client) -> None:
         'scehr_validation_errors_total{model="mortality",rule="unknown_variable"} 1.0',
         'scehr_validation_errors_total{model="mortality",rule="list_type"} 1.0',
         'scehr_warnings_total{code="value_dropped",model="mortality"} 1.0',
+        f'scehr_warnings_total{{code="channel_not_observed",model="mortality"}} {unobserved}.0',
         'scehr_model_info{name="fixture-mortality-cbce",provider="CPUExecutionProvider",'
         'task="mortality",version="v1"} 1.0',
         "scehr_in_flight_requests 1.0",  # the /metrics request itself

@@ -116,13 +116,12 @@ def main() -> None:
     models, which = model_dir()
     model = load_model(resolve(models, read_index(models), args.task), args.task,
                        Settings(model_dir=models, device=args.device))
-    stays, _ = default_model_stays(args.task, 256, models, real=False)
+    stays, what = default_model_stays(args.task, 256, models)
     bodies = [dumps(s) for s in stays]
     path = f"/predict/{args.task}?explain=basic"  # the 1.0 default: no occlusion rows
-    print(f"models: {which}; {describe(model)}; {os.cpu_count()} cores; load average before: "
-          f"{load_before}")
-    print(f"{args.clients} clients x {args.seconds:g} s; one full 48 h stay per request "
-          f"(~{np.mean([len(s['observations']) for s in stays]):.0f} observations)")
+    print(f"models: {which}; {describe(model)}; {what}; {os.cpu_count()} cores; "
+          f"load average before: {load_before}")
+    print(f"{args.clients} clients x {args.seconds:g} s; one stay per request")
     results, replies = {}, {}
     for label, size in (("batcher on (max 32)", 32), ("batcher off (max 1)", 1)):
         with server(models, device=args.device, max_batch_size=size, max_queue_size=1024) as srv:

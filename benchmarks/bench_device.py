@@ -65,10 +65,10 @@ def main() -> None:
     want = CUDA if args.device == "cuda" else CPU
     if m.provider != want:
         raise SystemExit(f"asked for {want}, the session got {m.provider}")
-    stays, _ = default_model_stays(args.task, max(args.batches), models, real=False)
+    stays, what = default_model_stays(args.task, max(args.batches), models)
     inputs = prepare(m.spec, [StayPayload.model_validate(s) for s in stays]).inputs
     assert inputs is not None
-    print(f"models: {which}; {describe(m)}; io binding: {m.io_binding} (pinned: "
+    print(f"models: {which}; {describe(m)}; {what}; io binding: {m.io_binding} (pinned: "
           f"{m.bound.pinned if m.bound else False}); max rows per run {m.max_batch_size}; "
           f"{os.cpu_count()} cores; load average before: {load_before}")
     print(f"{'rows':>5} {'raw run ms':>11} {'served run ms':>14} {'raw rows/s':>11} "

@@ -59,7 +59,8 @@ def main() -> None:
     args = ap.parse_args()
     print(f"load average before: {loadavg()}")
     models, which = model_dir()
-    bodies = [dumps(s) for s in default_model_stays(args.task, 256, models, real=False)[0]]
+    stays, what = default_model_stays(args.task, 256, models)
+    bodies = [dumps(s) for s in stays]
     path = f"/predict/{args.task}?explain=basic"  # the 1.0 default: no occlusion rows
     tmp = Path(tempfile.mkdtemp(prefix="scehr-profile-"))
     out, idle = tmp / "server.prof", tmp / "idle.prof"
@@ -78,7 +79,7 @@ def main() -> None:
     n = len(lat)
     ort = (metric_sums(after, "scehr_compute_seconds", args.task)[0]
            - metric_sums(before, "scehr_compute_seconds", args.task)[0])
-    print(f"models: {which}; task {args.task}; max batch {args.batch_size}; {args.clients} "
+    print(f"models: {which}; task {args.task}; {what}; max batch {args.batch_size}; {args.clients} "
           f"clients x {args.seconds:g} s under cProfile: {n / wall:.0f} req/s")
     stats = pstats.Stats(str(out)).stats  # type: ignore[attr-defined]
     base = pstats.Stats(str(idle)).stats  # type: ignore[attr-defined]

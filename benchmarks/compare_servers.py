@@ -96,14 +96,16 @@ def process_server(cmd: list[str], health: str, env: dict[str, str] | None = Non
         log.close()
 
 
-async def single_client(port: int, bodies: list[bytes], path: str, n: int) -> list[float]:
+async def sequential(port: int, raws: list[bytes], n: int) -> list[float]:
+    """Latency of `n` requests sent one after another on one keep-alive connection (cycling
+    through `raws`, after 20 of them as warm-up); raises on any answer but 200."""
     conn = await Conn.open(port)
-    for b in bodies[:20]:  # warm-up
-        await conn.send(post(path, b))
+    for r in raws[:20]:
+        await conn.send(r)
     lat = []
     for i in range(n):
         t0 = time.perf_counter()
-        status, reply = await conn.send(post(path, bodies[i % len(bodies)]))
+        status, reply = await conn.send(raws[i % len(raws)])
         lat.append(time.perf_counter() - t0)
         if status != 200:
             raise RuntimeError(f"status {status}: {reply[:300]!r}")
@@ -111,21 +113,13 @@ async def single_client(port: int, bodies: list[bytes], path: str, n: int) -> li
     return lat
 
 
-async def single_get(port: int, path: str, n: int) -> list[float]:
-    """Latency of a GET that does no model work (a health probe): the server's HTTP floor."""
-    conn = await Conn.open(port)
-    raw = f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
-    for _ in range(20):
-        await conn.send(raw)
-    lat = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        status, reply = await conn.send(raw)
-        lat.append(time.perf_counter() - t0)
-        if status != 200:
-            raise RuntimeError(f"{path}: status {status}: {reply[:300]!r}")
-    conn.close()
-    return lat
+async def single_client(port: int, bodies: list[bytes], path: str, n: int) -> list[float]:
+    return await sequential(port, [post(path, b) for b in bodies], n)
+
+
+def get(path: str) -> bytes:
+    """A GET without model work (a health probe): its latency is the server's HTTP floor."""
+    return f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
 
 
 def risks(reply: bytes) -> list[float]:
@@ -135,7 +129,7 @@ def risks(reply: bytes) -> list[float]:
 def measure(srv: Server, bodies: list[bytes], path: str, health: str,
             args: argparse.Namespace) -> dict[str, Any]:
     lat1 = asyncio.run(single_client(srv.port, bodies, path, args.single))
-    probe = asyncio.run(single_get(srv.port, health, args.single))
+    probe = asyncio.run(sequential(srv.port, [get(health)], args.single))
     asyncio.run(load(srv.port, bodies, args.clients, 1.0, path))  # warm-up under load
     cpu0 = tree_cpu_seconds(srv.pid)
     lat, errors, wall, replies = asyncio.run(load(srv.port, bodies, args.clients,

@@ -3,16 +3,16 @@
     .venv/bin/python benchmarks/profile_stages.py [--task mortality] [--stays 200] [--passes 3]
         [--source DIR]
 
-Real test stays (benchmarks/payloads.py; synthetic ones without the converted data), one at a
-time: parse + validate the bytes (json.loads + model_validate, as a FastAPI body parameter
-does, and model_validate_json, as the single-stay route does now), ingest + tensorize
-(`service.pipeline.prepare`), ORT at batch 1 (one intra-op thread, so it runs on the calling
-thread), read-outs (`predictions`), response JSON. Each stage is timed with the thread's CPU
-clock (`time.thread_time`), which a busy shared machine inflates far less than wall time,
-and with the wall clock; medians over stays, best of `--passes` passes. `--source DIR` runs
-the same stages on another checkout's code (e.g. `git archive <commit> | tar -x -C DIR`), for
-before/after figures. Then the whole app on the same bodies, in-process through ASGI (no
-sockets, no HTTP server): what the service adds around those stages (routing, middleware,
+Real test stays (benchmarks/payloads.py; without the converted data, synthetic ones in the
+model's feature set), one at a time: parse + validate the bytes (json.loads + model_validate,
+as a FastAPI body parameter does, and model_validate_json, as the single-stay route does now),
+ingest + tensorize (`service.pipeline.prepare`), ORT at batch 1 (one intra-op thread, so it
+runs on the calling thread), read-outs (`predictions`), response JSON. Each stage is timed with
+the thread's CPU clock (`time.thread_time`), which a busy shared machine inflates far less than
+wall time, and with the wall clock; medians over stays, best of `--passes` passes. `--source
+DIR` runs the same stages on another checkout's code (e.g. `git archive <commit> | tar -x -C
+DIR`), for before/after figures. Then the whole app on the same bodies, in-process through ASGI
+(no sockets, no HTTP server): what the service adds around those stages (routing, middleware,
 admission, metrics, monitoring, access and audit logs; ORT inline as for a lone request).
 Only prints.
 """
@@ -35,8 +35,8 @@ import os
 import time
 
 import numpy as np
-from common import dumps, full_stay, loadavg, model_dir
-from payloads import real_stays
+from common import dumps, loadavg, model_dir
+from payloads import default_model_stays
 
 from schemas.payloads import StayPayload
 from service.pipeline import predictions, prepare
@@ -127,9 +127,7 @@ def main() -> None:
     models, which = model_dir()
     m = load_model(resolve(models, read_index(models), args.task), args.task,
                    Settings(model_dir=models, device="cpu", intra_op_threads=1))
-    found = real_stays(args.task, args.stays, models)
-    stays, what = found if found else ([full_stay(i) for i in range(args.stays)],
-                                       f"{args.stays} synthetic 48 h stays")
+    stays, what = default_model_stays(args.task, args.stays, models)
     bodies = [dumps(s) for s in stays]
     # As the server does once its models are loaded (service/registry.py): what is alive now
     # (models, payloads, pandas) leaves the collector's reach, so that the per-request

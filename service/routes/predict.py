@@ -274,17 +274,17 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
         # dependency is solved like a route of its own (~0.05 ms a request, 7 of them were 15 %
         # of this route's CPU). The API key is checked by the admission middleware, before the
         # body is read (`KEYED`: declared in the OpenAPI document all the same).
-        app = request.app.state
-        settings: Settings = app.settings
+        app_state = request.app.state
+        settings: Settings = app_state.settings
         request.state.model = task  # its body's errors count for the model
         heavy = _heavy(request, settings, explain)
         stay = await _work(heavy, parse_stay, await request.body())
-        handle = handle_for(app.registry, settings, task)
+        handle = handle_for(app_state.registry, settings, task)
         choice = choose_point(handle.model.spec, operating_point, threshold)
-        return _json(await score_one(handle, stay, settings, app.metrics, task, explain=explain,
-                                     strict=strict, heavy=heavy, choice=choice,
-                                     monitoring=app.monitoring,
-                                     alone=partial(app.admission.alone, task)))
+        return _json(await score_one(handle, stay, settings, app_state.metrics, task,
+                                     explain=explain, strict=strict, heavy=heavy, choice=choice,
+                                     monitoring=app_state.monitoring,
+                                     alone=partial(app_state.admission.alone, task)))
 
     predict.__doc__ = f"Score one ICU stay with the {task} model."
     return predict

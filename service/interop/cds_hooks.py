@@ -191,7 +191,7 @@ def _summary(label: str, risk: float, level: Level) -> str:
     return name + tail
 
 
-def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str) -> Card:
+def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | None) -> Card:
     level = level_of(r, manifest)
     top = top_contributions(r)
     lines = [rationale(r, manifest), ""]
@@ -212,13 +212,18 @@ def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str) ->
         source=Source(label=f"scehr {pred.model.name} {pred.model.version}", url=card_url,
                       topic=None if c is None else Coding(system=c.system, code=c.code,
                                                           display=c.display)),
-        links=[Link(label="Model card", url=card_url)],
+        links=[] if card_url is None else [Link(label="Model card", url=card_url)],
         extension={EXTENSION: {"label": r.label, "risk": risk_of(r), "score": score_of(r),
                                "level": level, "model": pred.model.name,
                                "version": pred.model.version}})
 
 
-def cards(pred: Prediction, manifest: Manifest, card_url: str) -> CdsResponse:
+def model_card_url(public_base_url: str | None, task: str) -> str | None:
+    """The model card's absolute address under the configured base, or None when unset."""
+    return None if public_base_url is None else f"{public_base_url.rstrip('/')}/models/{task}/card"
+
+
+def cards(pred: Prediction, manifest: Manifest, card_url: str | None) -> CdsResponse:
     """Classes at warning or critical, highest risk first (at most MAX_CARDS); when none
     is, one info card for the highest-risk class, so the clinician sees the model ran."""
     order = sorted(pred.results, key=lambda r: -risk_of(r))

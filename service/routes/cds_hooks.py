@@ -20,6 +20,7 @@ from service.interop.cds_hooks import (
     CdsResponse,
     cards,
     discovery,
+    model_card_url,
     read_prefetch,
 )
 from service.registry import ModelNotReady, Registry
@@ -65,8 +66,7 @@ async def cds_service(service_id: str, body: CdsRequest, request: Request,
         return CdsResponse(cards=[])
     pred = await score_one(handle, stay.payload, settings, metrics, task, explain="full",
                            locate=stay.locate, monitoring=monitoring)
-    url = str(request.url_for("model_card", task=task))
-    return cards(pred, handle.model.spec.manifest, url)
+    return cards(pred, handle.model.spec.manifest, model_card_url(settings.public_base_url, task))
 
 
 @router.get("/models/{task}/card", response_class=PlainTextResponse, name="model_card",

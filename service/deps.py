@@ -11,6 +11,7 @@ from service.errors import ApiError
 from service.metrics import Metrics
 from service.monitoring import Monitoring
 from service.registry import ModelHandle, ModelNotReady, Registry
+from service.scorer import Scorer
 from service.settings import Settings
 
 
@@ -30,10 +31,15 @@ async def get_monitoring(request: Request) -> Monitoring:
     return request.app.state.monitoring
 
 
+async def get_scorer(request: Request) -> Scorer:
+    return request.app.state.scorer
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 MonitoringDep = Annotated[Monitoring, Depends(get_monitoring)]
+ScorerDep = Annotated[Scorer, Depends(get_scorer)]
 
 
 def handle_for(registry: Registry, settings: Settings, task: str) -> ModelHandle:

@@ -76,7 +76,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         floor=min(settings.max_queue_size, max(64, 2 * settings.max_batch_size)),
         base_retry_s=settings.retry_after_s)
     app.state.monitoring = monitoring = Monitoring(metrics, settings.monitor_window)
-    app.state.scorer = Scorer(settings, metrics, monitoring)
+    app.state.scorer = Scorer(settings, metrics, monitoring, served=lambda task: [
+        h.model.spec for h in app.state.registry.loaded(task)])
     errors.install(app)
     routers = [predict.router, *([models.router] if settings.open_models else []),
                health.router, *([health.metrics_router] if settings.open_metrics else []),

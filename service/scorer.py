@@ -35,6 +35,7 @@ from service.pipeline import (
     tensor_rows,
 )
 from service.settings import Settings
+from service.unread_variables import compact
 
 if TYPE_CHECKING:  # the registry imports ONNX Runtime: `scehr score` loads it when it runs
     from service.registry import LoadedModel, ModelHandle
@@ -147,10 +148,14 @@ def score_offline(model: LoadedModel, stays: list[StayPayload], *, strict: bool 
 class Scorer:
     """Scores stays on a served model: the app holds one (`app.state.scorer`)."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, monitoring: Monitoring) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics, monitoring: Monitoring,
+                 served: Callable[[str], Sequence[ModelSpec]] = lambda task: ()) -> None:
+        """`served(task)`: the task's loaded models, for the hint naming a version that reads
+        what the chosen one does not."""
         self.settings = settings
         self.metrics = metrics
         self.monitoring = monitoring
+        self.served = served
 
     async def score(self, handle: ModelHandle, stays: list[StayPayload],
                     options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
@@ -170,11 +175,13 @@ class Scorer:
                                max_observations=self.settings.max_observations,
                                explain_full=options.explain != "basic")
         self.metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
+        for i, problems in prep.problems.items():
+            prep.problems[i] = compact(spec, stays[i], problems, self.served(task))
         self._count(task, prep, refused)
         if prep.inputs is None or (options.all_or_none and prep.problems):
             return ScoredStays(_results(prep, {}))
         out = await self._run(handle, prep.inputs, alone)
-        return await in_worker(heavy, self._finish, spec, prep, out, options)
+        return await in_worker(heavy, self._finish, spec, prep, out, options, handle.default)
 
     async def score_stay(self, handle: ModelHandle, stay: StayPayload,
                          options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
@@ -198,7 +205,8 @@ class Scorer:
         spec = handle.model.spec
         prep = await in_worker(inputs.rows > 1, tensor_rows, spec, inputs)
         out = await self._run(handle, inputs, None)
-        return await in_worker(inputs.rows > 1, self._finish, spec, prep, out, options)
+        return await in_worker(inputs.rows > 1, self._finish, spec, prep, out, options,
+                               handle.default)
 
     async def _run(self, handle: ModelHandle, inputs: ModelInputs,
                    alone: Callable[[], bool] | None) -> ModelOutputs:
@@ -228,14 +236,15 @@ class Scorer:
                            "request's batch; the request id is in the server's logs") from None
 
     def _finish(self, spec: ModelSpec, prep: PreparedStays, out: ModelOutputs,
-                options: ScoreOptions) -> ScoredStays:
-        """Read-outs, then monitoring and the audit line of every scored stay."""
+                options: ScoreOptions, default: bool) -> ScoredStays:
+        """Read-outs, then monitoring and the audit line of every scored stay (`default`:
+        the task's default version, whose monitor feeds the gauges)."""
         ro = read_out(spec, out)
         preds = predictions(spec, prep, out, choice=options.choice, explain=options.explain,
                             readouts=ro)
         n = len(prep.ok)
         if prep.observed is not None:
-            self.monitoring.for_spec(spec).observe(
+            self.monitoring.for_spec(spec, gauges=default).observe(
                 prep.observed, prep.values, ro.risk[:n],
                 spec.points.alerts(ro.risk[:n], ro.probability[:n]))
         _audit(spec, [preds[i] for i in prep.ok])

@@ -98,8 +98,9 @@ class ModelMetadata(BaseModel):
     outputs: list[TensorMeta]
 
 
-def metadata(task: str, spec: ModelSpec) -> ModelMetadata:
-    """The model's tensors; -1 marks a variable dimension."""
+def metadata(task: str, spec: ModelSpec, versions: list[str] | None = None) -> ModelMetadata:
+    """The model's tensors; -1 marks a variable dimension. `versions`: every version served
+    (default: this one's)."""
     n_cls = len(spec.assets.labels)
     steps = spec.fixed_t if spec.fixed_t is not None else -1
     inputs = [TensorMeta(name=INPUT_X, datatype="FP32", shape=[-1, steps, spec.fs.n_features]),
@@ -114,7 +115,7 @@ def metadata(task: str, spec: ModelSpec) -> ModelMetadata:
                TensorMeta(name="risk", datatype="FP64", shape=[-1, n_cls]),
                TensorMeta(name="alert", datatype="BOOL", shape=[-1, n_cls]),
                TensorMeta(name="prediction", datatype="BYTES", shape=[-1])]
-    return ModelMetadata(name=task, versions=[spec.manifest.version],
+    return ModelMetadata(name=task, versions=versions or [spec.manifest.version],
                          platform="onnxruntime_onnx", inputs=inputs, outputs=outputs)
 
 

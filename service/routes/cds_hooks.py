@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from schemas.payloads import ErrorBody
 from schemas.variables import CATALOG, Variable
 from service.auth import ApiKey
-from service.deps import RegistryDep, ScorerDep, SettingsDep, handle_for
+from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
 from service.errors import ApiError
 from service.interop.cds_hooks import (
     SERVICE_PREFIX,
@@ -54,13 +54,13 @@ def _variables(registry: Registry, task: str) -> Sequence[Variable]:
                  "application/json": {"schema": {"$ref": "#/components/schemas/CdsRequest"}}}}})
 async def cds_service(service_id: str, request: Request,
                       registry: RegistryDep, settings: SettingsDep, scorer: ScorerDep,
-                      _: ApiKey) -> CdsResponse:
+                      _: ApiKey, version: VersionParam = None) -> CdsResponse:
     """Cards by operating point (info / warning / critical), with the top contributing
     variables (occlusion) and a link to the model card."""
     if not service_id.startswith(SERVICE_PREFIX):
         raise ApiError(404, "service_not_found", message=f"no CDS service {service_id!r}")
     task = service_id.removeprefix(SERVICE_PREFIX)
-    handle = handle_for(registry, settings, task)
+    handle = handle_for(registry, settings, task, version)
     request.state.model = task
     # Parsing and FHIR validation grow with the prefetch: off the event loop
     body = await run_in_threadpool(as_body_parameter, CdsRequest, await request.body())

@@ -11,7 +11,7 @@ from pydantic import RootModel
 from starlette.concurrency import run_in_threadpool
 
 from service.auth import ApiKey
-from service.deps import RegistryDep, ScorerDep, SettingsDep, handle_for
+from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
 from service.interop.fhir_in import read_bundle
 from service.interop.fhir_out import FHIR_JSON, risk_bundle, to_json
 from service.routes.predict import ERRORS, ExplainParam, Strict, as_body_parameter
@@ -52,9 +52,10 @@ async def fhir_predict(
     end_hours: Annotated[float | None, Query(
         gt=0, allow_inf_nan=False,
         description="Hours from admission to the end of the stay (whole-stay models)")] = None,
+    version: VersionParam = None,
 ) -> Response:
     """The Bundle becomes the stay `POST /predict/{task}` takes, scored by the same scorer."""
-    handle = handle_for(registry, settings, task)
+    handle = handle_for(registry, settings, task, version)
     request.state.model = task
     # Parsing, FHIR validation and building are pure Python and grow with the Bundle: off the
     # event loop, like the rest of the request's CPU work

@@ -1,7 +1,8 @@
 """Open Inference Protocol V2 routes (`/v2/...`): health, metadata, infer.
 
 Errors follow the protocol: a status code and `{"error": "<message>"}`. A model's name is
-its task (`mortality`, `phenotypes`); its one version is the served model's version.
+its task (`mortality`, `phenotypes`); its versions are those the server loads
+(SCEHR_VERSIONS), `/v2/models/{name}` being the default one.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from service.interop.oip import (
     tensor_inputs,
 )
 from service.pipeline import ModelSpec
-from service.registry import ModelHandle, ModelNotReady, Registry
+from service.registry import ModelHandle, ModelNotReady, Registry, VersionNotServed
 from service.scorer import ScoreOptions, Scorer, in_worker
 from service.settings import Settings
 
@@ -45,15 +46,14 @@ def _error(status: int, message: str) -> JSONResponse:
 
 def _handle(registry: Registry, name: str, version: str | None) -> ModelHandle:
     try:
-        h = registry.get(name)
+        return registry.get(name, version)
     except ModelNotReady as e:
         raise ApiError(503, f"model {name!r} is not ready ({e})") from None
+    except VersionNotServed as e:
+        raise ApiError(404, f"model {name!r} has no version {version!r} "
+                       f"(served: {', '.join(e.served)})") from None
     except KeyError:
         raise ApiError(404, f"unknown model {name!r}") from None
-    if version is not None and version != h.model.spec.manifest.version:
-        raise ApiError(404, f"model {name!r} has no version {version!r} "
-                       f"(served: {h.model.spec.manifest.version})")
-    return h
 
 
 #: With API keys set, `infer` answers 401 (the service's error body) without a valid key.
@@ -88,7 +88,8 @@ async def _model_metadata(name: str, registry: Registry, version: str | None) ->
         h = _handle(registry, name, version)
     except ApiError as e:
         return _error(e.status, e.error)
-    return JSONResponse(metadata(name, h.model.spec).model_dump())
+    versions = [x.model.spec.manifest.version for x in registry.loaded(name)]
+    return JSONResponse(metadata(name, h.model.spec, versions).model_dump())
 
 
 def _request(raw: bytes, header_length: str | None) -> InferRequest:

@@ -135,3 +135,18 @@ async def test_without_a_version_that_reads_them_there_is_no_hint() -> None:
         assert r.status_code == 422
         rules = {p["rule"] for p in r.json()["detail"]}
         assert rules == {"variable_not_read"}, rules
+
+
+async def test_a_reload_makes_its_version_the_default_and_drops_the_previous_one(
+        make_settings: Callable[..., Settings]) -> None:
+    key = {"X-API-Key": "k"}
+    async with serve(make_settings(versions="mortality=v1,v2", api_keys="k")) as c:
+        r = await c.post("/admin/models/mortality/reload", json={"version": "v2"}, headers=key)
+        assert r.status_code == 200 and r.json()["previous_version"] == "v1", r.text
+        r = await c.post("/predict/mortality", json=stay(), headers=key)
+        assert r.json()["model"]["version"] == "v2"
+        r = await c.post("/predict/mortality", json=stay(), headers=key, params={"version": "v1"})
+        assert r.status_code == 404 and r.json()["detail"][0]["allowed"] == "v2"
+        info = [ln for ln in (await c.get("/metrics")).text.splitlines()
+                if ln.startswith("scehr_model_info{") and 'task="mortality"' in ln]
+        assert len(info) == 1 and 'version="v2"' in info[0], info

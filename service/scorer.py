@@ -62,7 +62,9 @@ class ScoreOptions:
 @dataclass
 class StayResult:
     """One input stay's outcome: its prediction, or the problems that refused it (field paths
-    relative to the stay's payload; the adapter maps them to its own, e.g. a FHIR path)."""
+    relative to the stay's payload; the adapter maps them to its own, e.g. a FHIR path).
+    Another outcome (e.g. an abstention with its reason) belongs here, beside these two, so
+    that every adapter encodes it from one place."""
 
     index: int
     id: str | None = None
@@ -81,10 +83,6 @@ class ScoredStays:
 
     results: list[StayResult]
     outputs: ModelOutputs | None = None
-
-    def first_problems(self) -> list[Problem] | None:
-        """The problems of the first refused stay (None when every stay passed)."""
-        return next((r.problems for r in self.results if r.problems), None)
 
 
 async def in_worker(heavy: bool, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
@@ -138,6 +136,8 @@ def score_offline(model: LoadedModel, stays: list[StayPayload], *, strict: bool 
     (the output file holds each prediction's audit record)."""
     spec = model.spec
     prep = prepare(spec, stays, strict=strict, max_observations=max_observations)
+    for i, problems in prep.problems.items():
+        prep.problems[i] = compact(spec, stays[i], problems)
     preds: dict[int, Prediction] = {}
     if prep.inputs is not None:
         out = run_chunked(model.run, prep.inputs, max_rows or model.max_batch_size)
@@ -171,17 +171,26 @@ class Scorer:
         spec = handle.model.spec
         task = spec.task
         t0 = time.perf_counter()
-        prep = await in_worker(heavy, prepare, spec, stays, strict=options.strict,
-                               max_observations=self.settings.max_observations,
-                               explain_full=options.explain != "basic")
+        prep = await in_worker(heavy, self._prepare, spec, stays, options)
         self.metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
-        for i, problems in prep.problems.items():
-            prep.problems[i] = compact(spec, stays[i], problems, self.served(task))
         self._count(task, prep, refused)
         if prep.inputs is None or (options.all_or_none and prep.problems):
             return ScoredStays(_results(prep, {}))
         out = await self._run(handle, prep.inputs, alone)
         return await in_worker(heavy, self._finish, spec, prep, out, options, handle.default)
+
+    def _prepare(self, spec: ModelSpec, stays: list[StayPayload],
+                 options: ScoreOptions) -> PreparedStays:
+        """`pipeline.prepare`, then each refused stay's unread variables compacted, with the
+        served version that reads them (`service.unread_variables`)."""
+        prep = prepare(spec, stays, strict=options.strict,
+                       max_observations=self.settings.max_observations,
+                       explain_full=options.explain != "basic")
+        if prep.problems:
+            served = self.served(spec.task)
+            for i, problems in prep.problems.items():
+                prep.problems[i] = compact(spec, stays[i], problems, served)
+        return prep
 
     async def score_stay(self, handle: ModelHandle, stay: StayPayload,
                          options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,

@@ -150,3 +150,15 @@ async def test_a_reload_makes_its_version_the_default_and_drops_the_previous_one
         info = [ln for ln in (await c.get("/metrics")).text.splitlines()
                 if ln.startswith("scehr_model_info{") and 'task="mortality"' in ln]
         assert len(info) == 1 and 'version="v2"' in info[0], info
+
+
+def test_offline_scoring_compacts_the_problems_the_same_way() -> None:
+    from service.registry import load_model
+    from service.scoring import score_chunk
+
+    settings = Settings(model_dir=MODELS, device="cpu")
+    model = load_model(MODELS / "mortality" / "1.2.0", "mortality", settings)
+    [problems] = score_chunk(model, [_benchmark17_stay()], model.max_batch_size,
+                             settings.max_observations)
+    assert isinstance(problems, list) and 1 < len(problems) < 20
+    assert {p.rule for p in problems} == {"variable_not_read"}

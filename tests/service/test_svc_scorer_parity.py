@@ -178,9 +178,10 @@ async def test_every_interface_answers_503_when_its_deadline_passes_in_the_queue
     handle = app.state.registry.get(TASK)
     scorer = app.state.scorer
     batcher, run, settings = handle.batcher, handle.batcher._run, scorer.settings
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
 
     def blocked(inputs: Any) -> Any:
+        entered.set()
         gate.wait(10)
         return run(inputs)
 
@@ -190,7 +191,8 @@ async def test_every_interface_answers_503_when_its_deadline_passes_in_the_queue
     scorer.settings = settings.model_copy(update={"request_timeout_s": 0.2})
     busy = asyncio.ensure_future(batcher.submit(busy_inputs))
     try:
-        await asyncio.sleep(0.05)  # the busy run has started
+        while not entered.is_set():  # the busy run has started: nothing joins its batch
+            await asyncio.sleep(0.01)
         a = await INTERFACES[interface](server)
     finally:
         gate.set()

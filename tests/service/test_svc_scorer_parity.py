@@ -191,8 +191,11 @@ async def test_every_interface_answers_503_when_its_deadline_passes_in_the_queue
     scorer.settings = settings.model_copy(update={"request_timeout_s": 0.2})
     busy = asyncio.ensure_future(batcher.submit(busy_inputs))
     try:
-        while not entered.is_set():  # the busy run has started: nothing joins its batch
+        for _ in range(1000):  # until the busy run has started: nothing joins its batch
+            if entered.is_set():
+                break
             await asyncio.sleep(0.01)
+        assert entered.is_set()
         a = await INTERFACES[interface](server)
     finally:
         gate.set()

@@ -295,7 +295,7 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from training.experiments import run_grid
+    from training.studies.experiments import run_grid
 
     base = _config(args)
     echo_overrides(args, base)
@@ -306,7 +306,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 
 def cmd_imbalance(args: argparse.Namespace) -> int:
-    from training.experiments import run_imbalance
+    from training.studies.experiments import run_imbalance
 
     cfg = _config(args)
     echo_overrides(args, cfg)
@@ -317,7 +317,7 @@ def cmd_imbalance(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from training.experiments import run_comparison
+    from training.studies.experiments import run_comparison
 
     argv = sys.argv[1:]  # the exact command for the report, when run from a shell
     cfg = _config(args)
@@ -330,7 +330,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_study(args: argparse.Namespace) -> int:
     from training.interrupt import TrainingInterrupted
-    from training.study import run_study
+    from training.studies.study import run_study
 
     try:
         run_study(args.study, out=Path(args.out) if args.out else None, data=args.data,
@@ -343,7 +343,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def cmd_embedding(args: argparse.Namespace) -> int:
-    from training.experiments import embedding_study
+    from training.studies.experiments import embedding_study
 
     report = embedding_study(Path(args.run_dir), label=args.label)
     if args.json:
@@ -436,7 +436,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("study", help="methods x seeds from a study file (configs/study_*.toml): "
                        "resumable, progress with ETA, summary table with CIs vs the reference")
-    p.add_argument("study", help="study TOML (see training/study.py)")
+    p.add_argument("study", help="study TOML (see training/studies/study.py)")
     p.add_argument("--data", help="benchmark-layout data folder (default: the study's)")
     p.add_argument("--out", help="study folder (default runs/study-<file name>)")
     p.add_argument("--methods", nargs="+", help="train only these methods, no summary (to split "

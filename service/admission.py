@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from schemas.contract import TASKS
 from schemas.payloads import ErrorBody, Problem
+from schemas.tasks import TASK_NAMES
 from service.auth import key_matches
 from service.logs import request_id_var
 from service.metrics import Metrics
@@ -131,7 +131,7 @@ def predict_task(scope: Scope) -> str | None:
     if scope.get("method") != "POST":
         return None
     m = _PREDICT.match(scope.get("path", ""))
-    return m.group(1) if m and m.group(1) in TASKS else None
+    return m.group(1) if m and m.group(1) in TASK_NAMES else None
 
 
 #: Routes that carry patient data or change state: the API key is checked before the body is read.

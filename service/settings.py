@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from schemas.contract import TASKS
+from schemas.tasks import TASK_NAMES
 
 
 def default_model_dir() -> Path:
@@ -118,8 +118,8 @@ class Settings(BaseSettings):
         if isinstance(v, str):
             v = [t.strip() for t in v.split(",") if t.strip()] or None
         for t in v or []:
-            if t not in TASKS:
-                raise ValueError(f"unknown task {t!r}; known: {', '.join(TASKS)}")
+            if t not in TASK_NAMES:
+                raise ValueError(f"unknown task {t!r}; known: {', '.join(TASK_NAMES)}")
         return v
 
     @field_validator("versions", mode="before")
@@ -131,8 +131,8 @@ class Settings(BaseSettings):
                 raise ValueError(f"versions must be TASK=VERSION, comma-separated; got {v!r}")
             v = dict(tuple(x.strip() for x in p.split("=")) for p in pairs)
         for t in v or {}:
-            if t not in TASKS:
-                raise ValueError(f"unknown task {t!r} in versions; known: {', '.join(TASKS)}")
+            if t not in TASK_NAMES:
+                raise ValueError(f"unknown task {t!r} in versions; known: {', '.join(TASK_NAMES)}")
         return v
 
     @field_validator("api_keys", mode="before")

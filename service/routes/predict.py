@@ -60,9 +60,8 @@ _Body = TypeVar("_Body", bound=BaseModel)
 _EXPLAIN = ("basic: anchors, margin percentiles and nearest prototypes; top: also the "
             "channels contributing most to the risk (occlusion, one batched ONNX run of one "
             "row per observed channel); full: every channel's contribution")
-ExplainSingle = Annotated[Literal["basic", "top", "full"], Query(description=_EXPLAIN)]
-ExplainBatch = Annotated[Literal["basic", "top", "full"], Query(description=_EXPLAIN)]
-Explain = ExplainSingle  # the name the FHIR and CDS Hooks routes import
+#: One explanation level query parameter for every scoring route (single, batch, FHIR, CDS Hooks).
+Explain = Annotated[Literal["basic", "top", "full"], Query(description=_EXPLAIN)]
 PointName = Annotated[str | None, Query(
     max_length=64, description="A named operating point of the model (GET /models/{task} "
     "lists them, e.g. high_sensitivity, balanced, high_ppv); default: the model's default")]
@@ -267,7 +266,7 @@ def _stay_body(task: str) -> dict[str, Any]:
 
 def _single(task: str) -> Callable[..., Awaitable[Response]]:
     async def predict(
-        request: Request, explain: ExplainSingle = "top", operating_point: PointName = None,
+        request: Request, explain: Explain = "top", operating_point: PointName = None,
         threshold: Threshold = None, strict: Strict = False,
     ) -> Response:
         # The hot path takes the app's objects from its state, not as dependencies: each
@@ -373,7 +372,7 @@ _BATCH_BODY = {"requestBody": {"required": True, "content": {"application/json":
              openapi_extra=_BATCH_BODY)
 async def predict_batch(
     task: str, request: Request, registry: RegistryDep, settings: SettingsDep,
-    metrics: MetricsDep, monitoring: MonitoringDep, _: ApiKey, explain: ExplainBatch = "basic",
+    metrics: MetricsDep, monitoring: MonitoringDep, _: ApiKey, explain: Explain = "basic",
     operating_point: PointName = None, threshold: Threshold = None, strict: Strict = False,
 ) -> Response:
     """Score up to SCEHR_MAX_BATCH_STAYS stays; 422 only for a malformed envelope or query."""

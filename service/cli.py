@@ -102,6 +102,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from service.logs import uvicorn_log_config
     from service.registry import ModelLoadError, Registry, load_model
+    from service.runtime import CUDA_UNUSABLE_ENV
     from service.settings import Settings, available_cores
 
     for opt, env in (("model_dir", "SCEHR_MODEL_DIR"), ("device", "SCEHR_DEVICE"),
@@ -132,6 +133,8 @@ def _serve(args: argparse.Namespace) -> int:
     except ModelLoadError as e:
         print(f"scehr serve: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
+    if registry.runtime.cuda_works is False:  # warned once here; the workers need not retry
+        os.environ[CUDA_UNUSABLE_ENV] = "1"
     created = _multiprocess_dir(workers)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler;
     # a no-op handler here makes a graceful stop exit with status 0, as process managers expect.
@@ -145,6 +148,7 @@ def _serve(args: argparse.Namespace) -> int:
                     # instead of paying a new one each time.
                     timeout_keep_alive=75)
     finally:
+        os.environ.pop(CUDA_UNUSABLE_ENV, None)
         if created is not None:  # only a folder this process made is ever deleted
             shutil.rmtree(created, ignore_errors=True)
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)

@@ -53,6 +53,7 @@ from training.calibration import (
 )
 from training.config import TrainConfig
 from training.fit import load_checkpoint
+from training.losses import POSITIVE_ANCHOR_ONLY
 from training.metrics import auroc
 from training.model_card import MIN_POSITIVES, write_model_card
 from training.onnx_graph import ScoringModel, export_onnx, validate_parity
@@ -104,9 +105,6 @@ def prototypes(z: np.ndarray, y: np.ndarray, seed: int = 0, k_max: int = 4) -> l
     return []
 
 
-#: Losses whose probability ignores the negative anchor (p = σ(uᵀz)): v is never trained, so
-#: their temperature and Platt maps read logit(p) = uᵀz instead of the margin uᵀz − vᵀz.
-POSITIVE_ANCHOR_ONLY = frozenset({"bce", "focal"})
 NO_HOLDOUT = ("not calibrated: the run has no calibration split held out of training and "
               "early stopping (calibration_fraction = 0 or too few stays)")
 

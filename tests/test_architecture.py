@@ -1,6 +1,6 @@
 """Static checks of the code's shape: the layering rule and "no branching on a task's name".
 
-Layering (README, "Layout"): schemas <- training, schemas <- service. `schemas` is the
+Layering (docs/extending.md): schemas <- training, schemas <- service. `schemas` is the
 shared contract and stays light (no torch, pandas or scikit-learn); the service never imports
 training code or torch; training never imports the service. Checked on the source with `ast`,
 so a lazy import inside a function counts too.

@@ -197,8 +197,8 @@ def fit_site_calibration(model: ExportedModel, fit: Scored, choose: Scored, wher
                          ) -> Calibration:
     """The export's calibration rule (temperature / Platt / isotonic / none, best validation
     Brier), fitted on the site's stays `fit` and chosen on `choose`."""
-    from training.export import fit_calibration
     from training.losses import POSITIVE_ANCHOR_ONLY
+    from training.serving_assets import fit_calibration
 
     kind = "probability" if model.manifest.loss.name in POSITIVE_ANCHOR_ONLY else "margin"
     return fit_calibration((fit.y, fit.probability, fit.margin),

@@ -255,11 +255,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 #: What the PhysioNet/CinC Challenge 2012 scores mean, printed under them.
 CHALLENGE_NOTE = (
-    "  Event 1 = min(sensitivity, positive predictive value) of the alerts risk >= threshold: "
-    "higher is better, the Challenge's winners reached 0.5353 on set C.\n"
-    "  Event 2 = Hosmer-Lemeshow H of the risk over 10 risk groups, divided by the spread of "
-    "the groups' mean risk (the Challenge's score): a calibration error, lower is better, the "
-    "winners reached 17.88; plain H is the undivided statistic.")
+    "  Event 1 = min(sensitivity, positive predictive value) of the alerts risk >= threshold:\n"
+    "    higher is better; the Challenge's winners reached 0.5353 on set C.\n"
+    "  Event 2 = Hosmer-Lemeshow H of the risk over 10 risk groups, divided by the spread of\n"
+    "    the groups' mean risk (the Challenge's score): a calibration error, lower is better;\n"
+    "    the winners reached 17.88. Plain H is the undivided statistic.")
 
 
 #: The blocks of an external evaluation, in the order printed.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import textwrap
 from importlib import metadata
 from typing import Any
 
@@ -21,6 +22,22 @@ COMMAND_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
                                "study", "embedding", "export")),
     "service.cli": ("serve", ("serve", "score", "models")),
 }
+
+
+#: What `scehr --help` says the product is, before the list of commands.
+DESCRIPTION = (
+    "scehr: risk scores for intensive care stays from their time series (in-hospital "
+    "mortality from the first 48 hours, 25 phenotypes from the stay). Serve the shipped "
+    "models over HTTP (JSON, FHIR R4, CDS Hooks), score files in batch, check and recalibrate "
+    "a model on your own data, or train your own with supervised contrastive losses.")
+EPILOG = """common commands:
+  scehr serve                          start the API on :8000 with the models in models/
+  scehr score mortality STAYS --out F  score a file or folder of stays, one row per stay
+  scehr evaluate MODEL_DIR --data DIR  how a model does on your converted data
+  scehr recalibrate MODEL_DIR --data DIR --out SITE_DIR   a site's own calibration
+  scehr train --config configs/default_mortality_full.toml --data DIR
+  scehr COMMAND --help                 the options of one command
+the integration guide: docs/hospital.md"""
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -55,7 +72,8 @@ def missing_extra(e: ModuleNotFoundError, commands: tuple[str, ...], extra: str)
 
 def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, list[str]]:
     """The parser with the modules owning `command` (all of them when None)."""
-    parser = Parser(prog="scehr", description=__doc__.splitlines()[0])
+    parser = Parser(prog="scehr", description=textwrap.fill(DESCRIPTION, 79), epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"scehr {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     missing: list[str] = []

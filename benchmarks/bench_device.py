@@ -10,7 +10,7 @@ difference between the two (must be below 1e-6). Served: `scehr serve --device D
 single-stay p50 over sequential requests and throughput with `--clients` concurrent clients.
 The model is loaded with `SCEHR_DEVICE=DEVICE` and exits non-zero if it did not get the
 provider asked for. On CPU (`--device cpu --io-binding on`) it runs the same code paths, which
-is how it was checked here; on a GPU it is the verification of issue 14 item 5.
+is how it is tested without a GPU; on a GPU it verifies the GPU serving path.
 """
 
 from __future__ import annotations

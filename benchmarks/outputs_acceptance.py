@@ -1,4 +1,4 @@
-"""Issue 9's acceptance figures, measured through the HTTP service on PhysioNet set C.
+"""The outputs' acceptance figures, measured through the HTTP service on PhysioNet set C.
 
 Sends every test stay of a converted benchmark folder (wide form, demographics) to
 `POST /predict/mortality/batch` of a served model, once per named operating point, then reads

@@ -1,7 +1,7 @@
 """Real stays as request payloads: converted benchmark CSVs (PhysioNet 2012 set C for
 mortality, eICU for phenotypes) turned into the wide-form JSON a client would send.
 
-Needs pandas (the `dev`/`train` extras) and the converted data under `data/` (see README);
+Needs pandas (the `dev`/`train` extras) and the converted data under `data/` (see docs/data.md);
 `real_stays` returns None when the folder is absent so that callers can fall back to
 synthetic stays (`common.full_stay`) and say so.
 """

@@ -1,13 +1,13 @@
-"""The set-C table of docs/results.md (issue 15): trained runs vs the classical baselines.
+"""The set-C table of docs/results.md: trained runs vs the classical baselines.
 
 For each run directory (trained on PhysioNet 2012 A+B with `scehr train`): test AUROC and
 AUPRC with 95% bootstrap CIs, and the Challenge 2012 Event 1 (threshold chosen on validation)
 and Event 2 on the risk the service would show (the run's calibration map, fitted as `scehr
 export` fits it), all on set C. The logistic regression and gradient boosting of
-`training.baseline` are fitted on the same splits; the one with the better validation AUROC is
-"the best classical model", and every run is compared with it by a paired bootstrap of the test
-AUROC (same resampled stays for both). Runs of one configuration with several seeds are also
-averaged into an equal-weight ensemble of their probabilities (reported, not shipped).
+`training.studies.baseline` are fitted on the same splits; the one with the better validation
+AUROC is "the best classical model", and every run is compared with it by a paired bootstrap of
+the test AUROC (same resampled stays for both). Runs of one configuration with several seeds are
+also averaged into an equal-weight ensemble of their probabilities (reported, not shipped).
 
 Usage: .venv/bin/python -m benchmarks.set_c_table DATA RUN_DIR [RUN_DIR ...] [--n-boot N]
            [--feature-set NAME]   (the baselines' input; the runs carry their own)
@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 
 from schemas.featureset import FEATURE_SETS
-from training.baseline import baseline_predictions, fit_gbm_baseline, fit_logistic_baseline
 from training.bootstrap import bootstrap_metrics, format_ci, paired_bootstrap_diff
 from training.challenge2012 import challenge_scores
 from training.data.splits import load_split
 from training.evaluate import challenge2012_scores, load_predictions, load_run_config
 from training.metrics import auroc
+from training.studies.baseline import baseline_predictions, fit_gbm_baseline, fit_logistic_baseline
 
 
 def run_rows(run_dir: Path, n_boot: int) -> dict[str, Any]:

@@ -23,7 +23,7 @@ def canonical_json(obj: Any) -> bytes:
 
 def feature_set_hash(feature_set: dict[str, Any]) -> str:
     """The content hash of a manifest's feature set: the `sha256` it records when it has one
-    (the architecture branch's `FeatureSet.sha256`), else the sha256 of the same canonical
+    (`FeatureSet.sha256`, in manifests that carry it), else the sha256 of the same canonical
     JSON of its `to_dict()` form, so both give one value for one feature set."""
     recorded = feature_set.get("sha256")
     if isinstance(recorded, str):

@@ -3,8 +3,6 @@
 from dataclasses import dataclass
 from typing import Final
 
-from schemas.tasks import TASK_NAMES
-
 #: Major.minor of the model contract (manifest + ONNX inputs/outputs). The server refuses a
 #: model whose manifest has another major version. 1.2 adds the `platt` calibration map
 #: (intercept and slope on the logit): a 1.1 server cannot read a model that uses it.
@@ -30,8 +28,6 @@ ONNX_OPSET: Final = 26
 #: Absolute tolerance of the ONNX Runtime vs PyTorch parity check run at every export.
 PARITY_ATOL: Final = 1e-5
 
-#: Task names, from the task registry (schemas.tasks), which holds everything else about them.
-TASKS: Final[tuple[str, ...]] = TASK_NAMES
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -48,7 +44,8 @@ class GraphContract:
 
     Axes: `batch` and `time` are dynamic (`time` is fixed at export for fixed-window tasks),
     `features`/`static_features`/`dim`/`classes` are fixed per model; `anchor_logits[..., 0]`
-    is the u (negative) anchor, `[..., 1]` the v (positive) one.
+    is uᵀz, the positive anchor's logit, and `[..., 1]` vᵀz, the negative one's (the layout of
+    training/heads.py and docs/method.md).
     """
 
     x: TensorSpec

@@ -37,6 +37,7 @@ from schemas.variables import (
     CategoryError,
     UnitError,
     Variable,
+    did_you_mean,
     find,
     identity,
     in_catalog,
@@ -431,7 +432,8 @@ def _add(out: StayIngest, acc: _Accepted, fs: FeatureSet, loc: Loc, variable: st
     if ch is None:
         known = in_catalog(variable)  # a real variable another feature set reads: say so
         where = (f"; the catalog's {known.id} is not an input of this model (feature set "
-                 f"{fs.name}): score it with a model that reads it" if known else "")
+                 f"{fs.name}): score it with a model that reads it" if known
+                 else did_you_mean(variable, fs.variables))
         out.problems.append(Problem(
             loc=[*loc, "variable"], rule="unknown_variable",
             message=f"unknown variable {variable!r}{where}",

@@ -27,9 +27,10 @@ class _M(BaseModel):
 
 
 class LossSpec(_M):
-    name: Literal["bce", "cbce", "csce", "focal"] = Field(
-        description="The classification loss; also fixes the probability read-out"
-    )
+    name: str = Field(
+        pattern=r"^[a-z][a-z0-9_]*$",
+        description="The classification loss (a name of the training library's loss registry); "
+                    "its read-out is baked into the graph's probability output")
     lam: float = Field(0.0, description="Weight of the supervised contrastive regularizer")
     temperature: float = 0.1
     params: dict[str, Any] = Field(default_factory=dict)

@@ -1,5 +1,7 @@
 """Codings of the predicted outcomes, for interoperable outputs (FHIR RiskAssessment).
 
+The code systems and codes live here; each task in schemas/tasks.py names its labels' codings.
+
 Mortality is the SNOMED CT finding "Dead"; the 25 benchmark phenotypes are HCUP CCS 2015
 single-level diagnosis groups (their ICD-9-CM members are in mimic3-benchmarks'
 `hcup_ccs_2015_definitions.yaml`; a test checks these ids against it when the data is present).
@@ -53,8 +55,14 @@ PHENOTYPE_CCS: dict[str, int] = {
 
 
 def outcome_coding(label: str) -> Coding | None:
-    """The coding of a model's label, or None for a label without a standard code."""
-    if label == "in_hospital_mortality":
-        return MORTALITY
-    ccs = PHENOTYPE_CCS.get(label)
-    return None if ccs is None else Coding(CCS, str(ccs), label)
+    """The coding of a model's label, or None for a label without a standard code.
+
+    Each task carries its labels' codings (`TaskSpec.outcome_codings`); this looks a label up
+    across the task registry (imported here, since the registry is built from these codes).
+    """
+    from schemas.tasks import TASK_SPECS
+
+    for spec in TASK_SPECS.values():
+        if label in spec.outcome_codings:
+            return spec.outcome_codings[label]
+    return None

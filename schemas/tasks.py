@@ -8,8 +8,11 @@ task is a new entry here plus a converter that writes its listfiles (see docs/me
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from schemas.outcomes import CCS, MORTALITY, PHENOTYPE_CCS, Coding
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,11 @@ class TaskSpec:
     label_column: str | None = None
     #: How plots name a binary task's negative and positive outcome (default: not-label/label).
     outcome_names: tuple[str, str] | None = None
+    #: Label -> its standard code (FHIR RiskAssessment outcomes); a label without one is absent.
+    outcome_codings: Mapping[str, Coding] = field(default_factory=dict)
+    #: Encoder name -> the hyper-parameters it takes for this task when a config gives none
+    #: (the paper's configurations); an encoder not listed uses its own defaults.
+    encoder_presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def binary(self) -> bool:
@@ -105,6 +113,9 @@ MORTALITY = TaskSpec(
     aliases=("in-hospital-mortality", "ihm", "in_hospital_mortality"),
     label_column="y_true",
     outcome_names=("survived", "died"),
+    outcome_codings={"in_hospital_mortality": MORTALITY},
+    # the authors' benchmark LSTM: a bidirectional LSTM of 8+8 units, then a 16-unit LSTM
+    encoder_presets={"lstm": {"units": 16, "depth": 2, "bidirectional": True, "dropout": 0.3}},
 )
 
 PHENOTYPES = TaskSpec(
@@ -120,6 +131,9 @@ PHENOTYPES = TaskSpec(
     default_operating_point="sensitivity>=0.8",
     data_dir="phenotyping",
     aliases=("phenotyping", "pheno"),
+    outcome_codings={label: Coding(CCS, str(PHENOTYPE_CCS[label]), label)
+                     for label in PHENOTYPE_LABELS},
+    encoder_presets={"lstm": {"units": 256, "depth": 1, "bidirectional": False, "dropout": 0.3}},
 )
 
 #: Every task, by name, in the order lists show them.

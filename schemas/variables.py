@@ -11,8 +11,9 @@ ICU type; `CATALOG` is both. A payload names a variable by id, name, alias or LO
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -494,11 +495,24 @@ def in_catalog(name: str) -> Variable | None:
     return None if i is None else CATALOG[i]
 
 
+def did_you_mean(name: str, variables: Iterable[Variable]) -> str:
+    """" (did you mean heart_rate?)" for a misspelt name (difflib, against the ids, names and
+    aliases of `variables`, case-insensitive), or "" when nothing is close."""
+    spelling: dict[str, str] = {}
+    for v in variables:
+        for n in (v.id, v.benchmark_name, *v.aliases):
+            spelling.setdefault(n.lower(), v.id)
+    close = difflib.get_close_matches(str(name).lower(), list(spelling), n=3, cutoff=0.75)
+    ids = list(dict.fromkeys(spelling[c] for c in close))
+    return f" (did you mean {' or '.join(ids)}?)" if ids else ""
+
+
 def lookup(name: str) -> Variable:
     """A variable by id, name or alias (case-insensitive); raises KeyError."""
     var = in_catalog(name)
     if var is None:
-        raise KeyError(f"unknown variable {name!r}; known ids: {[v.id for v in CATALOG]}")
+        raise KeyError(f"unknown variable {name!r}{did_you_mean(name, CATALOG)}; known ids: "
+                       f"{[v.id for v in CATALOG]}")
     return var
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from schemas.contract import TASKS
 from schemas.payloads import ErrorBody, Problem
+from schemas.tasks import TASK_NAMES
 from service.auth import key_matches, route_needs_key
 from service.logs import request_id_var
 from service.metrics import Metrics
@@ -139,7 +139,7 @@ def scoring_task(scope: Scope) -> str | None:
         return None
     m = _SCORING.match(scope.get("path", ""))
     task = next((g for g in m.groups() if g is not None), None) if m else None
-    return task if task in TASKS else None
+    return task if task in TASK_NAMES else None
 
 
 def keyed_paths(routes: Sequence[BaseRoute]) -> tuple[re.Pattern[str], ...]:

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from schemas.contract import TASKS
+from schemas.tasks import TASK_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -80,12 +80,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add.set_defaults(func=_add)
     sd = msub.add_parser("set-default", help="make a version the task's default (prints the "
                          "change; running services pick it up on restart or reload)")
-    sd.add_argument("task", choices=TASKS)
+    sd.add_argument("task", choices=TASK_NAMES)
     sd.add_argument("version")
     sd.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     sd.set_defaults(func=_set_default)
     rm = msub.add_parser("remove", help="drop a version from index.json (never the default)")
-    rm.add_argument("task", choices=TASKS)
+    rm.add_argument("task", choices=TASK_NAMES)
     rm.add_argument("version")
     rm.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     rm.add_argument("--delete-files", action="store_true",
@@ -104,6 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from service.logs import uvicorn_log_config
     from service.registry import ModelLoadError, Registry, load_model
+    from service.runtime import CUDA_UNUSABLE_ENV
     from service.settings import Settings, available_cores
 
     for opt, env in (("model_dir", "SCEHR_MODEL_DIR"), ("device", "SCEHR_DEVICE"),
@@ -135,6 +136,8 @@ def _serve(args: argparse.Namespace) -> int:
     except ModelLoadError as e:
         print(f"scehr serve: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
+    if registry.runtime.cuda_works is False:  # warned once here; the workers need not retry
+        os.environ[CUDA_UNUSABLE_ENV] = "1"
     created = _multiprocess_dir(workers)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler;
     # a no-op handler here makes a graceful stop exit with status 0, as process managers expect.
@@ -148,6 +151,7 @@ def _serve(args: argparse.Namespace) -> int:
                     # instead of paying a new one each time.
                     timeout_keep_alive=75)
     finally:
+        os.environ.pop(CUDA_UNUSABLE_ENV, None)
         if created is not None:  # only a folder this process made is ever deleted
             shutil.rmtree(created, ignore_errors=True)
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
@@ -267,8 +271,8 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     rows = [("TASK", "VERSION", "DEFAULT SINCE", "NAME", "ENCODER", "LOSS", "FEATURE SET",
              "TEST METRICS (95% CI)", "PATH")]
-    for e in sorted(index.models, key=lambda e: (TASKS.index(e.task) if e.task in TASKS else 9,
-                                                 e.version)):
+    order = {t: i for i, t in enumerate(TASK_NAMES)}
+    for e in sorted(index.models, key=lambda e: (order.get(e.task, 9), e.version)):
         extra = e.model_dump(exclude_none=True)
         is_default = index.defaults.get(e.task) == e.version
         rows.append((e.task, e.version,

@@ -10,7 +10,7 @@ rows do not interact in the graph, so the real rows' outputs are those of an unp
 `BoundRunner` stages the inputs in host buffers that it keeps between runs (page-locked
 "pinned" memory when ONNX Runtime's CUDA device offers a host-accessible allocator, so the
 copy to the GPU is one DMA; ordinary memory otherwise) and binds them by pointer, with the
-outputs bound on the session's device. UNVERIFIED on a GPU: no device was lent to this work;
+outputs bound on the session's device. Not yet verified on a GPU (docs/benchmarks.md, "GPU path");
 on CPU it is tested to give outputs identical to `session.run`.
 """
 

@@ -10,8 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from schemas.contract import TASKS
 from schemas.payloads import ErrorBody, Problem
+from schemas.tasks import TASK_NAMES
 from service.logs import request_id_var
 from service.pipeline import pydantic_problems
 
@@ -54,7 +54,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     problems = pydantic_problems(list(exc.errors()))
     model = request.scope.get("state", {}).get("model") or request.path_params.get("task")
-    if isinstance(model, str) and model in TASKS:
+    if isinstance(model, str) and model in TASK_NAMES:
         for p in problems:
             request.app.state.metrics.validation_errors.labels(model, p.rule).inc()
     log.info("request rejected", extra={"status": 422,

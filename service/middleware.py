@@ -14,8 +14,8 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from schemas.contract import TASKS
 from schemas.payloads import ErrorBody, Problem
+from schemas.tasks import TASK_NAMES
 from service.logs import request_id_var
 from service.metrics import Metrics
 
@@ -46,7 +46,7 @@ def model_label(scope: Scope) -> str:
     """The `model` label and log field: a task of the contract, else `unknown` (never a value
     the caller chose, so neither metrics nor logs grow with what clients send)."""
     model = scope.get("state", {}).get("model") or scope.get("path_params", {}).get("task")
-    return model if isinstance(model, str) and model in TASKS else "unknown"
+    return model if isinstance(model, str) and model in TASK_NAMES else "unknown"
 
 
 class RequestContextMiddleware:

@@ -100,7 +100,7 @@ class LoadedModel:
     #: Rows per ORT run (`device_io.max_batch_rows`: SCEHR_GPU_MAX_BATCH_SIZE on CUDA).
     max_batch_size: int = 32
     #: Set when runs go through an ORT I/O binding (SCEHR_IO_BINDING; `service.device_io`).
-    #: UNVERIFIED on a GPU (no device here).
+    #: Not yet verified on a GPU (docs/benchmarks.md, "GPU path").
     bound: BoundRunner | None = field(default=None, repr=False)
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,11 @@ def session_options(threads: int) -> ort.SessionOptions:
     return so
 
 
+#: Set by `scehr serve` for its workers once its start-up check found CUDA unusable under
+#: device=auto (a process-internal variable, not a setting).
+CUDA_UNUSABLE_ENV = "_SCEHR_CUDA_UNUSABLE"
+
+
 class OrtRuntime:
     """Creates sessions on the provider `device` ("auto", "cuda" or "cpu") allows."""
 
@@ -48,8 +54,11 @@ class OrtRuntime:
         self.device = device
         self.threads = threads
         #: Whether CUDA really started (None: not tried yet); spares every later session under
-        #: `auto` the failed attempt and its error log once CUDA is known not to work.
-        self.cuda_works: bool | None = None
+        #: `auto` the failed attempt and its error log once CUDA is known not to work. A worker
+        #: of `scehr serve` starts knowing what the parent's start-up check found (one warning
+        #: per start, not one per process).
+        self.cuda_works: bool | None = (
+            False if device == "auto" and os.environ.get(CUDA_UNUSABLE_ENV) == "1" else None)
 
     def providers(self) -> list[Any]:
         if self.device == "cpu" or (self.device == "auto" and self.cuda_works is False):

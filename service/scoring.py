@@ -37,8 +37,8 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from schemas.contract import TASKS
 from schemas.payloads import ClassResult, Prediction, Problem, StayPayload
+from schemas.tasks import TASK_NAMES
 from schemas.variables import VARIABLES
 from service.pipeline import pydantic_problems
 from service.scorer import score_offline
@@ -388,12 +388,12 @@ def resolve_model(model_or_task: str, model_dir: Path, version: str | None) -> t
     """A task name (its default, or --version, in the model dir) or a model folder."""
     from service.registry import read_index, resolve
 
-    if model_or_task in TASKS:
+    if model_or_task in TASK_NAMES:
         index = read_index(model_dir)
         return resolve(model_dir, index, model_or_task, version=version), model_or_task
     folder = Path(model_or_task)
     if not (folder / "manifest.json").is_file():
-        raise ValueError(f"{model_or_task!r} is neither a task ({', '.join(TASKS)}) nor a "
+        raise ValueError(f"{model_or_task!r} is neither a task ({', '.join(TASK_NAMES)}) nor a "
                          "folder with manifest.json")
     task = json.loads((folder / "manifest.json").read_text())["task"]
     return folder, task

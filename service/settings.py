@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from schemas.contract import TASKS
+from schemas.tasks import TASK_NAMES
 
 
 def default_model_dir() -> Path:
@@ -148,8 +148,8 @@ class Settings(BaseSettings):
         if isinstance(v, str):
             v = [t.strip() for t in v.split(",") if t.strip()] or None
         for t in v or []:
-            if t not in TASKS:
-                raise ValueError(f"unknown task {t!r}; known: {', '.join(TASKS)}")
+            if t not in TASK_NAMES:
+                raise ValueError(f"unknown task {t!r}; known: {', '.join(TASK_NAMES)}")
         return v
 
     @field_validator("versions", mode="before")
@@ -160,8 +160,8 @@ class Settings(BaseSettings):
         if isinstance(v, dict):
             v = {t: [vs] if isinstance(vs, str) else vs for t, vs in v.items()}
         for t, vs in (v or {}).items():
-            if t not in TASKS:
-                raise ValueError(f"unknown task {t!r} in versions; known: {', '.join(TASKS)}")
+            if t not in TASK_NAMES:
+                raise ValueError(f"unknown task {t!r} in versions; known: {', '.join(TASK_NAMES)}")
             if len(set(vs)) != len(vs):
                 raise ValueError(f"versions of {t} are listed twice: {', '.join(vs)}")
         return v

@@ -20,9 +20,10 @@ import numpy as np
 import onnxruntime as ort
 from pydantic import ValidationError
 
-from schemas.contract import GRAPH, TASKS
+from schemas.contract import GRAPH
 from schemas.manifest import ContractError, Manifest, load_manifest, sha256_file
 from schemas.payloads import Observation, StayPayload
+from schemas.tasks import TASK_NAMES
 from service.batcher import ModelInputs, ModelOutputs, run_chunked
 from service.load_errors import ModelLoadError
 from service.model_store import read_index, resolve
@@ -176,7 +177,7 @@ def preflight(model_dir: Path, tasks: list[str], runtime: OrtRuntime,
     provider = runtime.probe()
     log.info("execution provider", extra={"device": runtime.device, "provider": provider})
     index = read_index(model_dir)
-    tasks = tasks or [t for t in TASKS if t in index.defaults]
+    tasks = tasks or [t for t in TASK_NAMES if t in index.defaults]
     if not tasks:
         raise ModelLoadError(f"{model_dir}/index.json names no default model",
                              rule="no_default_model", status=500)

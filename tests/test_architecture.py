@@ -1,6 +1,6 @@
 """Static checks of the code's shape: the layering rule and "no branching on a task's name".
 
-Layering (README, "Layout"): schemas <- training, schemas <- service. `schemas` is the
+Layering (docs/extending.md): schemas <- training, schemas <- service. `schemas` is the
 shared contract and stays light (no torch, pandas or scikit-learn); the service never imports
 training code or torch; training never imports the service. Checked on the source with `ast`,
 so a lazy import inside a function counts too.
@@ -48,6 +48,18 @@ def test_layering(package: str) -> None:
             if mod.split(".")[0] in FORBIDDEN[package]:
                 bad.append(f"{path.relative_to(REPO)} imports {mod}")
     assert not bad, f"{package} breaks the layering rule:\n" + "\n".join(bad)
+
+
+def test_the_training_library_never_imports_the_studies() -> None:
+    """training/studies/ builds on the library; the library (what export and serve rely on)
+    stays free of research code, so a study can change without touching a shipped path. The
+    CLI (training/cli.py) is the one exception: it dispatches the study subcommands."""
+    studies = REPO / "training" / "studies"
+    bad = [f"{path.relative_to(REPO)} imports {mod}"
+           for path in sources("training") if studies not in path.parents
+           for mod in imported_modules(path) if mod.startswith("training.studies")
+           and path != REPO / "training" / "cli.py"]
+    assert not bad, "the training library imports a study:\n" + "\n".join(bad)
 
 
 def test_layering_check_sees_a_violation(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """Calibration: ECE, reliability curves, post-hoc calibration maps, operating points.
 
 Calibration maps are fitted on held-out (validation) predictions and exported as
-plain dicts, so the service can apply them with `apply_calibration` (numpy only)
-without sklearn or scipy. Inputs may be 1-D (one task) or 2-D [N, C] (one map per
-column, e.g. the 25 phenotypes).
+plain dicts in the manifest, which the service applies with
+`schemas.manifest.Calibration.apply` (numpy only, no sklearn or scipy); `apply_calibration`
+here is the training side's adapter over that same read-out. Inputs may be 1-D (one task) or
+2-D [N, C] (one map per column, e.g. the 25 phenotypes).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import shlex
@@ -112,9 +113,11 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    help="skip the t-SNE figure of the test embeddings (the slowest plot)")
 
 
-_TRAIN_KEYS = ("task", "feature_set", "data", "out", "encoder", "loss", "lam", "batch_size",
-               "lr", "epochs", "patience", "seed", "threads", "n_boot", "train_prevalence",
-               "max_train_stays", "progress", "plots", "tsne")
+#: Config fields set from their own option (same name as the option's dest), derived from
+#: TrainConfig so a new field with an option needs no second list; the dict-valued fields
+#: come from --encoder-param / --regularizer instead.
+_TRAIN_KEYS = tuple(f.name for f in dataclasses.fields(TrainConfig)
+                    if f.name not in ("encoder_hparams", "regularizers"))
 
 
 def _regularizers(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None:
@@ -172,6 +175,18 @@ def echo_overrides(args: argparse.Namespace, cfg: Any) -> None:
           f"torch threads: {cfg.threads}", flush=True)
 
 
+def no_recipe_note(task: str) -> str:
+    """Plain `scehr train` trains with the library defaults, not a shipped model's recipe: say
+    so, and name the recipes (configs/default_<task>*.toml) that built the shipped models."""
+    recipes = sorted(Path("configs").glob(f"default_{task}*.toml"))
+    where = (", ".join(str(p) for p in recipes) if recipes
+             else f"configs/default_{task}*.toml in the scehr repository")
+    return (f"note: no --config, so this run uses the library defaults (loss "
+            f"{_DEFAULTS.loss}, lam {_DEFAULTS.lam}, the task's paper encoder), not the recipe "
+            f"of a shipped model; to train like the shipped {task} model pass --config "
+            f"{where}")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from training.config import TrainConfig as Config
     from training.interrupt import TrainingInterrupted
@@ -187,6 +202,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = _config(args)
         echo_overrides(args, cfg)
+        if not args.config:
+            print(no_recipe_note(cfg.task), file=sys.stderr, flush=True)
     try:
         final = train_run(cfg, resume=bool(args.resume))
     except TrainingInterrupted as e:
@@ -223,15 +240,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return 0
     print_table(["TEST METRIC", "VALUE [95% CI]"],
                 [[name, format_ci(ci)] for name, ci in out["test_ci"].items()])
-    for which, ch in out.get("challenge2012", {}).items():
-        if isinstance(ch, dict):
-            best = format_ci(ch["event1_best_threshold_on_test"])
-            print(f"Challenge 2012 on the {which.replace('_', ' ')}: Event 1 "
-                  f"{format_ci(ch['event1'])} at threshold {ch['event1_threshold']:.3f} "
-                  f"(chosen on validation; best on test {best}), "
-                  f"Event 2 H {format_ci(ch['event2_h_normalized'], 2)} "
-                  f"(plain H {format_ci(ch['event2_h'], 2)}); winners 0.5353 / 17.88")
+    challenge = {k: v for k, v in out.get("challenge2012", {}).items() if isinstance(v, dict)}
+    for which, ch in challenge.items():
+        best = format_ci(ch["event1_best_threshold_on_test"])
+        print(f"Challenge 2012 on the {which.replace('_', ' ')}: Event 1 "
+              f"{format_ci(ch['event1'])} at threshold {ch['event1_threshold']:.3f} "
+              f"(chosen on validation; best on test {best}), "
+              f"Event 2 H {format_ci(ch['event2_h_normalized'], 2)} "
+              f"(plain H {format_ci(ch['event2_h'], 2)}); winners 0.5353 / 17.88")
+    if challenge:
+        print(CHALLENGE_NOTE)
     return 0
+
+
+#: What the PhysioNet/CinC Challenge 2012 scores mean, printed under them.
+CHALLENGE_NOTE = (
+    "  Event 1 = min(sensitivity, positive predictive value) of the alerts risk >= threshold:\n"
+    "    higher is better; the Challenge's winners reached 0.5353 on set C.\n"
+    "  Event 2 = Hosmer-Lemeshow H of the risk over 10 risk groups, divided by the spread of\n"
+    "    the groups' mean risk (the Challenge's score): a calibration error, lower is better;\n"
+    "    the winners reached 17.88. Plain H is the undivided statistic.")
 
 
 #: The blocks of an external evaluation, in the order printed.
@@ -251,6 +279,8 @@ def _evaluate_exported(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.run_dir} is an exported model: give the dataset to score it "
                          "on with --data DIR (a converted, benchmark-layout folder)")
     out = evaluate_external(Path(args.run_dir), Path(args.data), n_boot=args.n_boot)
+    for warning in out["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     if args.out:
         write_json(Path(args.out), out)
     if args.json:
@@ -266,6 +296,7 @@ def _evaluate_exported(args: argparse.Namespace) -> int:
         print(f"alerts, {label}: {out[b]['alert_rule']}")
     print(f"recalibration: {out['recalibration']['method']} "
           f"({out['recalibration']['fitted_on']})")
+    print(CHALLENGE_NOTE)
     if out["neutralised_channels"]:
         print("never seen in training, treated as not observed: "
               + ", ".join(out["neutralised_channels"]))
@@ -295,7 +326,7 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from training.experiments import run_grid
+    from training.studies.experiments import run_grid
 
     base = _config(args)
     echo_overrides(args, base)
@@ -306,7 +337,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 
 def cmd_imbalance(args: argparse.Namespace) -> int:
-    from training.experiments import run_imbalance
+    from training.studies.experiments import run_imbalance
 
     cfg = _config(args)
     echo_overrides(args, cfg)
@@ -317,7 +348,7 @@ def cmd_imbalance(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from training.experiments import run_comparison
+    from training.studies.experiments import run_comparison
 
     argv = sys.argv[1:]  # the exact command for the report, when run from a shell
     cfg = _config(args)
@@ -330,7 +361,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_study(args: argparse.Namespace) -> int:
     from training.interrupt import TrainingInterrupted
-    from training.study import run_study
+    from training.studies.study import run_study
 
     try:
         run_study(args.study, out=Path(args.out) if args.out else None, data=args.data,
@@ -343,7 +374,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def cmd_embedding(args: argparse.Namespace) -> int:
-    from training.experiments import embedding_study
+    from training.studies.experiments import embedding_study
 
     report = embedding_study(Path(args.run_dir), label=args.label)
     if args.json:
@@ -436,7 +467,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("study", help="methods x seeds from a study file (configs/study_*.toml): "
                        "resumable, progress with ETA, summary table with CIs vs the reference")
-    p.add_argument("study", help="study TOML (see training/study.py)")
+    p.add_argument("study", help="study TOML (see training/studies/study.py)")
     p.add_argument("--data", help="benchmark-layout data folder (default: the study's)")
     p.add_argument("--out", help="study folder (default runs/study-<file name>)")
     p.add_argument("--methods", nargs="+", help="train only these methods, no summary (to split "

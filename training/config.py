@@ -11,11 +11,10 @@ from typing import Any
 from schemas.featureset import FEATURE_SETS, FeatureSet
 from schemas.tasks import TASK_NAMES, task_spec
 
-#: The paper's encoders per task (docs/method.md).
-ENCODER_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
-    ("lstm", "mortality"): {"units": 16, "depth": 2, "bidirectional": True, "dropout": 0.3},
-    ("lstm", "phenotypes"): {"units": 256, "depth": 1, "bidirectional": False, "dropout": 0.3},
-}
+
+def encoder_preset(encoder: str, task: str) -> dict[str, Any]:
+    """The encoder's hyper-parameters for a task when a config gives none (schemas.tasks)."""
+    return dict(task_spec(task).encoder_presets.get(encoder, {}))
 
 
 @dataclass
@@ -66,7 +65,7 @@ class TrainConfig:
             raise ValueError(f"task must be one of {', '.join(TASK_NAMES)}, not {self.task!r}")
         self.features()  # an unknown set, or one whose window does not fit the task, fails now
         if not self.encoder_hparams:
-            self.encoder_hparams = dict(ENCODER_PRESETS.get((self.encoder, self.task), {}))
+            self.encoder_hparams = encoder_preset(self.encoder, self.task)
         if not self.lam >= 0:  # also rejects NaN
             raise ValueError("lam must be >= 0")
         if self.train_prevalence is not None and not 0 < self.train_prevalence < 1:
@@ -129,8 +128,8 @@ def load_config(path: str | Path | None = None, encoder_params: dict[str, Any] |
         values.update(tomllib.loads(p.read_text()))
     values.update({k: v for k, v in overrides.items() if v is not None})
     if encoder_params:
-        preset = ENCODER_PRESETS.get(
-            (values.get("encoder", "lstm"), values.get("task", "mortality")), {})
+        preset = encoder_preset(values.get("encoder", TrainConfig.encoder),
+                                values.get("task", TrainConfig.task))
         values["encoder_hparams"] = {**(values.get("encoder_hparams") or preset),
                                      **encoder_params}
     known = {f.name for f in dataclasses.fields(TrainConfig)}

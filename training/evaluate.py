@@ -117,7 +117,8 @@ def challenge2012_scores(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray
     on validation); the model's uncalibrated probability is scored too, labelled as such.
     """
     from training.challenge2012 import challenge_scores
-    from training.export import POSITIVE_ANCHOR_ONLY, fit_calibration
+    from training.losses import POSITIVE_ANCHOR_ONLY
+    from training.serving_assets import fit_calibration
 
     def column(split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         d = preds[split]

@@ -13,6 +13,7 @@ split, which neither saw. Figures on all the site's stays are given for the ship
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -196,11 +197,29 @@ def fit_site_calibration(model: ExportedModel, fit: Scored, choose: Scored, wher
                          ) -> Calibration:
     """The export's calibration rule (temperature / Platt / isotonic / none, best validation
     Brier), fitted on the site's stays `fit` and chosen on `choose`."""
-    from training.export import POSITIVE_ANCHOR_ONLY, fit_calibration
+    from training.losses import POSITIVE_ANCHOR_ONLY
+    from training.serving_assets import fit_calibration
 
     kind = "probability" if model.manifest.loss.name in POSITIVE_ANCHOR_ONLY else "margin"
     return fit_calibration((fit.y, fit.probability, fit.margin),
                            (choose.y, choose.probability, choose.margin), where, kind)
+
+
+def training_data_warning(manifest: Manifest, data: Path, n_test: int) -> str | None:
+    """A warning when `data` is the dataset the model was trained on: its provenance.json names
+    the manifest's dataset and its test split has the manifest's test size. Then "all stays"
+    and the site's train and val splits hold the model's own training stays: the figures are
+    not an external validation, and only the test split was kept out of training."""
+    try:
+        source = json.loads((Path(data) / "provenance.json").read_text()).get("source")
+    except (OSError, ValueError):
+        return None
+    test = manifest.provenance.splits.get("test")
+    if not source or source != manifest.provenance.dataset or test is None or test.n != n_test:
+        return None
+    return (f"{data} is the dataset this model was trained on ({source}): the figures on all "
+            "stays include its training stays (optimistic), so this is not an external "
+            "validation; only the test split was kept out of training")
 
 
 def evaluate_external(folder: Path, data: Path, n_boot: int = 1000, seed: int = 0
@@ -222,8 +241,10 @@ def evaluate_external(folder: Path, data: Path, n_boot: int = 1000, seed: int = 
         return risk_test >= t, f"risk >= {t:.4f} (Event 1 threshold chosen on the site's val)"
 
     after = cal.apply(test.probability, test.margin)
+    warning = training_data_warning(model.manifest, data, len(test.y))
     return {
         "model": str(folder), "model_version": model.manifest.version, "data": str(data),
+        "warnings": [warning] if warning else [],
         "neutralised_channels": [model.fs.variable_ids[c] for c in model.neutral],
         "coverage_on_site_test": {v: float(c) for v, c in zip(
             model.fs.variable_ids, model.load(data, "test").coverage, strict=True)},

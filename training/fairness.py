@@ -8,11 +8,13 @@ sex_male 1/0, NaN when unknown). The same audit runs at export (model card) and 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from schemas.featureset import STATIC_FIELDS
+from schemas.manifest import ClassCard
 from training.metrics import auroc
 
 AGE, SEX = STATIC_FIELDS.index("age"), STATIC_FIELDS.index("sex_male")
@@ -163,3 +165,52 @@ def audit_lines(a: dict[str, Any]) -> list[str]:
             "whether a sex-dependent risk is wanted is a clinical decision for the deploying "
             "site, and group AUROC or calibration alone does not show it.")
     return lines
+
+
+def subgroup_auroc(y: np.ndarray, p: np.ndarray, static_raw: np.ndarray) -> dict[str, Any]:
+    """Test AUROC by sex and age band (the fairness audit's groups), with counts; None where
+    undefined."""
+    out = {}
+    for name, m in groups(static_raw).items():
+        if name == "all":
+            continue
+        a = auroc(y[m], p[m]) if m.sum() > 1 else float("nan")
+        out[name] = {"n": int(m.sum()), "positives": int(y[m].sum()),
+                     "auroc": None if np.isnan(a) else float(a)}
+    return out
+
+
+def fairness_at_export(model: Any, crit: Any, data: Any, preds: dict[str, np.ndarray],
+                       card: ClassCard) -> dict[str, Any] | None:
+    """The fairness audit of a binary model on its test split (training.fairness).
+
+    Alerts are the risk at or above the default named operating point. The sex flip re-scores
+    the test stays, so it needs the run's data folder (`data`, from `training.fit.prepare`);
+    None when that is gone or no operating point was reachable.
+    """
+    import torch
+
+    from training.fit import predict
+
+    point = {p.name: p for p in card.named_points}.get(card.default_operating_point or "")
+    if data is None or point is None:
+        return None
+    test = data.test
+    if list(test.stays) != [str(s) for s in preds["test_stays"]]:
+        raise ValueError("the run's data folder no longer holds the test stays it was "
+                         "trained with: cannot audit the model on them")
+    raw = preds["test_static_raw"]
+
+    def risk(split: Any) -> np.ndarray:
+        out = predict(model, crit, split)
+        lg = out["anchor_logits"][:, 0]
+        return card.calibration.apply(out["probability"][:, 0], lg[:, 0] - lg[:, 1])
+
+    flipped_static = torch.from_numpy(data.static_imputer.transform(flip_sex(raw)))
+    r = risk(test)
+    rf = risk(dataclasses.replace(test, static=flipped_static))
+    t = point.threshold
+    return audit(preds["test_y"][:, 0], r, r >= t, raw, rf, rf >= t,
+                          where=f"the test split ({len(r)} stays)",
+                          alert_rule=f"risk >= {t:.4f} (operating point `{point.name}`, "
+                          "chosen on validation)")

@@ -291,136 +291,207 @@ def fit(cfg: TrainConfig, data: Prepared, run_dir: Path | None = None, *,
     step: the loop writes `<run_dir>/resume.pt` and raises TrainingInterrupted; `resume` (that
     file, loaded) continues to the same weights and metrics as an uninterrupted run (on one
     thread; several threads may reorder float sums). `on_step` is called after every step.
+    The steps of the loop are the methods of `_Fit`, in the order they run.
     """
-    torch.set_num_threads(cfg.threads)
-    gen = seed_everything(cfg.seed)
-    n_classes = data.train.y.shape[1]
-    model = build_model(cfg, data.train.x.shape[2], data.train.static.shape[1], n_classes)
-    crit = criterion(cfg)
-    labelled = data.train
-    if cfg.label_fraction is not None:
-        rows = labelled_rows(data.train.y.numpy(), cfg.label_fraction, cfg.seed)
-        labelled = data.train.subset(torch.from_numpy(rows))
-    if crit.regularizers:
-        crit.prepare(stay_summaries(labelled), labelled.y, model.encoder.out_dim)
-    phases = REGIME_PHASES[cfg.regime]
-    st = LoopState(phase=phases[0])
-    if resume is not None:
-        st = resume["loop"]
-        for phase in phases[: phases.index(st.phase) + 1]:
-            opt = _phase_setup(cfg, phase, model)
-        model.load_state_dict(resume["model"])
-        opt.load_state_dict(resume["optimizer"])
-        crit = resume["criterion"]
-        _set_rng_states(resume["rng"], gen)
-    else:
-        opt = _phase_setup(cfg, st.phase, model)
-    headline = task_spec(cfg.task).headline_metric
-    pre_step = pretrain_step(cfg.regime, cfg.pretrain) if "pretrain" in phases else None
+    return _Fit.start(cfg, data, run_dir, resume, on_step).run(echo)
 
-    def checkpoint(where: str, signum: int) -> None:
-        if run_dir is not None:
-            torch.save({"config": cfg.to_dict(), "loop": st, "model": model.state_dict(),
-                        "optimizer": opt.state_dict(), "criterion": crit,
-                        "rng": _rng_states(gen)}, run_dir / RESUME_FILE)
-        raise TrainingInterrupted(run_dir, where, signum)
 
-    with RunLog(run_dir, bar=cfg.progress, echo=echo) as log, StopRequest() as stop:
+@dataclass
+class _Fit:
+    """One call of `fit`: the model, its objective and optimizer, and the loop's state, so that
+    each step of the loop (start, begin an epoch, one batch, end an epoch, stop) has a name."""
+
+    cfg: TrainConfig
+    data: Prepared
+    run_dir: Path | None
+    gen: torch.Generator
+    model: AnchorModel
+    crit: CombinedLoss
+    labelled: TensorSplit
+    phases: tuple[str, ...]
+    st: LoopState
+    opt: torch.optim.Optimizer
+    headline: str
+    pre_step: Callable[..., tuple[Tensor, dict[str, Tensor]]] | None
+    on_step: Callable[[LoopState], None] | None
+    resumed: bool
+
+    @classmethod
+    def start(cls, cfg: TrainConfig, data: Prepared, run_dir: Path | None,
+              resume: dict[str, Any] | None, on_step: Callable[[LoopState], None] | None
+              ) -> _Fit:
+        """Seed, build the model and objective, keep the labelled stays, and either start the
+        first phase or restore a stopped run's state."""
+        torch.set_num_threads(cfg.threads)
+        gen = seed_everything(cfg.seed)
+        n_classes = data.train.y.shape[1]
+        model = build_model(cfg, data.train.x.shape[2], data.train.static.shape[1], n_classes)
+        crit = criterion(cfg)
+        labelled = data.train
+        if cfg.label_fraction is not None:
+            rows = labelled_rows(data.train.y.numpy(), cfg.label_fraction, cfg.seed)
+            labelled = data.train.subset(torch.from_numpy(rows))
+        if crit.regularizers:
+            crit.prepare(stay_summaries(labelled), labelled.y, model.encoder.out_dim)
+        phases = tuple(REGIME_PHASES[cfg.regime])
+        st = LoopState(phase=phases[0])
         if resume is not None:
-            log.line(f"resumed at {st.phase} epoch {st.epoch + 1}, step {st.next_batch}")
-        for phase in phases[phases.index(st.phase):]:
-            if phase != st.phase:  # the next phase starts: fresh optimizer, epoch count
-                st.phase, st.epoch, st.batches = phase, 0, None
+            st = resume["loop"]
+            for phase in phases[: phases.index(st.phase) + 1]:
                 opt = _phase_setup(cfg, phase, model)
-            pre = phase == "pretrain"
-            split = data.train if pre and cfg.regime == "ssl" else labelled
-            total = int(cfg.pretrain.get("epochs", 10)) if pre else cfg.epochs
-            log.start_bar(total, st.epoch, "pre-training" if pre else "epochs")
-            while st.epoch < total:
-                t0 = time.perf_counter()
-                model.train()
-                if cfg.regime == "two_stage" and not pre:
-                    model.encoder.eval()  # frozen: no dropout either
-                if st.batches is None:
-                    st.batches = make_batches(split, cfg.batch_size, gen, cfg.buckets)
-                    st.next_batch, st.sums, st.epoch_seconds = 0, {"loss": 0.0}, 0.0
-                    if not pre and crit.needs_epoch_embeddings:
-                        crit.refresh(torch.from_numpy(predict(model, crit, split)["z"]),
-                                     split.y)
-                        model.train()
-                while st.next_batch < len(st.batches):
-                    idx = st.batches[st.next_batch]
-                    x, lengths, static, y = split.batch(idx)
+            model.load_state_dict(resume["model"])
+            opt.load_state_dict(resume["optimizer"])
+            crit = resume["criterion"]
+            _set_rng_states(resume["rng"], gen)
+        else:
+            opt = _phase_setup(cfg, st.phase, model)
+        pre_step = pretrain_step(cfg.regime, cfg.pretrain) if "pretrain" in phases else None
+        return cls(cfg, data, run_dir, gen, model, crit, labelled, phases, st, opt,
+                   task_spec(cfg.task).headline_metric, pre_step, on_step, resume is not None)
+
+    def checkpoint(self, where: str, signum: int) -> None:
+        """Write the resume checkpoint (with a run folder) and stop the run."""
+        if self.run_dir is not None:
+            torch.save({"config": self.cfg.to_dict(), "loop": self.st,
+                        "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                        "criterion": self.crit, "rng": _rng_states(self.gen)},
+                       self.run_dir / RESUME_FILE)
+        raise TrainingInterrupted(self.run_dir, where, signum)
+
+    def run(self, echo: bool) -> FitResult:
+        """Every phase's epochs from where the state stands; then the best epoch's weights."""
+        cfg, st = self.cfg, self.st
+        with RunLog(self.run_dir, bar=cfg.progress, echo=echo) as log, StopRequest() as stop:
+            if self.resumed:
+                log.line(f"resumed at {st.phase} epoch {st.epoch + 1}, step {st.next_batch}")
+            for phase in self.phases[self.phases.index(st.phase):]:
+                if phase != st.phase:  # the next phase starts: fresh optimizer, epoch count
+                    st.phase, st.epoch, st.batches = phase, 0, None
+                    self.opt = _phase_setup(cfg, phase, self.model)
+                pre = phase == "pretrain"
+                split = self.data.train if pre and cfg.regime == "ssl" else self.labelled
+                total = int(cfg.pretrain.get("epochs", 10)) if pre else cfg.epochs
+                log.start_bar(total, st.epoch, "pre-training" if pre else "epochs")
+                while st.epoch < total:
+                    t0 = time.perf_counter()
+                    self.begin_epoch(split, pre)
+                    while st.next_batch < len(st.batches or ()):
+                        self.train_step(split, pre)
+                        if stop.requested:
+                            st.epoch_seconds += time.perf_counter() - t0
+                            self.checkpoint(f"{phase} epoch {st.epoch + 1}, step "
+                                            f"{st.next_batch}", stop.signum or 2)
+                    st.epoch_seconds += time.perf_counter() - t0
+                    row = self.finish_epoch()
                     if pre:
-                        loss, parts = pre_step(  # type: ignore[misc]
-                            model.pretrain_embedding, x, lengths, static, y, idx)
-                    else:
-                        z, logits = model(x, lengths, static)
-                        z2 = None
-                        if crit.needs_second_view:
-                            z2, _ = model(x + crit.view_noise * torch.randn_like(x), lengths,
-                                          static)
-                        loss, parts = crit(z, logits, y, index=idx, z2=z2)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    if cfg.clip_grad:
-                        nn.utils.clip_grad_norm_(
-                            [p for g in opt.param_groups for p in g["params"]], cfg.clip_grad)
-                    opt.step()
-                    st.sums["loss"] += loss.item()
-                    for name, part in parts.items():  # cce, scr, then regularizers by name
-                        st.sums[name] = st.sums.get(name, 0.0) + part.item()
-                    st.next_batch += 1
-                    if not pre:
-                        st.seen += len(idx)
-                    if on_step is not None:
-                        on_step(st)
-                    if stop.requested:
-                        st.epoch_seconds += time.perf_counter() - t0
-                        checkpoint(f"{phase} epoch {st.epoch + 1}, step {st.next_batch}",
-                                   stop.signum or 2)
-                n = len(st.batches)
-                st.epoch_seconds += time.perf_counter() - t0
-                row: dict[str, Any] = {"epoch": st.epoch + 1,
-                                       **{f"train_{k}": v / n for k, v in st.sums.items()}}
-                st.epoch += 1
-                st.batches = None
-                if pre:
-                    row = {"phase": "pretrain", **row, "seconds": st.epoch_seconds}
-                    st.pretrain_history.append(row)
-                    log.line(format_epoch(row, total, headline, st.best_val, st.best_epoch))
-                    log.update_bar(loss=f"{row['train_loss']:.4f}")
-                    if run_dir is not None:
-                        write_history(run_dir / "pretrain.csv", st.pretrain_history)
-                    continue
-                st.t_train += st.epoch_seconds
-                t_val = time.perf_counter()
-                val = predict(model, crit, data.val)
-                m = task_metrics(cfg.task, val["y"], val["probability"])
-                score = m[headline] if m[headline] is not None else -math.inf
-                row.update({f"val_{headline}": score,
-                            "val_auprc": m.get("auprc") or float("nan"),
-                            "seconds": st.epoch_seconds + time.perf_counter() - t_val})
-                st.history.append(row)
-                if score > st.best_val:
-                    st.best_val, st.best_epoch, st.bad = score, st.epoch, 0
-                    st.best_state = copy.deepcopy(model.state_dict())
-                else:
-                    st.bad += 1
-                log.line(format_epoch(row, total, headline, st.best_val, st.best_epoch))
-                log.update_bar(loss=f"{row['train_loss']:.4f}", val=f"{score:.4f}",
-                               best=f"{st.best_val:.4f}@{st.best_epoch}")
-                if run_dir is not None:
-                    write_history(run_dir / "epochs.csv", st.history)
-                if st.bad >= cfg.patience:
-                    log.line(f"early stop: no better validation {headline} for "
-                             f"{cfg.patience} epochs")
-                    break
-    if st.best_state is not None:
-        model.load_state_dict(st.best_state)
-    model.eval()
-    return FitResult(model, crit, st.history, st.best_epoch, st.best_val, st.t_train,
-                     st.seen / max(st.t_train, 1e-9), st.pretrain_history)
+                        self.log_pretrain_epoch(row, total, log)
+                    elif self.validate(row, total, log):
+                        break
+        return self.result()
+
+    def begin_epoch(self, split: TensorSplit, pre: bool) -> None:
+        """Train mode (the frozen encoder of a two-stage head phase stays in eval mode), and a
+        new epoch's batches unless a resumed epoch still has some."""
+        st = self.st
+        self.model.train()
+        if self.cfg.regime == "two_stage" and not pre:
+            self.model.encoder.eval()  # frozen: no dropout either
+        if st.batches is None:
+            st.batches = make_batches(split, self.cfg.batch_size, self.gen, self.cfg.buckets)
+            st.next_batch, st.sums, st.epoch_seconds = 0, {"loss": 0.0}, 0.0
+            if not pre and self.crit.needs_epoch_embeddings:
+                self.crit.refresh(torch.from_numpy(predict(self.model, self.crit, split)["z"]),
+                                  split.y)
+                self.model.train()
+
+    def train_step(self, split: TensorSplit, pre: bool) -> None:
+        """One batch: forward, the objective (or the pre-training loss), backward, clipping,
+        the optimizer step, and the running sums of each named part of the loss."""
+        st, cfg = self.st, self.cfg
+        assert st.batches is not None
+        idx = st.batches[st.next_batch]
+        x, lengths, static, y = split.batch(idx)
+        if pre:
+            assert self.pre_step is not None
+            loss, parts = self.pre_step(self.model.pretrain_embedding, x, lengths, static, y, idx)
+        else:
+            z, logits = self.model(x, lengths, static)
+            z2 = None
+            if self.crit.needs_second_view:
+                z2, _ = self.model(x + self.crit.view_noise * torch.randn_like(x), lengths,
+                                   static)
+            loss, parts = self.crit(z, logits, y, index=idx, z2=z2)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.clip_grad:
+            nn.utils.clip_grad_norm_(
+                [p for g in self.opt.param_groups for p in g["params"]], cfg.clip_grad)
+        self.opt.step()
+        st.sums["loss"] += loss.item()
+        for name, part in parts.items():  # cce, scr, then regularizers by name
+            st.sums[name] = st.sums.get(name, 0.0) + part.item()
+        st.next_batch += 1
+        if not pre:
+            st.seen += len(idx)
+        if self.on_step is not None:
+            self.on_step(st)
+
+    def finish_epoch(self) -> dict[str, Any]:
+        """The epoch's row of mean training losses; the state moves to the next epoch."""
+        st = self.st
+        n = len(st.batches or ())
+        row: dict[str, Any] = {"epoch": st.epoch + 1,
+                               **{f"train_{k}": v / n for k, v in st.sums.items()}}
+        st.epoch += 1
+        st.batches = None
+        return row
+
+    def log_pretrain_epoch(self, row: dict[str, Any], total: int, log: RunLog) -> None:
+        st = self.st
+        row = {"phase": "pretrain", **row, "seconds": st.epoch_seconds}
+        st.pretrain_history.append(row)
+        log.line(format_epoch(row, total, self.headline, st.best_val, st.best_epoch))
+        log.update_bar(loss=f"{row['train_loss']:.4f}")
+        if self.run_dir is not None:
+            write_history(self.run_dir / "pretrain.csv", st.pretrain_history)
+
+    def validate(self, row: dict[str, Any], total: int, log: RunLog) -> bool:
+        """Score the validation split, keep the best epoch's weights, log the epoch; True when
+        early stopping ends the phase."""
+        st, headline = self.st, self.headline
+        st.t_train += st.epoch_seconds
+        t_val = time.perf_counter()
+        val = predict(self.model, self.crit, self.data.val)
+        m = task_metrics(self.cfg.task, val["y"], val["probability"])
+        score = m[headline] if m[headline] is not None else -math.inf
+        row.update({f"val_{headline}": score,
+                    "val_auprc": m.get("auprc") or float("nan"),
+                    "seconds": st.epoch_seconds + time.perf_counter() - t_val})
+        st.history.append(row)
+        if score > st.best_val:
+            st.best_val, st.best_epoch, st.bad = score, st.epoch, 0
+            st.best_state = copy.deepcopy(self.model.state_dict())
+        else:
+            st.bad += 1
+        log.line(format_epoch(row, total, headline, st.best_val, st.best_epoch))
+        log.update_bar(loss=f"{row['train_loss']:.4f}", val=f"{score:.4f}",
+                       best=f"{st.best_val:.4f}@{st.best_epoch}")
+        if self.run_dir is not None:
+            write_history(self.run_dir / "epochs.csv", st.history)
+        if st.bad >= self.cfg.patience:
+            log.line(f"early stop: no better validation {headline} for "
+                     f"{self.cfg.patience} epochs")
+            return True
+        return False
+
+    def result(self) -> FitResult:
+        """The best epoch's weights in eval mode, with the run's history and speed."""
+        st = self.st
+        if st.best_state is not None:
+            self.model.load_state_dict(st.best_state)
+        self.model.eval()
+        return FitResult(self.model, self.crit, st.history, st.best_epoch, st.best_val,
+                         st.t_train, st.seen / max(st.t_train, 1e-9), st.pretrain_history)
 
 
 def load_resume(run_dir: Path) -> dict[str, Any]:

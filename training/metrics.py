@@ -27,6 +27,12 @@ from schemas.tasks import task_spec
 from training.calibration import brier, expected_calibration_error
 
 
+def l2_normalize(Z: ArrayLike, eps: float = 1e-12) -> np.ndarray:
+    """Row-wise unit vectors (zero rows stay zero): the cosine geometry of embeddings."""
+    Z = np.asarray(Z, dtype=np.float64)
+    return Z / np.maximum(np.linalg.norm(Z, axis=-1, keepdims=True), eps)
+
+
 def _binary(y: ArrayLike, p: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Flatten [N] or [N, 1] inputs and check they match."""
     yy = np.asarray(y).ravel()

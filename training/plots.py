@@ -24,8 +24,7 @@ from sklearn.metrics import precision_recall_curve, roc_curve
 
 from training.bootstrap import format_ci
 from training.calibration import expected_calibration_error, reliability_curve
-from training.embedding_quality import l2_normalize
-from training.metrics import auprc, auroc
+from training.metrics import auprc, auroc, l2_normalize
 
 Models = Mapping[str, tuple[ArrayLike, ArrayLike]]
 CIs = Mapping[str, Mapping[str, Any]] | None

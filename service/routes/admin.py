@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from schemas.contract import TASKS
 from schemas.payloads import ErrorBody, Problem, ReloadRequest, ReloadResponse
+from schemas.tasks import TASK_NAMES
 from service.auth import ApiKey
 from service.deps import MetricsDep, RegistryDep
 from service.errors import ApiError
@@ -24,7 +24,7 @@ async def reload_model(task: str, body: ReloadRequest, registry: RegistryDep,
 
     Reaches only the worker process that receives it (each worker holds its own models).
     """
-    if task not in TASKS:
+    if task not in TASK_NAMES:
         raise ApiError(404, "model_not_found", message=f"unknown task {task!r}")
     try:
         model, previous = await registry.reload(task, version=body.version, path=body.path)

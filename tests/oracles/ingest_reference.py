@@ -15,7 +15,7 @@ import numpy as np
 from schemas.featureset import STATIC_FIELDS, FeatureSet
 from schemas.payloads import Notice, Problem, StayPayload
 from schemas.tensorize import Observations, clean
-from schemas.variables import CategoryError, UnitError, in_catalog
+from schemas.variables import CategoryError, UnitError, did_you_mean, in_catalog
 
 DEFAULT_MAX_OBSERVATIONS = 20_000
 
@@ -73,7 +73,8 @@ def _add(out: StayIngest, fs: FeatureSet, loc: list[str | int], variable: str,
     if ch is None:
         known = in_catalog(variable)
         where = (f"; the catalog's {known.id} is not an input of this model (feature set "
-                 f"{fs.name}): score it with a model that reads it" if known else "")
+                 f"{fs.name}): score it with a model that reads it" if known
+                 else did_you_mean(variable, fs.variables))
         out.problems.append(Problem(
             loc=[*loc, "variable"], rule="unknown_variable",
             message=f"unknown variable {variable!r}{where}",

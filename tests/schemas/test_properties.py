@@ -1,4 +1,4 @@
-"""hypothesis properties of the payload models and tensorize (issue 11).
+"""hypothesis properties of the payload models and tensorize.
 
 - any payload accepted by the models and the ingest rules gives a finite tensor of the
   documented shape [1, T, F] (T = the window's bins, or the stay's; F = fs.n_features);

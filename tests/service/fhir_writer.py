@@ -57,6 +57,17 @@ CODES: dict[str, tuple[str, str | None]] = {
     "paco2": ("2019-8", "mm[Hg]"),
     "sao2": ("2708-6", "%"),
     "urine_output": ("9187-6", "mL"),
+    "invasive_systolic_bp": ("76215-3", "mm[Hg]"),
+    "invasive_diastolic_bp": ("76213-8", "mm[Hg]"),
+    "invasive_mean_bp": ("76214-6", "mm[Hg]"),
+    "albumin": ("1751-7", "g/dL"),
+    "bilirubin": ("1975-2", "mg/dL"),
+    "alp": ("6768-6", "U/L"),
+    "alt": ("1742-6", "U/L"),
+    "ast": ("1920-8", "U/L"),
+    "cholesterol": ("2093-3", "mg/dL"),
+    "troponin_i": ("10839-9", "ng/mL"),
+    "troponin_t": ("6598-7", "ng/mL"),
 }
 SYSTOLIC = ("systolic_bp", "noninvasive_systolic_bp")
 DIASTOLIC = ("diastolic_bp", "noninvasive_diastolic_bp")

@@ -1,4 +1,4 @@
-"""Issue 9's outputs: risk first, named operating points, explanations, audit, old manifests."""
+"""The scoring outputs: risk first, named operating points, explanations, audit, old manifests."""
 
 from __future__ import annotations
 

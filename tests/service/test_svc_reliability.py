@@ -1,4 +1,4 @@
-"""Regression tests for the reliability/security findings of issue 11 (one block per class)."""
+"""Regression tests for the reliability/security findings (one block per class of finding)."""
 
 from __future__ import annotations
 

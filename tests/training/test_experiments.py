@@ -9,18 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import training.experiments as exp
-from training.baseline import (
-    baseline_predictions,
-    feature_names,
-    fit_gbm_baseline,
-    fit_logistic_baseline,
-)
+import training.studies.experiments as exp
 from training.config import TrainConfig
 from training.data.splits import load_split
 from training.data.synthetic import write_synthetic
 from training.evaluate import evaluate_run
 from training.metrics import auroc
+from training.studies.baseline import (
+    baseline_predictions,
+    feature_names,
+    fit_gbm_baseline,
+    fit_logistic_baseline,
+)
 
 TINY = {"units": 4, "depth": 1, "bidirectional": False, "dropout": 0.0}
 
@@ -132,7 +132,7 @@ def test_baseline_beats_chance(data_dir: Path) -> None:
 
 def test_baseline_features_use_only_observed_bins() -> None:
     from schemas.featureset import BENCHMARK_48H as fs
-    from training.baseline import summary_features
+    from training.studies.baseline import summary_features
 
     x = np.zeros((1, 4, fs.n_features), np.float32)
     hr = [v.id for v in fs.variables].index("heart_rate")
@@ -155,7 +155,7 @@ def test_baseline_features_use_only_observed_bins() -> None:
 
 def test_baseline_scores_ordinal_gcs_and_sums_urine() -> None:
     from schemas.featureset import FEATURE_SETS
-    from training.baseline import summary_features
+    from training.studies.baseline import summary_features
 
     fs = FEATURE_SETS["physionet2012-full"]
     ids = [v.id for v in fs.variables]

@@ -101,3 +101,12 @@ async def test_recalibrate_writes_a_new_version_the_service_serves(setup: tuple)
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_evaluating_on_the_training_data_warns_and_another_site_does_not(setup: tuple) -> None:
+    """The home dataset (the model's own training data) is flagged; another site is not."""
+    root, home, site = setup
+    folder = root / "models" / "mortality" / "0.1.0"
+    assert evaluate_external(folder, site, n_boot=5)["warnings"] == []
+    warnings = evaluate_external(folder, home, n_boot=5)["warnings"]
+    assert len(warnings) == 1 and "trained on" in warnings[0] and "not an external" in warnings[0]

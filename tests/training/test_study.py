@@ -9,7 +9,7 @@ import pytest
 
 import scehr_cli
 from training.data.synthetic import write_synthetic
-from training.study import Progress, load_study, point_name, run_study
+from training.studies.study import Progress, load_study, point_name, run_study
 
 STUDY = """title = "tiny"
 seeds = [0, 1]

@@ -1,4 +1,4 @@
-"""Every method of every study file in configs/ trains one epoch on synthetic data (issue 12's
+"""Every method of every study file in configs/ trains one epoch on synthetic data (the studies'
 acceptance: each method trains from a config in CI), with the study's own keys and grid."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from training.data.synthetic import write_synthetic
 from training.fit import prepare
 from training.run import train_run
-from training.study import cell_config, load_study
+from training.studies.study import cell_config, load_study
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STUDIES = sorted(CONFIGS.glob("study_*.toml"))

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from training.data.synthetic import write_synthetic
-from training.embedding_quality import embedding_quality
 from training.evaluate import load_predictions
-from training.study import run_study
-from training.study_report import plot_by_prevalence
+from training.studies.embedding_quality import embedding_quality
+from training.studies.study import run_study
+from training.studies.study_report import plot_by_prevalence
 
 STUDY = """seeds = [0, 1]
 reference = "bce_p20"

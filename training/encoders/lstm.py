@@ -8,11 +8,12 @@ followed by a 16-unit LSTM, not `nn.LSTM(num_layers=2)`. Keras' weight initialis
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from schemas.tasks import task_spec
 from training.encoders.base import (
     Encoder,
     LockedDropout,
@@ -63,11 +64,6 @@ class BenchmarkLSTM(Encoder):
     """(Bi)LSTM stack -> last valid step of the final layer -> dropout -> z [B, units]."""
 
     name = "lstm"
-    #: The paper's configurations (mimic3-benchmarks command lines).
-    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "mortality": {"units": 16, "depth": 2, "bidirectional": True, "dropout": 0.3},
-        "phenotypes": {"units": 256, "depth": 1, "bidirectional": False, "dropout": 0.3},
-    }
 
     def __init__(
         self,
@@ -103,12 +99,9 @@ class BenchmarkLSTM(Encoder):
         self.z_drop = nn.Dropout(dropout)
 
     @classmethod
-    def mortality(cls, n_features: int) -> BenchmarkLSTM:
-        return cls(n_features, **cls.PRESETS["mortality"])
-
-    @classmethod
-    def phenotypes(cls, n_features: int) -> BenchmarkLSTM:
-        return cls(n_features, **cls.PRESETS["phenotypes"])
+    def for_task(cls, task: str, n_features: int) -> BenchmarkLSTM:
+        """The paper's configuration for a task (its `TaskSpec.encoder_presets`)."""
+        return cls(n_features, **task_spec(task).encoder_presets[cls.name])
 
     def forward(self, x: Tensor, lengths: Tensor, static: Tensor | None = None) -> Tensor:
         lengths = clamp_lengths(lengths, x.shape[1])

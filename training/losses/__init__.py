@@ -7,7 +7,7 @@ contrastive losses take embeddings z [B, D] and binary labels [B] or [B, C] (per
 from training.losses.asymmetric import ACL, AFCL
 from training.losses.base import AnchorLoss, ColumnPairLoss
 from training.losses.classification import BCE, CBCE, CSCE
-from training.losses.combined import CCE_LOSSES, CombinedLoss, build_loss
+from training.losses.combined import CCE_LOSSES, POSITIVE_ANCHOR_ONLY, CombinedLoss, build_loss
 from training.losses.debias import DebiasedSupCon, MemoryQueue
 from training.losses.focal import FocalLoss
 from training.losses.margin import MarginContrastiveLoss
@@ -30,6 +30,7 @@ __all__ = [
     "CBCE",
     "CCE_LOSSES",
     "CSCE",
+    "POSITIVE_ANCHOR_ONLY",
     "REGULARIZERS",
     "SCR",
     "AnchorLoss",

@@ -26,6 +26,10 @@ class AnchorLoss(nn.Module):
     The reduction is the mean over batch and classes, i.e. (1/C) Σ_c mean_b.
     """
 
+    #: The read-out uses the positive anchor only (p = σ(uᵀz)): v is never trained, so
+    #: calibration maps read logit(p) = uᵀz instead of the margin uᵀz − vᵀz.
+    positive_anchor_only: bool = False
+
     def forward(self, anchor_logits: Tensor, y: Tensor) -> Tensor:
         y = as_targets(anchor_logits, y)
         return self.elementwise(anchor_logits[..., 0], anchor_logits[..., 1], y).mean()

@@ -18,6 +18,8 @@ from training.losses.base import AnchorLoss
 class BCE(AnchorLoss):
     """Plain binary cross-entropy on the positive anchor only: −[y log σ(u) + (1−y) log σ(−u)]."""
 
+    positive_anchor_only = True
+
     def elementwise(self, u: Tensor, v: Tensor, y: Tensor) -> Tensor:
         return -(y * F.logsigmoid(u) + (1 - y) * F.logsigmoid(-u))
 

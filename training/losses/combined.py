@@ -20,13 +20,19 @@ from training.losses.focal import FocalLoss
 from training.losses.regularizers import Batch, Regularizer, build_regularizer
 from training.losses.scr import SCR
 
-#: Classification term name -> loss class (each also defines the probability read-out).
+#: Classification term name -> loss class: the one registry of classification losses. Each
+#: class also defines the probability read-out and whether it reads the positive anchor only;
+#: the CLI's choices, the calibration input and the manifest's loss name all derive from here.
 CCE_LOSSES: dict[str, type[AnchorLoss]] = {
     "bce": BCE,
     "cbce": CBCE,
     "csce": CSCE,
     "focal": FocalLoss,
 }
+
+#: Losses whose probability ignores the negative anchor (derived from the classes).
+POSITIVE_ANCHOR_ONLY: frozenset[str] = frozenset(
+    name for name, cls in CCE_LOSSES.items() if cls.positive_anchor_only)
 
 
 class CombinedLoss(nn.Module):

@@ -20,6 +20,8 @@ class FocalLoss(AnchorLoss):
     differentiable for any γ ≥ 0 and any logit size.
     """
 
+    positive_anchor_only = True
+
     def __init__(self, gamma: float = 2.0, alpha: float | None = None) -> None:
         super().__init__()
         if gamma < 0:

@@ -111,26 +111,56 @@ def test_seeded(tmp_path: Path) -> None:
     assert (a / name).read_text() == (b / name).read_text()
 
 
-#: examples/ file -> (the feature set it is written for, the synthetic task generating it;
-#: None: written by hand for the full PhysioNet set the default mortality model reads)
-EXAMPLE_FILES = {"mortality_stay_benchmark17.json": ("benchmark76-48h", "mortality"),
-                 "phenotypes_stay.json": ("benchmark76-stay", "phenotypes"),
-                 "mortality_stay.json": ("physionet2012-full", None)}
+#: examples/ file -> (the feature set it is written for, the synthetic task generating it,
+#: the shipped model it is sent to; task None: written by hand for the full PhysioNet set the
+#: default mortality model reads)
+EXAMPLE_FILES = {
+    "mortality_stay_benchmark17.json": ("benchmark76-48h", "mortality", "mortality/1.1.0"),
+    "phenotypes_stay.json": ("benchmark76-stay", "phenotypes", "phenotypes/1.1.0"),
+    "mortality_stay.json": ("physionet2012-full", None, "mortality/1.2.0"),
+}
+MODELS = EXAMPLES.parent / "models"
+
+
+def never_seen(model: str) -> set[str]:
+    """Channels the shipped model never saw in training (coverage 0): an example that sent
+    them would get a warning for each, so the examples leave them out."""
+    manifest = json.loads((MODELS / model / "manifest.json").read_text())
+    return {v for v, c in manifest["coverage"].items() if c == 0}
+
+
+def fitted_example(name: str) -> dict:
+    """The synthetic example for `name`'s task, fitted to the model it is sent to: without the
+    channels that model never saw, and with an id of its own."""
+    _, task, model = EXAMPLE_FILES[name]
+    payload = example_payload(task)
+    drop = never_seen(model)
+    payload["observations"] = [o for o in payload["observations"] if o["variable"] not in drop]
+    stem = name.removesuffix(".json").replace("_stay", "").replace("_", "-")
+    payload["id"] = f"example-{stem}-1"
+    return payload
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLE_FILES))
 def test_example_payloads_are_valid(name: str) -> None:
     from schemas.featureset import FEATURE_SETS
 
-    fs_name, task = EXAMPLE_FILES[name]
+    fs_name, task, model = EXAMPLE_FILES[name]
     path = EXAMPLES / name
     assert path.stat().st_size < 30_000
     payload = StayPayload.model_validate(json.loads(path.read_text()))
     assert payload.demographics is not None
     result = ingest_stay(payload, FEATURE_SETS[fs_name])
     assert result.problems == []
+    assert not {o.variable for o in payload.observations} & never_seen(model)
     if task is not None:
-        assert json.loads(path.read_text()) == example_payload(task)
+        assert json.loads(path.read_text()) == fitted_example(name), (
+            f"regenerate examples/{name}: python -m tests.training.data.test_data_synthetic")
+
+
+def test_every_example_has_its_own_id() -> None:
+    ids = [json.loads((EXAMPLES / n).read_text())["id"] for n in EXAMPLE_FILES]
+    assert len(set(ids)) == len(ids), ids
 
 
 def test_subset_keeps_rows_aligned(synth: Path) -> None:
@@ -143,3 +173,18 @@ def test_subset_keeps_rows_aligned(synth: Path) -> None:
     np.testing.assert_array_equal(b.x, a.x[idx][:, : b.x.shape[1]])
     full = a.subset(np.ones(len(a), dtype=bool))
     np.testing.assert_allclose(full.coverage, a.coverage)
+
+
+def example_text(payload: dict) -> str:
+    """The examples' layout: two-space indents, one observation per line."""
+    obs = payload["observations"]
+    head = json.dumps({k: v for k, v in payload.items() if k != "observations"}, indent=2)
+    lines = [f"    {json.dumps(o)}," for o in obs]
+    lines[-1] = lines[-1].rstrip(",")
+    return head[:-2] + ',\n  "observations": [\n' + "\n".join(lines) + "\n  ]\n}\n"
+
+
+if __name__ == "__main__":  # rewrite the generated examples
+    for name, (_, task, _) in EXAMPLE_FILES.items():
+        if task is not None:
+            (EXAMPLES / name).write_text(example_text(fitted_example(name)))

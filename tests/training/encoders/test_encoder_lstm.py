@@ -63,10 +63,10 @@ def test_bidirectional_layer_matches_torch_bilstm_per_stay() -> None:
 
 
 def test_presets_match_the_paper() -> None:
-    mort = BenchmarkLSTM.mortality(76)
+    mort = BenchmarkLSTM.for_task("mortality", 76)
     assert (mort.inner[0].fwd.hidden_size, mort.inner[0].bwd.hidden_size) == (8, 8)
     assert mort.final.hidden_size == 16 and mort.out_dim == 16 and mort.dropout == 0.3
-    pheno = BenchmarkLSTM.phenotypes(76)
+    pheno = BenchmarkLSTM.for_task("phenotypes", 76)
     assert len(pheno.inner) == 0 and pheno.final.hidden_size == 256 and pheno.out_dim == 256
     assert not mort.uses_static and not pheno.uses_static
     # Keras initialisation: forget-gate bias 1 (gate order i, f, g, o), orthogonal recurrent

@@ -40,7 +40,6 @@ import numpy as np
 from training.bootstrap import bootstrap_ci, format_ci, paired_bootstrap_diff
 from training.config import TrainConfig, load_config
 from training.data.writer import write_json
-from training.experiments import DataCache, _md_table, ensure_run
 from training.fit import RESUME_FILE
 from training.metrics import (
     auprc,
@@ -52,6 +51,7 @@ from training.metrics import (
 )
 from training.progress import Progress
 from training.run import train_run
+from training.studies.experiments import DataCache, _md_table, ensure_run
 
 STUDY_KEYS = ("base", "seeds", "reference", "overrides", "methods", "n_boot", "title")
 #: Keys of a method table that are not config keys: its grid, the method it is compared with
@@ -170,7 +170,7 @@ def run_study(path: str | Path, out: Path | None = None, data: str | None = None
     `methods` trains only those methods' cells and writes no summary (None): a study split
     over several processes (each its own methods; no two share a cell), then read back whole
     by a run without `methods`. `embeddings` adds the embedding study of every method
-    (`training/study_report.py`); a study whose methods set `train_prevalence` also gets
+    (`training/studies/study_report.py`); a study whose methods set `train_prevalence` also gets
     `<out>/by_prevalence.png`."""
     study = load_study(path)
     if methods:
@@ -224,7 +224,7 @@ def run_study(path: str | Path, out: Path | None = None, data: str | None = None
     text = study_markdown(summary)
     (out / "summary.md").write_text(text)
     echo(text)
-    from training.study_report import embedding_report, plot_by_prevalence
+    from training.studies.study_report import embedding_report, plot_by_prevalence
 
     if plot_by_prevalence(summary, out / "by_prevalence.png"):
         echo(f"wrote {out / 'by_prevalence.png'}")

@@ -16,13 +16,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from training.metrics import auroc
-
-
-def l2_normalize(Z: ArrayLike, eps: float = 1e-12) -> np.ndarray:
-    """Row-wise unit vectors (zero rows stay zero)."""
-    Z = np.asarray(Z, dtype=np.float64)
-    return Z / np.maximum(np.linalg.norm(Z, axis=-1, keepdims=True), eps)
+from training.metrics import auroc, l2_normalize
 
 
 def _split(Z: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

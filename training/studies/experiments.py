@@ -334,10 +334,10 @@ def embedding_study(run_dir: Path, label: int = 0, max_points: int = 2000) -> di
     The probe is fitted on the training embeddings saved in `predictions.npz` (recomputed from
     the checkpoint and data when an older run lacks them) and scored on test.
     """
-    from training.embedding_quality import embedding_quality, embedding_quality_multilabel
     from training.evaluate import load_predictions, load_run_config
     from training.fit import load_checkpoint, predict
     from training.plots import plot_embedding_tsne
+    from training.studies.embedding_quality import embedding_quality, embedding_quality_multilabel
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -401,8 +401,8 @@ def run_comparison(
     `comparison_pr.png` under `study_dir` and, if `docs` is given (a `.md` file or a folder),
     the same markdown with the PNGs copied next to it. Returns the comparison dict.
     """
-    from training.baseline import baseline_predictions, fit_logistic_baseline
     from training.plots import plot_pr_curves, plot_roc_curves
+    from training.studies.baseline import baseline_predictions, fit_logistic_baseline
 
     if not seeds:
         raise ValueError("run_comparison needs at least one seed")

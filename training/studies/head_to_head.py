@@ -1,6 +1,6 @@
 """Mortality models head to head on the same test stays: paired bootstrap, then subgroups.
 
-Run: `python -m training.head_to_head NAME=RUN_DIR ... [--logreg NAME=FILE.npz]`, where each
+Run: `python -m training.studies.head_to_head NAME=RUN_DIR ... [--logreg NAME=FILE.npz]`, where each
 run directory holds `predictions.npz` (test stays, labels, probabilities, demographics) and a
 logistic-regression file is `runs/<comparison>/logreg_predictions.npz` (from `scehr compare`).
 All predictions must cover the same test stays in the same order. Prints two markdown tables:

@@ -1,7 +1,8 @@
 """Figures and tables of a finished `scehr study` from its summary and run folders.
 
 - `embedding_report`: per method, the embedding geometry SCR-type terms are meant to change
-  (class separation, intra-class spread, linear-probe AUROC; `training/embedding_quality.py`),
+  (class separation, intra-class spread, linear-probe AUROC;
+  `training/studies/embedding_quality.py`),
   averaged over the seeds, and one grid of t-SNE panels (the first seed's test embeddings with
   the anchors u, v of the drawn label), so the methods can be compared on one page.
 - `plot_by_prevalence`: test AUROC (95% CI) against the training prevalence, one line per
@@ -18,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from training.data.writer import write_json
-from training.embedding_quality import embedding_quality, embedding_quality_multilabel
-from training.experiments import _md_table
 from training.plots import _figure, _save, tsne_with_anchors
+from training.studies.embedding_quality import embedding_quality, embedding_quality_multilabel
+from training.studies.experiments import _md_table
 
 
 def _run_quality(run_dir: Path) -> dict[str, Any]:

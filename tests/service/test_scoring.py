@@ -17,8 +17,9 @@ import pytest
 from schemas.featureset import FEATURE_SETS
 from schemas.model_index import read_index
 from schemas.payloads import Prediction
-from service.scoring import CLASS_FIELDS, Output, parse_shard, read_benchmark, score
+from service.scoring import CLASS_FIELDS, Output, read_benchmark, score
 from service.settings import Settings
+from service.shards import parse_shard
 from tests.conftest import REPO, SHARED_DATA, needs_shared_data
 from tests.service.conftest import serve, stay
 from training.data.synthetic import write_synthetic
@@ -98,7 +99,7 @@ async def test_scorer_equals_the_http_service(model_dir: Path, synth: Path,
     # a benchmark folder
     score("mortality", synth, tmp_path / "bench.jsonl", model_dir=model_dir, device="cpu",
           chunk_size=7, progress=False)
-    keys, stays = zip(*read_benchmark(synth), strict=True)  # the very payloads it scored
+    keys, stays, _ = zip(*read_benchmark(synth), strict=True)  # the very payloads it scored
     n_ok = assert_same(read_rows(tmp_path / "bench.jsonl"),
                        await http_rows(settings, list(stays), list(keys)))
     assert n_ok == 40
@@ -114,15 +115,20 @@ async def test_scorer_equals_the_http_service(model_dir: Path, synth: Path,
     assert "line-8" in rows and rows["s0010"]["model_version"] == "v1"
 
 
-def test_long_form_csv_and_parquet_equal_jsonl(model_dir: Path, tmp_path: Path) -> None:
-    items = payloads(12, bad=False)
+def write_long_csv(path: Path, items: list[dict[str, Any]]) -> Path:
     lines = ["stay_id,variable,time,value,unit,age,sex"]
     for p in items:
         for o in p["observations"]:
             d = p["demographics"]
             lines.append(f"{p['id']},{o['variable']},{o['time']},{o['value']},"
                          f"{o.get('unit') or ''},{d['age']},{d['sex']}")
-    (tmp_path / "long.csv").write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_long_form_csv_and_parquet_equal_jsonl(model_dir: Path, tmp_path: Path) -> None:
+    items = payloads(12, bad=False)
+    write_long_csv(tmp_path / "long.csv", items)
     write_jsonl(tmp_path / "in.jsonl", items)
     for name in ("in.jsonl", "long.csv"):
         score("mortality", tmp_path / name, tmp_path / f"{name}.out.jsonl",
@@ -151,21 +157,40 @@ def test_parquet_without_pyarrow_names_the_extra(model_dir: Path, tmp_path: Path
               device="cpu", progress=False)
 
 
-def test_shards_split_deterministically(model_dir: Path, tmp_path: Path) -> None:
-    write_jsonl(tmp_path / "in.jsonl", payloads(40, bad=False))
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet", "folder"])
+def test_shards_read_only_their_part_and_cover_every_stay_once(
+        model_dir: Path, tmp_path: Path, synth: Path, fmt: str) -> None:
+    """N contiguous parts (byte ranges on line starts, listfile rows, row groups): each stay
+    in exactly one part, with the whole run's row; a stay whose rows cross a part's end belongs
+    to the part of its first row."""
+    items = payloads(40, bad=False)
+    if fmt == "jsonl":
+        src = write_jsonl(tmp_path / "in.jsonl", items)
+    elif fmt == "folder":
+        src = synth
+    else:
+        src = write_long_csv(tmp_path / "in.csv", items)
+        if fmt == "parquet":
+            import pyarrow.csv as pacsv
+            import pyarrow.parquet as pq
+
+            src = tmp_path / "in.parquet"  # small row groups: stays cross them
+            pq.write_table(pacsv.read_csv(tmp_path / "in.csv"), src, row_group_size=7)
     run: Callable[..., Any] = lambda out, shard: score(  # noqa: E731
-        "mortality", tmp_path / "in.jsonl", tmp_path / out, model_dir=model_dir, device="cpu",
+        "mortality", src, tmp_path / out, model_dir=model_dir, device="cpu",
         shard=shard, progress=False)
     run("all.jsonl", (0, 1))
-    parts = []
-    for i in range(3):
-        s = run(f"part{i}.jsonl", (i, 3))
-        assert s.other_shard == 40 - s.written
-        parts.append(read_rows(tmp_path / f"part{i}.jsonl"))
-    assert all(parts) and sum(len(p) for p in parts) == 40
-    assert {k: v for p in parts for k, v in p.items()} == read_rows(tmp_path / "all.jsonl")
+    whole = read_rows(tmp_path / "all.jsonl")
+    for n in (3, 7):
+        parts = []
+        for i in range(n):
+            s = run(f"part{i}-of-{n}.jsonl", (i, n))
+            parts.append(read_rows(tmp_path / f"part{i}-of-{n}.jsonl"))
+            assert s.read == len(parts[-1])  # it read its own stays only
+        assert sum(map(len, parts)) == len(whole) == 40
+        assert {k: v for p in parts for k, v in p.items()} == whole
     run("part0-again.jsonl", (0, 3))
-    assert read_rows(tmp_path / "part0-again.jsonl").keys() == parts[0].keys()
+    assert read_rows(tmp_path / "part0-again.jsonl") == read_rows(tmp_path / "part0-of-3.jsonl")
     with pytest.raises(ValueError, match="I/N"):
         parse_shard("3")
     with pytest.raises(ValueError, match="0 <= I < N"):
@@ -264,7 +289,20 @@ async def test_real_physionet_set_c_stays_equal_the_service(tmp_path: Path) -> N
     split = tmp_path / "bench" / "in-hospital-mortality" / "test"
     score("mortality", split, tmp_path / "out.jsonl", model_dir=models, device="cpu",
           progress=False)
-    keys, stays = zip(*read_benchmark(split), strict=True)
+    keys, stays, _ = zip(*read_benchmark(split), strict=True)
     served = await http_rows(Settings(model_dir=models, device="cpu", tasks=["mortality"]),
                              list(stays), list(keys))
     assert assert_same(read_rows(tmp_path / "out.jsonl"), served) == len(keys) >= 50
+
+
+def test_results_do_not_depend_on_the_chunking(model_dir: Path, synth: Path,
+                                               tmp_path: Path) -> None:
+    """A stay's ONNX Runtime run does not depend on which stays share it: every chunk size
+    gives the same bytes (small runs take another GEMM path unless padded)."""
+    outs = []
+    for size in (1, 2, 3, 5, 40):
+        out = tmp_path / f"c{size}.jsonl"
+        score("mortality", synth, out, model_dir=model_dir, device="cpu", threads=1,
+              chunk_size=size, progress=False)
+        outs.append(out.read_bytes())
+    assert all(o == outs[-1] for o in outs)

@@ -71,13 +71,15 @@ class TaskState:
 
 RunObserver = Callable[[int, float], None]  # rows, seconds of one ORT run
 
-#: Fewest rows per ORT run on the CPU session. ONNX Runtime's CPU GEMM takes another path for
-#: 1-3 rows, whose float32 sums differ in the last bits (up to 9e-8 in risk on the benchmark-17
-#: LSTM, set-c stays) from the path of larger runs, where each row's result is the same at any
-#: position and run size; so a smaller run is padded to this many rows (+0.35 ms CPU for a
-#: lone stay on that LSTM). `scehr score` then gives the same bytes for any chunk size, and
-#: the HTTP routes whatever the batcher coalesces.
-MIN_RUN_ROWS = 4
+#: Rows per ORT run on the CPU session are a multiple of this. ONNX Runtime's CPU GEMM works
+#: through the rows in blocks of 4 and takes another path for the 1-3 rows left over, whose
+#: float32 sums differ in the last bits (up to 9e-8 in risk on the benchmark-17 LSTM, set-c
+#: stays) from a full block's; a row in a full block gives the same result at any position and
+#: run size. So a run is padded up to a multiple of this many rows (copies of its last row, cut
+#: back; at most 3 rows, +0.35 ms CPU for a lone stay on that LSTM): `scehr score` then gives
+#: the same bytes for any chunk size, and the HTTP routes whatever the batcher coalesces.
+#: benchmarks/chunk_invariance.py measures it; tests/service/test_scoring.py checks it.
+RUN_ROW_BLOCK = 4
 
 
 @dataclass
@@ -115,7 +117,7 @@ class LoadedModel:
         t0 = time.perf_counter()
         if self.bound is not None:
             out = self.bound.run(inputs, self.input_names)
-        elif inputs.rows < MIN_RUN_ROWS:
+        elif inputs.rows % RUN_ROW_BLOCK:
             out = self._run_padded(inputs)
         else:
             out = ModelOutputs(*self.session.run(list(GRAPH.output_names), feeds))
@@ -124,9 +126,9 @@ class LoadedModel:
         return out
 
     def _run_padded(self, inputs: ModelInputs) -> ModelOutputs:
-        """A run of fewer than MIN_RUN_ROWS rows, padded with copies of its last row and cut
+        """A run padded to a multiple of RUN_ROW_BLOCK rows with copies of its last row, cut
         back: a stay's outputs then never depend on how many stays share its run."""
-        extra = MIN_RUN_ROWS - inputs.rows
+        extra = -inputs.rows % RUN_ROW_BLOCK
 
         def pad(a: np.ndarray) -> np.ndarray:
             return np.concatenate([a, np.repeat(a[-1:], extra, axis=0)])

@@ -319,18 +319,19 @@ OUTPUT_SUFFIXES = (".jsonl", ".csv")
 
 
 def check_output(path: Path) -> None:
-    """A clear one-line error for an output the run could not write, before any work."""
+    """A clear one-line error for an output the run could not write, before any work: the
+    file is opened for appending (created empty if new) as the run will."""
     if path.suffix not in OUTPUT_SUFFIXES:
         raise ValueError(f"--out {path}: unknown output format {path.suffix or '(no suffix)'!r}; "
                          f"use {' or '.join(OUTPUT_SUFFIXES)}")
-    if path.is_dir():
-        raise ValueError(f"--out {path} is a folder; name a file")
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    target = path if path.exists() else parent
-    if not os.access(target, os.W_OK) or (target is parent and not os.access(parent, os.X_OK)):
-        raise ValueError(f"--out {path}: {target} is not writable")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        open(path, "a").close()
+    except FileExistsError as e:  # a file where a folder of the path should be
+        raise ValueError(f"--out {path}: cannot write it ({e.filename} is a file, not a "
+                         "folder)") from None
+    except OSError as e:
+        raise ValueError(f"--out {path}: cannot write it ({e.strerror or e})") from None
 
 
 class Output:

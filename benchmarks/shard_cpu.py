@@ -1,9 +1,15 @@
-"""Per-shard CPU time of `scehr score --shard I/N` for N = 1, 4, 16 on one large input of real
+r"""Per-shard CPU time of `scehr score --shard I/N` for N = 1, 4, 16 on one large input of real
 stays, side by side in one run, with the fixed start-up (interpreter, imports, model load)
 measured apart.
 
-    scehr data convert-physionet2012 ../shared/data/physionet2012 data/physionet2012-benchmark
-    .venv/bin/python -m benchmarks.shard_cpu [--copies 16] [--shards 1 4 16] [--all-shards]
+    scehr data convert-physionet2012 --feature-set physionet2012-full \
+        ../shared/data/physionet2012 data/p12-full
+    .venv/bin/python -m benchmarks.shard_cpu --split data/p12-full/in-hospital-mortality/test \
+        [--copies 16] [--shards 1 4 16] [--all-shards]
+
+The split must be converted with the feature set of the model scored (the default mortality
+model 1.2.0 reads physionet2012-full), else most stays are refused rows and the figures are
+those of validation errors, not of scoring.
 
 The input: the 4,000 set-c stays as API payloads, repeated `--copies` times (16: 64,000 stays)
 with ids made unique (`<stay>-<copy>`), in one JSON Lines file. Each shard is its own

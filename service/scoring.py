@@ -480,8 +480,8 @@ def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Pa
     from service.registry import load_model
     from service.settings import Settings
 
+    stays, total = open_input(input_path, shard)  # lazy: a missing input fails here
     check_output(out_path)  # a wrong or unwritable path fails now, not after the model loads
-    stays, total = open_input(input_path, shard)
     folder, task = resolve_model(model_or_task, model_dir, version)
     settings = Settings(model_dir=model_dir, device=device, workers=1,
                         intra_op_threads=threads)

@@ -36,8 +36,10 @@ from service.settings import Settings  # noqa: E402
 SPLIT = REPO / "data" / "physionet2012-benchmark" / "in-hospital-mortality" / "test"
 
 
-async def served(stays: list[tuple[str, dict]], model_dir: Path) -> dict[str, dict]:
-    app = create_app(Settings(model_dir=model_dir, device="cpu", tasks=["mortality"]))
+async def served(stays: list[tuple[str, dict]], model_dir: Path,
+                 version: str | None = None) -> dict[str, dict]:
+    pin = {"versions": {"mortality": version}} if version else {}
+    app = create_app(Settings(model_dir=model_dir, device="cpu", tasks=["mortality"], **pin))
     out: dict[str, dict] = {}
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -69,7 +71,7 @@ def compare(model_dir: Path, work: Path) -> None:
     for line in (work / "scored.jsonl").read_text().splitlines():
         r = json.loads(line)
         rows[r["id"]] = r["results"] if r["status"] == "ok" else None
-    stays = list(read_benchmark(SPLIT))
+    stays = [(key, payload) for key, payload, _ in read_benchmark(SPLIT)]
     t0 = time.perf_counter()
     http = asyncio.run(served(stays, model_dir))
     http_wall = time.perf_counter() - t0

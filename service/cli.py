@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Start the scoring server (uvicorn). With no options it serves the default "
         "models of models/index.json on 127.0.0.1:8000. Every SCEHR_* setting also applies.")
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
-    serve.add_argument("--port", type=int, default=8000, help="TCP port")
+    serve.add_argument("--port", type=int, default=int(os.environ.get("SCEHR_PORT", "8000")),
+                       help="TCP port (default: SCEHR_PORT, else 8000)")
     serve.add_argument("--workers", type=int, default=None,
                        help="worker processes, each with its own models and batcher (default: "
                        "one per available core, cgroup CPU quota included; ORT intra-op "
@@ -51,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     sc.add_argument("--version", help="model version of the task (default: index default)")
     sc.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     sc.add_argument("--shard", default="0/1", metavar="I/N",
-                    help="score only the stays whose id hashes to shard I of N")
+                    help="score only part I of N of INPUT, reading only that part (byte "
+                    "ranges on line starts, listfile rows, Parquet row groups)")
     sc.add_argument("--chunk-size", type=int, default=256,
                     help="stays per chunk (scored and written together)")
     sc.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
@@ -199,7 +201,8 @@ def _metrics(metrics: dict) -> str:
 
 def _score(args: argparse.Namespace) -> int:
     from service.registry import ModelLoadError
-    from service.scoring import parse_shard, score
+    from service.scoring import score
+    from service.shards import parse_shard
 
     if args.chunk_size < 1:
         raise ValueError("--chunk-size must be >= 1")

@@ -18,13 +18,19 @@ Output: one row per input stay, keyed by its id, as JSON Lines (`.jsonl`) or CSV
 Rows are appended chunk by chunk and fsynced; a rerun of the same command after a crash or
 SIGKILL reads the ids already written, drops a torn last line, and goes on; a chunk is always
 scored whole, so a resumed run writes exactly what an uninterrupted one would.
-`--shard I/N` keeps the stays whose id hashes to I (blake2b, stable across runs and machines).
+`--shard I/N` scores part I of N of the input and reads only that part (service/shards.py):
+a byte range of a JSON Lines or long-form CSV file moved to line starts, a range of listfile
+rows for a folder, a range of row groups for Parquet; a stay whose rows cross a part's end
+belongs to the part its first row is in. Per-shard work falls as 1/N.
+
+A stay is keyed by its id; a stay that repeats an id already seen in the same run gets its own
+error row (`duplicate_id`) keyed by its position (`line-N`, `row-N`), so the output holds one
+row per input stay.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import os
@@ -42,6 +48,7 @@ from schemas.tasks import TASK_NAMES
 from schemas.variables import VARIABLES
 from service.pipeline import pydantic_problems
 from service.scorer import score_offline
+from service.shards import byte_range, index_range, line_before, lines_in
 
 #: Output field per class -> where the service's response holds it. The one place that maps
 #: the response contract to output columns: a renamed response field is one edit here.
@@ -57,6 +64,7 @@ ID_COLUMNS = ("stay_id", "id", "stay")
 STAY_COLUMNS = ("end_hours", "age", "sex", "admission_time")
 
 Raw = dict[str, Any] | list[Problem]  # a payload to validate, or why it could not be read
+Stay = tuple[str, Raw, str]  # (key, payload or problems, its position: line-N, row-N, stay-ID)
 
 
 # ---------------------------------------------------------------- inputs
@@ -106,23 +114,26 @@ def count_benchmark(folder: Path) -> int:
         return sum(1 for _ in csv.DictReader(f))
 
 
-def read_benchmark(folder: Path) -> Iterator[tuple[str, Raw]]:
-    """(stay, payload) per listfile row; a missing or unreadable CSV is that stay's error."""
+def read_benchmark(folder: Path, shard: tuple[int, int] = (0, 1)) -> Iterator[Stay]:
+    """(stay, payload, row-N) per listfile row of the shard's range (only their time series
+    are read); a missing or unreadable CSV is that stay's error."""
     demo: dict[str, dict[str, str]] = {}
     if (folder / DEMOGRAPHICS).is_file():
         with open(folder / DEMOGRAPHICS, newline="") as f:
             demo = {r["stay"]: r for r in csv.DictReader(f)}
     with open(folder / LISTFILE, newline="") as f:
-        for row in csv.DictReader(f):
-            stay = row["stay"]
-            d = demo.get(stay, {})
-            try:
-                yield stay, benchmark_payload(
-                    folder / stay, end_hours=_optional_float(row.get("period_length")),
-                    age=_optional_float(d.get("age")), sex_male=_optional_float(d.get("sex_male")))
-            except (OSError, ValueError, KeyError) as e:
-                yield stay, [Problem(loc=["file", stay], rule="unreadable_timeseries",
-                                     message=f"{type(e).__name__}: {e}")]
+        rows = list(csv.DictReader(f))
+    for n in index_range(len(rows), shard):
+        row = rows[n]
+        stay, d, where = row["stay"], demo.get(row["stay"], {}), f"row-{n + 1}"
+        try:
+            yield stay, benchmark_payload(
+                folder / stay, end_hours=_optional_float(row.get("period_length")),
+                age=_optional_float(d.get("age")), sex_male=_optional_float(d.get("sex_male"))
+            ), where
+        except (OSError, ValueError, KeyError) as e:
+            yield stay, [Problem(loc=["file", stay], rule="unreadable_timeseries",
+                                 message=f"{type(e).__name__}: {e}")], where
 
 
 def _clean_id(value: Any) -> str | None:
@@ -131,57 +142,110 @@ def _clean_id(value: Any) -> str | None:
     return None
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[str, Raw]]:
-    """(id, payload) per line; the key is the payload's `id`, else `line-N` (1-based)."""
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield f"line-{n}", [Problem(loc=["line", n], rule="invalid_json",
-                                            message=str(e))]
-                continue
-            if not isinstance(raw, dict):
-                yield f"line-{n}", [Problem(loc=["line", n], rule="not_an_object",
-                                            message="each line must be one JSON object")]
-                continue
-            yield _clean_id(raw.get("id")) or f"line-{n}", raw
+def read_jsonl(path: Path, shard: tuple[int, int] = (0, 1)) -> Iterator[Stay]:
+    """(id, payload, line-N) per line of the shard's byte range; the key is the payload's `id`,
+    else `line-N` (1-based). A line that is not UTF-8 or not JSON is that line's error."""
+    for n, data in lines_in(path, shard):
+        where = f"line-{n}"
+        try:
+            line = data.decode()
+        except UnicodeDecodeError as e:
+            yield where, [Problem(loc=["line", n], rule="invalid_utf8",
+                                  message=f"the line is not UTF-8 (byte {e.start})")], where
+            continue
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as e:
+            yield where, [Problem(loc=["line", n], rule="invalid_json", message=str(e))], where
+            continue
+        if not isinstance(raw, dict):
+            yield where, [Problem(loc=["line", n], rule="not_an_object",
+                                  message="each line must be one JSON object")], where
+            continue
+        yield _clean_id(raw.get("id")) or where, raw, where
 
 
-def _long_rows_csv(path: Path) -> Iterator[dict[str, Any]]:
-    with open(path, newline="") as f:
-        yield from csv.DictReader(f)
+def _csv_row(header: list[str], line: bytes) -> dict[str, Any]:
+    cells = next(csv.reader([line.decode()]), [])
+    return dict(zip(header, cells, strict=False))
 
 
-def _long_rows_parquet(path: Path) -> Iterator[dict[str, Any]]:
+def _long_rows_csv(path: Path, shard: tuple[int, int]
+                   ) -> tuple[Iterator[tuple[dict[str, Any], bool]], dict[str, Any] | None]:
+    """(row, inside the shard's byte range) from the range on, and the row just before it."""
+    with open(path, "rb") as f:
+        header = next(csv.reader([f.readline().decode()]), [])
+        floor = f.tell()
+        size = f.seek(0, 2)
+        start, end = byte_range(f, size, shard, floor)
+    before = _csv_row(header, line_before(path, start)) if start > floor else None
+
+    def rows() -> Iterator[tuple[dict[str, Any], bool]]:
+        with open(path, "rb") as f:
+            f.seek(start)
+            pos = start
+            for line in f:
+                pos_was, pos = pos, pos + len(line)
+                if line.strip():
+                    yield _csv_row(header, line), pos_was < end
+    return rows(), before
+
+
+def _long_rows_parquet(path: Path, shard: tuple[int, int]
+                       ) -> tuple[Iterator[tuple[dict[str, Any], bool]], dict[str, Any] | None]:
+    """(row, inside the shard's row groups) from its first group on, and the row before it."""
     try:
         import pyarrow.parquet as pq
     except ModuleNotFoundError:
         raise ValueError("reading Parquet needs pyarrow: pip install 'scehr[parquet]'") from None
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
-        yield from batch.to_pylist()
+    pf = pq.ParquetFile(path)
+    groups = index_range(pf.num_row_groups, shard)
+    before = None
+    if groups.start > 0:
+        prev = pf.read_row_group(groups.start - 1)
+        before = prev.slice(prev.num_rows - 1).to_pylist()[0] if prev.num_rows else None
+
+    def rows() -> Iterator[tuple[dict[str, Any], bool]]:
+        for g in range(groups.start, pf.num_row_groups):
+            for row in pf.read_row_group(g).to_pylist():
+                yield row, g < groups.stop
+    return rows(), before
 
 
 def _cell(v: Any) -> Any:
     return _number(v) if isinstance(v, str) else v
 
 
-def read_long(path: Path) -> Iterator[tuple[str, Raw]]:
-    """Long-form observations grouped by stay id (contiguous rows) into payloads."""
-    rows = _long_rows_parquet(path) if path.suffix == ".parquet" else _long_rows_csv(path)
+def _stay_id(path: Path, row: dict[str, Any]) -> str:
+    id_col = next((c for c in ID_COLUMNS if c in row), None)
+    if id_col is None:
+        raise ValueError(f"{path}: no stay id column (one of {', '.join(ID_COLUMNS)})")
+    return str(row[id_col])
+
+
+def read_long(path: Path, shard: tuple[int, int] = (0, 1)) -> Iterator[Stay]:
+    """Long-form observations grouped by stay id (contiguous rows) into payloads. A shard
+    scores the stays whose first row is in its part: it skips a stay that began before its
+    part and finishes the one its part ends in."""
+    rows, before = (_long_rows_parquet if path.suffix == ".parquet" else _long_rows_csv)(
+        path, shard)
+    skip = _stay_id(path, before) if before is not None else None
     key: str | None = None
     current: dict[str, Any] = {}
     finished: set[str] = set()
-    for row in rows:
-        id_col = next((c for c in ID_COLUMNS if c in row), None)
-        if id_col is None:
-            raise ValueError(f"{path}: no stay id column (one of {', '.join(ID_COLUMNS)})")
-        sid = str(row[id_col])
+    for row, inside in rows:
+        sid = _stay_id(path, row)
+        if skip is not None:
+            if sid == skip:
+                continue
+            skip = None
         if sid != key:
+            if not inside:
+                break
             if key is not None:
-                yield key, current
+                yield key, current, f"stay-{key}"
                 finished.add(key)
             if sid in finished:
                 raise ValueError(f"{path}: the rows of stay {sid!r} are not contiguous; sort "
@@ -201,48 +265,33 @@ def read_long(path: Path) -> Iterator[tuple[str, Raw]]:
             obs["unit"] = row["unit"]
         current["observations"].append(obs)
     if key is not None:
-        yield key, current
+        yield key, current, f"stay-{key}"
 
 
-def open_input(path: Path) -> tuple[Iterator[tuple[str, Raw]], int | None]:
-    """The stays of INPUT and, when cheap to know, how many there are."""
+def open_input(path: Path, shard: tuple[int, int] = (0, 1)
+               ) -> tuple[Iterator[Stay], int | None]:
+    """The stays of the shard's part of INPUT and, when cheap to know, how many there are."""
     if path.is_dir():
         if not (path / LISTFILE).is_file():
             found = sorted(str(p.parent) for p in path.glob(f"*/*/{LISTFILE}"))
             hint = f"; folders with one: {', '.join(found[:6])}" if found else ""
             raise ValueError(f"{path} has no {LISTFILE} (a benchmark split folder, e.g. "
                              f"in-hospital-mortality/test){hint}")
-        return read_benchmark(path), count_benchmark(path)
+        return read_benchmark(path, shard), len(index_range(count_benchmark(path), shard))
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
     if path.suffix == ".jsonl":
-        return read_jsonl(path), None
+        return read_jsonl(path, shard), None
     if path.suffix in (".csv", ".parquet"):
-        return read_long(path), None
+        return read_long(path, shard), None
     raise ValueError(f"{path}: expected a benchmark folder, .jsonl, .csv or .parquet")
 
 
-# ---------------------------------------------------------------- shards and chunks
+# ---------------------------------------------------------------- chunks
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    """'I/N' -> (I, N) with 0 <= I < N."""
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise ValueError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
-    if n < 1 or not 0 <= i < n:
-        raise ValueError(f"--shard {text!r}: need 0 <= I < N")
-    return i, n
-
-
-def shard_of(stay_id: str, n: int) -> int:
-    digest = hashlib.blake2b(stay_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % n
-
-
-def chunks(items: Iterable[tuple[str, Raw]], size: int) -> Iterator[list[tuple[str, Raw]]]:
-    buf: list[tuple[str, Raw]] = []
+def chunks(items: Iterable[Stay], size: int) -> Iterator[list[Stay]]:
+    buf: list[Stay] = []
     for item in items:
         buf.append(item)
         if len(buf) == size:
@@ -267,10 +316,30 @@ def error_row(problems: list[Problem], name: str, version: str) -> dict[str, Any
             "warnings": [], "errors": [p.model_dump(exclude_none=True) for p in problems]}
 
 
+OUTPUT_SUFFIXES = (".jsonl", ".csv")
+
+
+def check_output(path: Path) -> None:
+    """A clear one-line error for an output the run could not write, before any work: the
+    file is opened for appending (created empty if new) as the run will."""
+    if path.suffix not in OUTPUT_SUFFIXES:
+        raise ValueError(f"--out {path}: unknown output format {path.suffix or '(no suffix)'!r}; "
+                         f"use {' or '.join(OUTPUT_SUFFIXES)}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        open(path, "a").close()
+    except FileExistsError as e:  # a file where a folder of the path should be
+        raise ValueError(f"--out {path}: cannot write it ({e.filename} is a file, not a "
+                         "folder)") from None
+    except OSError as e:
+        raise ValueError(f"--out {path}: cannot write it ({e.strerror or e})") from None
+
+
 class Output:
     """Append-only rows keyed by id, recoverable after a crash (JSONL or CSV by suffix)."""
 
     def __init__(self, path: Path, labels: list[str], model: tuple[str, str] = ("", "")) -> None:
+        check_output(path)
         self.path = path
         self.model = model  # (name, version) every row must carry: never mix two models
         self.csv = path.suffix == ".csv"
@@ -342,7 +411,6 @@ class Output:
 @dataclass
 class Summary:
     read: int = 0
-    other_shard: int = 0
     already_done: int = 0
     duplicates: int = 0
     scored: int = 0
@@ -357,8 +425,8 @@ class Summary:
     def line(self) -> str:
         rate = self.written / self.seconds if self.seconds > 0 else 0.0
         return (f"{self.read} stays read: {self.scored} scored, {self.errors} with errors, "
-                f"{self.already_done} already in the output, {self.other_shard} in other "
-                f"shards, {self.duplicates} duplicate ids skipped; {self.seconds:.1f} s, "
+                f"{self.already_done} already in the output, {self.duplicates} repeated ids "
+                f"(error rows); {self.seconds:.1f} s, "
                 f"{rate:.0f} stays/s")
 
 
@@ -409,6 +477,8 @@ def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Pa
     from service.registry import load_model
     from service.settings import Settings
 
+    stays, total = open_input(input_path, shard)  # lazy: a missing input fails here
+    check_output(out_path)  # a wrong or unwritable path fails now, not after the model loads
     folder, task = resolve_model(model_or_task, model_dir, version)
     settings = Settings(model_dir=model_dir, device=device, workers=1,
                         intra_op_threads=threads)
@@ -416,20 +486,20 @@ def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Pa
     m = model.spec.manifest
     print(f"scehr score: {m.name} {m.version} ({model.provider}) on {input_path}"
           f"{f', shard {shard[0]}/{shard[1]}' if shard[1] > 1 else ''}", file=log)
-    stays, total = open_input(input_path)
     output = Output(out_path, list(model.spec.assets.labels), (m.name, m.version))
     summary = Summary()
     seen: set[str] = set()
     t0 = time.perf_counter()
 
-    def mine() -> Iterator[tuple[str, Raw]]:
-        for sid, raw in stays:
+    def keyed() -> Iterator[tuple[str, Raw]]:
+        """A repeated id: its own error row, keyed by where the stay is."""
+        for sid, raw, where in stays:
             summary.read += 1
-            if shard[1] > 1 and shard_of(sid, shard[1]) != shard[0]:
-                summary.other_shard += 1
-                continue
             if sid in seen:
                 summary.duplicates += 1
+                yield where, [Problem(loc=["id"], rule="duplicate_id", message=(
+                    f"another stay of this input ({sid!r}) already has this id: this one is "
+                    f"not scored; give each stay its own id"))]
                 continue
             seen.add(sid)
             yield sid, raw
@@ -437,7 +507,7 @@ def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Pa
     bar = tqdm(total=total, unit="stay", disable=not progress, file=log,
                mininterval=1.0 if log.isatty() else 30.0)
     try:
-        for chunk in chunks(mine(), chunk_size):
+        for chunk in chunks(keyed(), chunk_size):
             todo = [sid not in output.done for sid, _ in chunk]
             summary.already_done += len(chunk) - sum(todo)
             if any(todo):

@@ -35,7 +35,9 @@ def render(chart: helm.Chart, values: dict[str, Any] | None = None) -> dict[str,
             if not doc:
                 continue
             if doc["apiVersion"].startswith("monitoring.coreos.com/"):
-                assert doc["kind"] == "ServiceMonitor"  # a CRD: no schema in the validator
+                # CRDs: no schema in the validator; the PrometheusRule's shape is checked in
+                # test_observability.py
+                assert doc["kind"] in ("ServiceMonitor", "PrometheusRule")
             else:
                 kubernetes_validate.validate(doc, KUBE, strict=True)
             out[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
@@ -83,6 +85,21 @@ def test_defaults_hardened_probes_on_real_routes(chart: helm.Chart) -> None:
     compile(script, "helm-test", "exec")  # the test pod's program is valid Python
     hpa = objs[f"HorizontalPodAutoscaler/{RELEASE}-scehr"]["spec"]
     assert [m["type"] for m in hpa["metrics"]] == ["Resource"]
+
+
+def test_image_variant_follows_gpu_and_the_test_pod_uses_it(chart: helm.Chart) -> None:
+    """Without a GPU the CPU image (no CUDA, runs on any node); the helm test pod and the batch
+    Job run the very image the Deployment serves."""
+    batch = {"batch": {"enabled": True, "volume": {"claimName": "d"}}}
+    for values, tag in (({}, "0.1.0-cpu"), ({"gpu": {"enabled": True}}, "0.1.0"),
+                        ({"image": {"tag": "site-7"}}, "site-7")):
+        objs = render(chart, {**values, **batch})
+        image = container(objs)["image"]
+        assert image == f"scehr:{tag}"
+        assert objs[f"Pod/{RELEASE}-scehr-test"]["spec"]["containers"][0]["image"] == image
+        assert container(objs, "Job")["image"] == image
+    notes = chart.render({}, name=RELEASE, namespace="icu")["scehr/templates/NOTES.txt"]
+    assert "No scehr image is published" in notes and "VARIANT=cpu" in notes
 
 
 def test_gpu_request_only_when_enabled(chart: helm.Chart) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from service.cli import register
 from tests.conftest import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -33,7 +35,6 @@ def test_runtime_is_non_root_exposed_healthchecked_and_exec_form() -> None:
     last_stage = TEXT[TEXT.rindex("\nFROM "):]
     user = re.findall(r"^USER\s+(\S+)", last_stage, re.M)
     assert user and user[-1].split(":")[0] not in ("0", "root")
-    assert instructions("EXPOSE") == ["8000"]
     health = instructions("HEALTHCHECK")[0]
     assert "/livez" in health and "CMD [" in health and "curl" not in health
     entry, cmd = json.loads(instructions("ENTRYPOINT")[0]), json.loads(instructions("CMD")[-1])
@@ -41,6 +42,54 @@ def test_runtime_is_non_root_exposed_healthchecked_and_exec_form() -> None:
     assert cmd[:1] == ["serve"] and cmd[cmd.index("--host") + 1] == "0.0.0.0"
     env = " ".join(instructions("ENV"))
     assert "TMPDIR=/tmp" in env and "SCEHR_MODEL_DIR=/opt/scehr/models" in env
+    # HOME exists on a read-only root: ONNX Runtime writes no telemetry error to the log
+    assert "HOME=/tmp" in env
+
+
+def test_the_port_is_set_in_one_place() -> None:
+    """ARG PORT feeds SCEHR_PORT, which `scehr serve`, EXPOSE and the health check read."""
+    assert re.findall(r"^ARG PORT=(\d+)$", TEXT, re.M) == ["8000"]
+    assert instructions("EXPOSE") == ["${PORT}"]
+    assert "SCEHR_PORT=${PORT}" in " ".join(instructions("ENV"))
+    assert 'os.environ[\\"SCEHR_PORT\\"]' in instructions("HEALTHCHECK")[0]
+    assert "--port" not in instructions("CMD")[-1]
+    assert not re.search(r"\b8000\b", TEXT.replace("ARG PORT=8000", ""))
+
+
+
+def test_serve_listens_on_scehr_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    for env, port in (("9123", 9123), (None, 8000)):
+        if env is None:
+            monkeypatch.delenv("SCEHR_PORT", raising=False)
+        else:
+            monkeypatch.setenv("SCEHR_PORT", env)
+        parser = argparse.ArgumentParser()
+        register(parser.add_subparsers())
+        assert parser.parse_args(["serve"]).port == port
+
+
+def test_one_base_for_build_and_cpu_runtime_pinnable_by_digest() -> None:
+    froms = instructions("FROM")
+    assert froms[0] == "${BASE_IMAGE} AS build"
+    assert "${BASE_IMAGE} AS runtime-cpu" in froms and "${CUDA_IMAGE} AS runtime-gpu" in froms
+    # no base written out in a FROM: every one comes from an ARG a build can pin by digest
+    assert all(f.startswith("${") or f.startswith("runtime-") for f in froms), froms
+    assert re.search(r"^ARG BASE_IMAGE=\S+$", TEXT, re.M)
+    assert "@sha256:" in TEXT  # the comment shows how to pin
+
+
+def test_build_and_runtime_python_minors_match() -> None:
+    """The venv built on BASE_IMAGE is copied into CUDA_IMAGE for the GPU variant: both must
+    be the same Ubuntu release (the same python3 minor); the CPU variant uses BASE_IMAGE for
+    both stages. The runtime stage also imports the service with the copied venv, so another
+    base with another minor fails the build instead of the pod."""
+    base = re.search(r"^ARG BASE_IMAGE=ubuntu:(\d+\.\d+)(@sha256:[0-9a-f]{64})?$", TEXT, re.M)
+    cuda = re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:\S+-ubuntu(\d+\.\d+)(@sha256:[0-9a-f]{64})?$",
+                     TEXT, re.M)
+    assert base and cuda, "BASE_IMAGE and CUDA_IMAGE name their Ubuntu release"
+    assert base.group(1) == cuda.group(1)
+    runtime = TEXT[TEXT.rindex("\nFROM runtime-"):]
+    assert re.search(r'RUN /opt/venv/bin/python -c "import onnxruntime, service.app"', runtime)
 
 
 def test_only_the_service_enters_the_image() -> None:

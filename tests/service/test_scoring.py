@@ -17,8 +17,9 @@ import pytest
 from schemas.featureset import FEATURE_SETS
 from schemas.model_index import read_index
 from schemas.payloads import Prediction
-from service.scoring import CLASS_FIELDS, Output, parse_shard, read_benchmark, score
+from service.scoring import CLASS_FIELDS, Output, read_benchmark, score
 from service.settings import Settings
+from service.shards import parse_shard
 from tests.conftest import REPO, SHARED_DATA, needs_shared_data
 from tests.service.conftest import serve, stay
 from training.data.synthetic import write_synthetic
@@ -98,7 +99,7 @@ async def test_scorer_equals_the_http_service(model_dir: Path, synth: Path,
     # a benchmark folder
     score("mortality", synth, tmp_path / "bench.jsonl", model_dir=model_dir, device="cpu",
           chunk_size=7, progress=False)
-    keys, stays = zip(*read_benchmark(synth), strict=True)  # the very payloads it scored
+    keys, stays, _ = zip(*read_benchmark(synth), strict=True)  # the very payloads it scored
     n_ok = assert_same(read_rows(tmp_path / "bench.jsonl"),
                        await http_rows(settings, list(stays), list(keys)))
     assert n_ok == 40
@@ -114,15 +115,20 @@ async def test_scorer_equals_the_http_service(model_dir: Path, synth: Path,
     assert "line-8" in rows and rows["s0010"]["model_version"] == "v1"
 
 
-def test_long_form_csv_and_parquet_equal_jsonl(model_dir: Path, tmp_path: Path) -> None:
-    items = payloads(12, bad=False)
+def write_long_csv(path: Path, items: list[dict[str, Any]]) -> Path:
     lines = ["stay_id,variable,time,value,unit,age,sex"]
     for p in items:
         for o in p["observations"]:
             d = p["demographics"]
             lines.append(f"{p['id']},{o['variable']},{o['time']},{o['value']},"
                          f"{o.get('unit') or ''},{d['age']},{d['sex']}")
-    (tmp_path / "long.csv").write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_long_form_csv_and_parquet_equal_jsonl(model_dir: Path, tmp_path: Path) -> None:
+    items = payloads(12, bad=False)
+    write_long_csv(tmp_path / "long.csv", items)
     write_jsonl(tmp_path / "in.jsonl", items)
     for name in ("in.jsonl", "long.csv"):
         score("mortality", tmp_path / name, tmp_path / f"{name}.out.jsonl",
@@ -151,21 +157,40 @@ def test_parquet_without_pyarrow_names_the_extra(model_dir: Path, tmp_path: Path
               device="cpu", progress=False)
 
 
-def test_shards_split_deterministically(model_dir: Path, tmp_path: Path) -> None:
-    write_jsonl(tmp_path / "in.jsonl", payloads(40, bad=False))
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet", "folder"])
+def test_shards_read_only_their_part_and_cover_every_stay_once(
+        model_dir: Path, tmp_path: Path, synth: Path, fmt: str) -> None:
+    """N contiguous parts (byte ranges on line starts, listfile rows, row groups): each stay
+    in exactly one part, with the whole run's row; a stay whose rows cross a part's end belongs
+    to the part of its first row."""
+    items = payloads(40, bad=False)
+    if fmt == "jsonl":
+        src = write_jsonl(tmp_path / "in.jsonl", items)
+    elif fmt == "folder":
+        src = synth
+    else:
+        src = write_long_csv(tmp_path / "in.csv", items)
+        if fmt == "parquet":
+            import pyarrow.csv as pacsv
+            import pyarrow.parquet as pq
+
+            src = tmp_path / "in.parquet"  # small row groups: stays cross them
+            pq.write_table(pacsv.read_csv(tmp_path / "in.csv"), src, row_group_size=7)
     run: Callable[..., Any] = lambda out, shard: score(  # noqa: E731
-        "mortality", tmp_path / "in.jsonl", tmp_path / out, model_dir=model_dir, device="cpu",
+        "mortality", src, tmp_path / out, model_dir=model_dir, device="cpu",
         shard=shard, progress=False)
     run("all.jsonl", (0, 1))
-    parts = []
-    for i in range(3):
-        s = run(f"part{i}.jsonl", (i, 3))
-        assert s.other_shard == 40 - s.written
-        parts.append(read_rows(tmp_path / f"part{i}.jsonl"))
-    assert all(parts) and sum(len(p) for p in parts) == 40
-    assert {k: v for p in parts for k, v in p.items()} == read_rows(tmp_path / "all.jsonl")
+    whole = read_rows(tmp_path / "all.jsonl")
+    for n in (3, 7):
+        parts = []
+        for i in range(n):
+            s = run(f"part{i}-of-{n}.jsonl", (i, n))
+            parts.append(read_rows(tmp_path / f"part{i}-of-{n}.jsonl"))
+            assert s.read == len(parts[-1])  # it read its own stays only
+        assert sum(map(len, parts)) == len(whole) == 40
+        assert {k: v for p in parts for k, v in p.items()} == whole
     run("part0-again.jsonl", (0, 3))
-    assert read_rows(tmp_path / "part0-again.jsonl").keys() == parts[0].keys()
+    assert read_rows(tmp_path / "part0-again.jsonl") == read_rows(tmp_path / "part0-of-3.jsonl")
     with pytest.raises(ValueError, match="I/N"):
         parse_shard("3")
     with pytest.raises(ValueError, match="0 <= I < N"):
@@ -204,36 +229,87 @@ def _cli(model_dir: Path, src: Path, out: Path) -> list[str]:
             "--chunk-size", "5", "--quiet"]
 
 
+def test_resume_from_any_prefix_a_kill_can_leave(model_dir: Path, tmp_path: Path) -> None:
+    """A kill leaves a prefix of the uninterrupted output (rows are only appended): nothing,
+    whole chunks, or a torn line. From each, a rerun writes exactly the uninterrupted file."""
+    write_jsonl(tmp_path / "in.jsonl", payloads(30))
+    args = dict(model_dir=model_dir, device="cpu", chunk_size=4, progress=False)
+    score("mortality", tmp_path / "in.jsonl", tmp_path / "full.jsonl", **args)
+    full = (tmp_path / "full.jsonl").read_bytes()
+    ends = [k + 1 for k, b in enumerate(full) if b == ord("\n")]
+    for cut in (0, 1, ends[3], ends[4] + 17, ends[11], len(full) - 2):
+        out = tmp_path / f"cut{cut}.jsonl"
+        out.write_bytes(full[:cut])
+        score("mortality", tmp_path / "in.jsonl", out, **args)
+        assert out.read_bytes() == full, cut
+
+
+def _cli(model_dir: Path, src: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "scehr_cli", "score", "mortality", str(src), "--out",
+            str(out), "--model-dir", str(model_dir), "--device", "cpu", "--threads", "1",
+            "--chunk-size", "5", "--quiet"]
+
+
 @pytest.mark.slow
-def test_sigkill_at_several_points_then_resume(model_dir: Path, tmp_path: Path) -> None:
-    """Killed at start-up, mid-run (three times), then rerun: every id exactly once, and the
-    file equals an uninterrupted run's byte for byte."""
-    n = 800
+def test_sigkill_then_resume(model_dir: Path, tmp_path: Path) -> None:
+    """A real SIGKILL once the first rows are on disk (or after the run, on a fast machine:
+    nothing here depends on where it lands), then a rerun: the uninterrupted file, byte for
+    byte."""
+    n = 400
     write_jsonl(tmp_path / "in.jsonl", payloads(n))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run(_cli(model_dir, tmp_path / "in.jsonl", tmp_path / "ref.jsonl"), env=env,
                    check=True, cwd=REPO, capture_output=True)
     out = tmp_path / "out.jsonl"
-    mid_run = 0
-    for target in (0, 150, 400, 650):
-        proc = subprocess.Popen(_cli(model_dir, tmp_path / "in.jsonl", out), env=env, cwd=REPO,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            size = out.stat().st_size if out.exists() else 0
-            if (target == 0 and time.monotonic() > deadline - 59.5) or (
-                    size and out.read_bytes().count(b"\n") >= target > 0):
-                break
-            time.sleep(0.002)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        written = out.read_bytes().count(b"\n") if out.exists() else 0
-        mid_run += 0 < written < n
-    assert mid_run >= 2, "the scorer finished before it could be killed mid-run"
+    proc = subprocess.Popen(_cli(model_dir, tmp_path / "in.jsonl", out), env=env, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while proc.poll() is None and not (out.exists() and out.stat().st_size):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
     subprocess.run(_cli(model_dir, tmp_path / "in.jsonl", out), env=env, check=True, cwd=REPO,
                    capture_output=True)
     assert len(read_rows(out)) == n
     assert out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
+
+
+def test_bad_lines_and_repeated_ids_get_their_own_rows(model_dir: Path, tmp_path: Path) -> None:
+    """An invalid-UTF-8 line is that line's error row (the run goes on, a rerun adds nothing);
+    a stay repeating an id gets its own duplicate_id row: one row per input stay."""
+    items = payloads(6, bad=False)
+    items[4]["id"] = "s0001"
+    lines = [json.dumps(p).encode() + b"\n" for p in items]
+    lines.insert(2, b'{"id": "s\xff\xfe"}\n')
+    (tmp_path / "in.jsonl").write_bytes(b"".join(lines))
+    out = tmp_path / "out.jsonl"
+    s = score("mortality", tmp_path / "in.jsonl", out, model_dir=model_dir, device="cpu",
+              progress=False)
+    rows = read_rows(out)
+    assert len(rows) == len(lines) == 7 and s.written == 7 and s.duplicates == 1
+    assert rows["line-3"]["errors"][0]["rule"] == "invalid_utf8"
+    assert rows["line-6"]["errors"][0]["rule"] == "duplicate_id"  # the second s0001
+    assert rows["s0001"]["status"] == "ok"
+    again = score("mortality", tmp_path / "in.jsonl", out, model_dir=model_dir, device="cpu",
+                  progress=False)
+    assert again.written == 0 and again.already_done == 7
+
+
+@pytest.mark.parametrize(("out", "message"), [
+    ("scores.txt", "unknown output format '.txt'; use .jsonl or .csv"),
+    ("a-file/scores.jsonl", "a-file is a file, not a folder)"),
+    ("a-folder.jsonl", "cannot write it (Is a directory)"),
+])
+def test_unusable_output_is_one_line_before_the_model_loads(
+        model_dir: Path, tmp_path: Path, out: str, message: str) -> None:
+    write_jsonl(tmp_path / "in.jsonl", payloads(2, bad=False))
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "a-folder.jsonl").mkdir()
+    r = subprocess.run(_cli(model_dir, tmp_path / "in.jsonl", tmp_path / out), cwd=REPO,
+                       capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 1
+    assert r.stderr.strip().count("\n") == 0 and message in r.stderr, r.stderr
+    assert "model loaded" not in r.stderr
 
 
 def test_score_runs_without_torch_or_pandas(model_dir: Path, tmp_path: Path) -> None:
@@ -264,7 +340,20 @@ async def test_real_physionet_set_c_stays_equal_the_service(tmp_path: Path) -> N
     split = tmp_path / "bench" / "in-hospital-mortality" / "test"
     score("mortality", split, tmp_path / "out.jsonl", model_dir=models, device="cpu",
           progress=False)
-    keys, stays = zip(*read_benchmark(split), strict=True)
+    keys, stays, _ = zip(*read_benchmark(split), strict=True)
     served = await http_rows(Settings(model_dir=models, device="cpu", tasks=["mortality"]),
                              list(stays), list(keys))
     assert assert_same(read_rows(tmp_path / "out.jsonl"), served) == len(keys) >= 50
+
+
+def test_results_do_not_depend_on_the_chunking(model_dir: Path, synth: Path,
+                                               tmp_path: Path) -> None:
+    """A stay's ONNX Runtime run does not depend on which stays share it: every chunk size
+    gives the same bytes (small runs take another GEMM path unless padded)."""
+    outs = []
+    for size in (1, 2, 3, 5, 6, 7, 40):
+        out = tmp_path / f"c{size}.jsonl"
+        score("mortality", synth, out, model_dir=model_dir, device="cpu", threads=1,
+              chunk_size=size, progress=False)
+        outs.append(out.read_bytes())
+    assert all(o == outs[-1] for o in outs)

@@ -31,8 +31,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The service image: image.tag, else appVersion for the CUDA variant (gpu.enabled) and
+appVersion-cpu for the CPU one. The Deployment, the batch Job and the helm test pod use it. */}}
 {{- define "scehr.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $variant := ternary .Chart.AppVersion (printf "%s-cpu" .Chart.AppVersion) .Values.gpu.enabled -}}
+{{- printf "%s:%s" .Values.image.repository (default $variant .Values.image.tag) -}}
 {{- end -}}
 
 {{/* Hardened security contexts: non-root, read-only root, no capabilities */}}

@@ -255,10 +255,15 @@ def chunks(items: Iterable[tuple[str, Raw]], size: int) -> Iterator[list[tuple[s
 
 
 def prediction_row(pred: Prediction) -> dict[str, Any]:
-    return {"status": "ok", "model": pred.model.name, "model_version": pred.model.version,
+    """A scored stay, or one below the model's data minimum (no results, the reasons)."""
+    short = pred.status == "insufficient_data"
+    reasons = pred.sufficiency.reasons if short and pred.sufficiency is not None else []
+    return {"status": "insufficient_data" if short else "ok", "model": pred.model.name,
+            "model_version": pred.model.version,
             "results": {c.label: {k: f(c) for k, f in CLASS_FIELDS.items()}
                         for c in pred.results},
-            "warnings": sorted({n.code for n in pred.warnings}), "errors": []}
+            "warnings": sorted({n.code for n in pred.warnings}),
+            "errors": [{"rule": "insufficient_data", "message": w} for w in reasons]}
 
 
 def error_row(problems: list[Problem], name: str, version: str) -> dict[str, Any]:

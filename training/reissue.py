@@ -20,6 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from schemas.contract import CONTRACT_VERSION
 from schemas.manifest import ClassCard, Manifest, load_manifest
 from schemas.model_index import add_model, entry_for, refuse_existing
 from schemas.sufficiency import DataMinimum
@@ -56,7 +57,8 @@ def reissue(folder: Path, out: Path, *, minimum: DataMinimum | None,
             "class with too few validation positives)"
             + ("; the data minimum of the sufficiency study" if minimum else ""))
     new = m.model_copy(update={
-        "version": version, "classes": cards, "data_minimum": minimum,
+        "contract_version": CONTRACT_VERSION, "version": version, "classes": cards,
+        "data_minimum": minimum,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "code_version": code_version(), "notes": [*m.notes, note]})
     out.mkdir(parents=True, exist_ok=True)

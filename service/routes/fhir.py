@@ -13,7 +13,14 @@ from service.auth import ApiKey
 from service.deps import MetricsDep, MonitoringDep, RegistryDep, SettingsDep, handle_for
 from service.interop.fhir_in import read_bundle
 from service.interop.fhir_out import FHIR_JSON, risk_bundle, to_json
-from service.routes.predict import ERRORS, Explain, Strict, score_one
+from service.routes.predict import (
+    ERRORS,
+    AllowInsufficient,
+    Explain,
+    Strict,
+    choose_point,
+    score_one,
+)
 
 router = APIRouter(tags=["fhir"])
 
@@ -41,6 +48,7 @@ async def fhir_predict(
     end_hours: Annotated[float | None, Query(
         gt=0, allow_inf_nan=False,
         description="Hours from admission to the end of the stay (whole-stay models)")] = None,
+    allow_insufficient: AllowInsufficient = False,
 ) -> Response:
     """The Bundle becomes the same payload `POST /predict/{task}` takes and runs its path."""
     handle = handle_for(registry, settings, task)
@@ -48,8 +56,10 @@ async def fhir_predict(
     # FHIR validation and building are pure Python and grow with the Bundle: off the loop
     stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
                                    end_hours=end_hours, variables=handle.model.spec.fs.variables)
+    choice = choose_point(handle.model.spec, None, None, allow_insufficient)
     pred = await score_one(handle, stay.payload, settings, metrics, task, explain=explain,
-                           strict=strict, locate=stay.locate, monitoring=monitoring)
+                           strict=strict, locate=stay.locate, monitoring=monitoring,
+                           choice=choice)
     text = await run_in_threadpool(
         lambda: to_json(risk_bundle(pred, handle.model.spec.manifest, stay)))
     return Response(text, media_type=FHIR_JSON)

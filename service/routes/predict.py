@@ -6,6 +6,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -70,6 +71,9 @@ Threshold = Annotated[float | None, Query(
     gt=0, lt=1, description="Your own alert threshold on the risk, instead of a named point")]
 Strict = Annotated[bool, Query(description="Reject values outside the cleaning ranges "
                                            "instead of dropping or clipping them")]
+AllowInsufficient = Annotated[bool, Query(description="Research use: score a stay below the "
+                                          "model's data minimum anyway (with a warning) "
+                                          "instead of answering status insufficient_data")]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The body is not parsable JSON (invalid UTF-8, "
@@ -105,8 +109,10 @@ def _json(model: Prediction | BatchResponse) -> Response:
                     headers={RESPONSE_VERSION_HEADER: RESPONSE_VERSION})
 
 
-def choose_point(spec: ModelSpec, name: str | None, threshold: float | None) -> Choice:
-    """The request's operating point; 422 naming the query parameter when it is not valid."""
+def choose_point(spec: ModelSpec, name: str | None, threshold: float | None,
+                 allow_insufficient: bool = False) -> Choice:
+    """The request's operating point (and whether it scores a stay below the data minimum);
+    422 naming the query parameter when it is not valid."""
     if name is not None and threshold is not None:
         raise ApiError(422, "validation_error", [Problem(
             loc=["query", "operating_point"], rule="exclusive_parameters",
@@ -117,7 +123,8 @@ def choose_point(spec: ModelSpec, name: str | None, threshold: float | None) -> 
             loc=["query", "operating_point"], rule="unknown_operating_point",
             message=f"{spec.task} model {spec.ref.version} has no operating point {name!r}",
             allowed=", ".join(spec.points.names))])
-    return spec.points.choose(name, threshold)
+    choice = spec.points.choose(name, threshold)
+    return replace(choice, allow_insufficient=True) if allow_insufficient else choice
 
 
 def _audit(spec: ModelSpec, preds: dict[int, Prediction]) -> None:
@@ -269,6 +276,7 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
     async def predict(
         request: Request, explain: ExplainSingle = "top", operating_point: PointName = None,
         threshold: Threshold = None, strict: Strict = False,
+        allow_insufficient: AllowInsufficient = False,
     ) -> Response:
         # The hot path takes the app's objects from its state, not as dependencies: each
         # dependency is solved like a route of its own (~0.05 ms a request, 7 of them were 15 %
@@ -280,7 +288,7 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
         heavy = _heavy(request, settings, explain)
         stay = await _work(heavy, parse_stay, await request.body())
         handle = handle_for(app_state.registry, settings, task)
-        choice = choose_point(handle.model.spec, operating_point, threshold)
+        choice = choose_point(handle.model.spec, operating_point, threshold, allow_insufficient)
         return _json(await score_one(handle, stay, settings, app_state.metrics, task,
                                      explain=explain, strict=strict, heavy=heavy, choice=choice,
                                      monitoring=app_state.monitoring,
@@ -375,11 +383,12 @@ async def predict_batch(
     task: str, request: Request, registry: RegistryDep, settings: SettingsDep,
     metrics: MetricsDep, monitoring: MonitoringDep, _: ApiKey, explain: ExplainBatch = "basic",
     operating_point: PointName = None, threshold: Threshold = None, strict: Strict = False,
+    allow_insufficient: AllowInsufficient = False,
 ) -> Response:
     """Score up to SCEHR_MAX_BATCH_STAYS stays; 422 only for a malformed envelope or query."""
     handle = handle_for(registry, settings, task)
     request.state.model = task
-    choice = choose_point(handle.model.spec, operating_point, threshold)
+    choice = choose_point(handle.model.spec, operating_point, threshold, allow_insufficient)
     raw = await request.body()
     body = await _work(len(raw) > settings.offload_bytes, _parse_batch, raw)
     if len(body.stays) > settings.max_batch_stays:

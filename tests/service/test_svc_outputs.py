@@ -61,7 +61,7 @@ async def test_response_leads_with_risk_and_is_versioned(named: httpx.AsyncClien
     assert res["probability"] == res["score"]
     op = res["operating_point"]
     assert op == {"name": "high_sensitivity", "threshold": 0.2, "applies_to": "risk",
-                  "source": "default"}
+                  "source": "default", "withheld": None}
     assert res["alert"] == (res["risk"] >= 0.2)
     a = out["audit"]
     assert a["operating_point"] == "high_sensitivity" and a["model_version"] == "n1"

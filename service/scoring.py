@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from schemas.contract import TASKS
 from schemas.payloads import ClassResult, Prediction, Problem, StayPayload
-from schemas.variables import VARIABLES
+from schemas.variables import CATALOG
 from service.batcher import run_chunked
 from service.pipeline import predictions, prepare, pydantic_problems
 
@@ -72,15 +72,20 @@ def benchmark_payload(csv_path: Path, *, end_hours: float | None = None,
                       age: float | None = None, sex_male: float | None = None) -> dict[str, Any]:
     """A benchmark `*_timeseries.csv` as the API's wide form (units as the benchmark's)."""
     with open(csv_path, newline="") as f:
-        rows = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        header = set(reader.fieldnames or ())
+    # every catalog variable the file has a column for: the benchmark channels, and e.g. the
+    # labs of a physionet2012-full conversion (reading only the 17 would drop them)
+    used = [v for v in CATALOG if v.benchmark_name in header]
     columns: dict[str, list[Any]] = {}
-    for v in VARIABLES:
+    for v in used:
         cells = [r.get(v.benchmark_name) or "" for r in rows]
         columns[v.benchmark_name] = [
             (c if v.is_categorical else float(c)) if c != "" else None for c in cells]
     payload: dict[str, Any] = {"wide": {
         "hours": [float(r["Hours"]) for r in rows], "columns": columns,
-        "units": {v.benchmark_name: v.unit for v in VARIABLES if v.unit_required}}}
+        "units": {v.benchmark_name: v.unit for v in used if v.unit_required}}}
     demo: dict[str, Any] = {}
     if age is not None:
         demo["age"] = age

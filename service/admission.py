@@ -1,13 +1,14 @@
 """Admission control: a model's full pipeline refuses new requests before reading their body.
 
-A predict request is admitted per model while fewer than its limit are in the pipeline (being
-parsed, queued or computed); its queue wait and compute then have a deadline
-(`SCEHR_REQUEST_TIMEOUT_S`) that the batcher enforces. The limit follows Little's law: the
-model's recent completion rate times an eighth of the deadline, so an admitted request can
-expect to finish in time whatever the machine's speed (at least `floor`, for a cold start; at
-most `SCEHR_MAX_QUEUE_SIZE`). Refused requests cost a path match and a small 503: under
-overload the server spends its time on requests it can finish, not on ones that would time out
-after being parsed and computed, so goodput stays near the throughput limit.
+A scoring request of any interface (JSON, FHIR, CDS Hooks, Open Inference) is admitted per
+model while fewer than its limit are in the pipeline (being parsed, queued or computed); its
+queue wait and compute then have a deadline (`SCEHR_REQUEST_TIMEOUT_S`) that the batcher
+enforces. The limit follows Little's law: the model's recent completion rate times an eighth of
+the deadline, so an admitted request can expect to finish in time whatever the machine's speed
+(at least `floor`, for a cold start; at most `SCEHR_MAX_QUEUE_SIZE`). Refused requests cost a
+path match and a small 503: under overload the server spends its time on requests it can
+finish, not on ones that would time out after being parsed and computed, so goodput stays near
+the throughput limit.
 """
 
 from __future__ import annotations
@@ -16,18 +17,23 @@ import math
 import re
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas.contract import TASKS
 from schemas.payloads import ErrorBody, Problem
-from service.auth import key_matches
+from service.auth import key_matches, route_needs_key
 from service.logs import request_id_var
 from service.metrics import Metrics
 from service.middleware import header, send_error
 
-_PREDICT = re.compile(r"^/predict/([^/]+)(?:/batch)?/?$")
+#: The scoring routes of every interface, by the task they score: JSON single and batch, FHIR,
+#: CDS Hooks services, Open Inference `infer` (of a model, or of one of its versions).
+_SCORING = re.compile(r"^/(?:predict/([^/]+)(?:/batch)?|fhir/predict/([^/]+)"
+                      r"|cds-services/scehr-([^/]+)|v2/models/([^/]+)(?:/versions/[^/]+)?/infer)/?$")
 #: The overload answer (an ErrorBody; request ids are ASCII by their validated shape).
 _REFUSED = ErrorBody(error="overloaded", request_id="%s", detail=[Problem(
     loc=[], rule="overloaded", message="this model has as many requests as it can finish in "
@@ -126,24 +132,22 @@ class Admission:
             _push(self._done.setdefault(task, deque()), time.monotonic())
 
 
-def predict_task(scope: Scope) -> str | None:
-    """The task of a predict route (only from the closed set of tasks), else None."""
+def scoring_task(scope: Scope) -> str | None:
+    """The task a scoring request of any interface is for (only from the closed set of
+    tasks), else None."""
     if scope.get("method") != "POST":
         return None
-    m = _PREDICT.match(scope.get("path", ""))
-    return m.group(1) if m and m.group(1) in TASKS else None
+    m = _SCORING.match(scope.get("path", ""))
+    task = next((g for g in m.groups() if g is not None), None) if m else None
+    return task if task in TASKS else None
 
 
-#: Routes that carry patient data or change state: the API key is checked before the body is read.
-KEYED_PREFIXES = ("/predict/", "/admin/", "/fhir/", "/cds-services/")
-
-
-def needs_key(path: str) -> bool:
-    """Whether `path` needs the API key (when keys are set): scoring in every interface
-    (JSON, FHIR, CDS Hooks services, Open Inference `infer`) and admin; discovery, metadata
-    and probes stay open like `/models` (closable by settings)."""
-    return path.startswith(KEYED_PREFIXES) or (path.startswith("/v2/")
-                                               and path.endswith("/infer"))
+def keyed_paths(routes: Sequence[BaseRoute]) -> tuple[re.Pattern[str], ...]:
+    """The path patterns of the routes that declare they need the API key
+    (`service.auth.route_needs_key`): scoring in every interface and admin; discovery,
+    metadata and probes stay open like `/models` (closable by settings)."""
+    return tuple(r.path_regex for r in routes
+                 if isinstance(r, Route) and route_needs_key(r))
 
 
 class AdmissionMiddleware:
@@ -151,8 +155,10 @@ class AdmissionMiddleware:
     that need one, then 503 + Retry-After when the model is full."""
 
     def __init__(self, app: ASGIApp, admission: Admission, metrics: Metrics,
-                 timeout_s: float, api_keys: list[str]) -> None:
+                 timeout_s: float, api_keys: list[str],
+                 keyed: Sequence[re.Pattern[str]] = ()) -> None:
         self.app = app
+        self.keyed = tuple(keyed)
         self.admission = admission
         self.metrics = metrics
         self.timeout_s = timeout_s
@@ -162,8 +168,9 @@ class AdmissionMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        task = predict_task(scope)
-        if self.api_keys and needs_key(scope.get("path", "")):
+        task = scoring_task(scope)
+        path = scope.get("path", "")
+        if self.api_keys and any(p.match(path) for p in self.keyed):
             key = header(scope, b"x-api-key")
             if key is None or not key_matches(key, self.api_keys):
                 await send_error(send, 401, ErrorBody(

@@ -16,13 +16,15 @@ from pydantic.json_schema import models_json_schema
 from schemas.contract import CONTRACT_VERSION
 from schemas.payloads import StayPayload
 from service import errors, readiness
-from service.admission import Admission, AdmissionMiddleware
+from service.admission import Admission, AdmissionMiddleware, keyed_paths
+from service.interop.cds_hooks import CdsRequest
 from service.logs import configure_logging
 from service.metrics import Metrics
 from service.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from service.monitoring import Monitoring
 from service.registry import Registry
 from service.routes import admin, cds_hooks, fhir, health, models, oip, predict
+from service.scorer import Scorer
 from service.settings import Settings
 
 log = logging.getLogger("scehr.app")
@@ -73,24 +75,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.max_queue_size, settings.request_timeout_s,
         floor=min(settings.max_queue_size, max(64, 2 * settings.max_batch_size)),
         base_retry_s=settings.retry_after_s)
-    app.state.monitoring = Monitoring(metrics, settings.monitor_window)
+    app.state.monitoring = monitoring = Monitoring(metrics, settings.monitor_window)
+    app.state.scorer = Scorer(settings, metrics, monitoring, served=lambda task: [
+        h.model.spec for h in app.state.registry.loaded(task)])
     errors.install(app)
-    app.include_router(predict.router)
-    openapi_components(app, StayPayload)
-    if settings.open_models:
-        app.include_router(models.router)
-    app.include_router(health.router)
-    if settings.open_metrics:
-        app.include_router(health.metrics_router)
-    app.include_router(fhir.router)
-    app.include_router(cds_hooks.router)
-    app.include_router(oip.router)
-    if settings.api_keys:
-        app.include_router(admin.router)
+    routers = [predict.router, *([models.router] if settings.open_models else []),
+               health.router, *([health.metrics_router] if settings.open_metrics else []),
+               fhir.router, cds_hooks.router, oip.router,
+               *([admin.router] if settings.api_keys else [])]
+    for router in routers:
+        app.include_router(router)
+    openapi_components(app, StayPayload, CdsRequest)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AdmissionMiddleware, admission=admission, metrics=metrics,
                        timeout_s=settings.request_timeout_s,
-                       api_keys=[k.get_secret_value() for k in settings.api_keys])
+                       api_keys=[k.get_secret_value() for k in settings.api_keys],
+                       keyed=keyed_paths([r for rt in routers for r in rt.routes]))
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
 

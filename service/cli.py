@@ -28,8 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     serve.add_argument("--device", choices=["auto", "cuda", "cpu"], help="SCEHR_DEVICE")
     serve.add_argument("--version", metavar="TASK=VERSION", action="append",
-                       help="serve this version of the task instead of its default, repeatable "
-                       "(e.g. mortality=1.1.0 for the benchmark-17 model; SCEHR_VERSIONS)")
+                       help="serve this version of the task, repeatable; with several versions "
+                       "of a task a request picks one with ?version= (e.g. mortality=1.2.0 "
+                       "--version mortality=1.1.0 also serves the benchmark-17 model; "
+                       "SCEHR_VERSIONS)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                        help="SCEHR_LOG_LEVEL")
     serve.set_defaults(func=_serve)
@@ -127,8 +129,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         registry = Registry(settings, None, None)  # type: ignore[arg-type]
         registry.preflight()
-        for task, folder in registry.folders.items():
-            load_model(folder, task, settings, runtime=registry.runtime)
+        for task, folders in registry.folders.items():
+            for folder in folders:
+                load_model(folder, task, settings, runtime=registry.runtime)
     except ModelLoadError as e:
         print(f"scehr serve: {' '.join(str(e).split())}", file=sys.stderr)
         return 1

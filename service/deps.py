@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
+from schemas.payloads import Problem
 from service.errors import ApiError
 from service.metrics import Metrics
 from service.monitoring import Monitoring
-from service.registry import ModelHandle, ModelNotReady, Registry
+from service.registry import ModelHandle, ModelNotReady, Registry, VersionNotServed
+from service.scorer import Scorer
 from service.settings import Settings
 
 
@@ -30,16 +32,33 @@ async def get_monitoring(request: Request) -> Monitoring:
     return request.app.state.monitoring
 
 
+async def get_scorer(request: Request) -> Scorer:
+    return request.app.state.scorer
+
+
+VersionParam = Annotated[str | None, Query(
+    max_length=32, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$",
+    description="A version of the task's model served here (GET /models lists them; "
+    "SCEHR_VERSIONS sets them); default: the task's default")]
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 MonitoringDep = Annotated[Monitoring, Depends(get_monitoring)]
+ScorerDep = Annotated[Scorer, Depends(get_scorer)]
 
 
-def handle_for(registry: Registry, settings: Settings, task: str) -> ModelHandle:
-    """The model serving `task`: 404 when not served, 503 while it loads."""
+def handle_for(registry: Registry, settings: Settings, task: str,
+               version: str | None = None) -> ModelHandle:
+    """The model serving `task` (its `version`, default: the task's default): 404 when not
+    served, 503 while it loads."""
     try:
-        return registry.get(task)
+        return registry.get(task, version)
+    except VersionNotServed as e:
+        raise ApiError(404, "version_not_served", [Problem(
+            loc=["query", "version"], rule="version_not_served",
+            message=f"{task} {version} is not served here (SCEHR_VERSIONS lists the versions "
+            "a server loads)", allowed=", ".join(e.served))]) from None
     except ModelNotReady as e:
         if str(e).startswith("failed"):  # permanent until a reload or restart: no Retry-After
             raise ApiError(500, "model_failed", message=f"the {task} model failed to load; "

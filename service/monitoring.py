@@ -241,22 +241,34 @@ def reference_of(spec: ModelSpec) -> Reference:
 
 
 class Monitoring:
-    """One monitor per served task; a model with another version or checksum starts afresh."""
+    """One monitor per served model version; a model with another checksum starts afresh.
+
+    The gauges (labelled by task) show the task's default version; every version's summary
+    is at GET /models/{task}/monitoring?version=."""
 
     def __init__(self, metrics: Metrics | None, window: int) -> None:
         self.metrics, self.window = metrics, window
-        self._monitors: dict[str, tuple[tuple[str, str], ModelMonitor]] = {}
+        self._monitors: dict[tuple[str, str], tuple[str, ModelMonitor]] = {}
         self._lock = threading.Lock()
 
-    def for_spec(self, spec: ModelSpec) -> ModelMonitor:
-        """The monitor of the model `spec` describes (created on first use)."""
-        identity = (spec.manifest.version, spec.ref.sha256)
+    def for_spec(self, spec: ModelSpec, *, gauges: bool = True) -> ModelMonitor:
+        """The monitor of the model `spec` describes (created on first use); `gauges`: it
+        is the task's default version, whose monitor feeds the gauges."""
+        key = (spec.task, spec.manifest.version)
         with self._lock:
-            cur = self._monitors.get(spec.task)
-            if cur is not None and cur[0] == identity:
-                return cur[1]
-            mon = ModelMonitor(reference_of(spec), self.window, self.metrics)
-            self._monitors[spec.task] = (identity, mon)
+            cur = self._monitors.get(key)
+            if cur is not None and cur[0] == spec.ref.sha256:
+                mon = cur[1]
+            else:
+                mon = ModelMonitor(reference_of(spec), self.window, None)
+                self._monitors[key] = (spec.ref.sha256, mon)
+            if gauges and mon.metrics is None:  # the task's default changed to this version
+                for (task, _), (_, other) in self._monitors.items():
+                    if task == spec.task:
+                        other.metrics = None
+                mon.metrics = self.metrics
+            elif not gauges:
+                mon.metrics = None
             return mon
 
     def monitors(self) -> list[ModelMonitor]:

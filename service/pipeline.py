@@ -118,7 +118,7 @@ class ModelSpec:
 
 
 @dataclass
-class Prepared:
+class PreparedStays:
     """Model rows for the stays that passed (then their occlusion variants), per-stay notes."""
 
     n: int
@@ -193,7 +193,7 @@ def _variants(obs: Observations, n_ok: int, end_hours: np.ndarray,
 
 def prepare(spec: ModelSpec, stays: list[StayPayload], *, strict: bool = False,
             max_observations: int = DEFAULT_MAX_OBSERVATIONS,
-            explain_full: bool = False) -> Prepared:
+            explain_full: bool = False) -> PreparedStays:
     """Validate, clean, neutralise and tensorize; problems and notices are kept per stay.
 
     `explain_full` adds one occlusion variant per observed channel of each stay (for
@@ -201,7 +201,7 @@ def prepare(spec: ModelSpec, stays: list[StayPayload], *, strict: bool = False,
     res = ingest(stays, spec.fs, strict=strict, max_observations=max_observations)
     notices = [list(s.notices) for s in res.stays]
     problems = {i: s.problems for i, s in enumerate(res.stays) if s.problems}
-    prep = Prepared(len(stays), res.ok, problems, notices, [s.id for s in stays])
+    prep = PreparedStays(len(stays), res.ok, problems, notices, [s.id for s in stays])
     if not res.ok:
         return prep
     obs = _neutralise(spec, res.observations, res.ok, notices)
@@ -231,25 +231,40 @@ def prepare(spec: ModelSpec, stays: list[StayPayload], *, strict: bool = False,
     return prep
 
 
-@dataclass
-class Scored:
-    """The read-outs of every row (stays, then their occlusion variants), [rows, C] each."""
+def tensor_rows(spec: ModelSpec, inputs: ModelInputs) -> PreparedStays:
+    """PreparedStays for the graph's own tensors (Open Inference): no payload, no notices;
+    observed variables from the mask columns (normalization leaves them as they are), no
+    value bins (values are normalized); the audit's input hash is over the tensors as given."""
+    n = inputs.rows
+    sha = [input_hash(spec.fs_hash, inputs.x[i], int(inputs.lengths[i]),
+                      None if inputs.static is None else inputs.static[i]) for i in range(n)]
+    return PreparedStays(n, list(range(n)), {}, [[] for _ in range(n)], [None] * n, inputs,
+                         input_sha256=sha,
+                         observed=stays_observed(inputs.x, inputs.lengths, spec.fs))
 
-    score: np.ndarray
+
+@dataclass
+class ReadOuts:
+    """The read-outs of every row (stays, then their occlusion variants), [rows, C] each:
+    the model's probability (the graph's output, reported as a result's `score`), the
+    margin u^T z - v^T z, and the risk (the calibrated probability)."""
+
+    probability: np.ndarray
     margin: np.ndarray
     risk: np.ndarray
 
 
-def score(spec: ModelSpec, out: ModelOutputs) -> Scored:
+def read_out(spec: ModelSpec, out: ModelOutputs) -> ReadOuts:
     al = out.anchor_logits.astype(np.float64)
     p = out.probability.astype(np.float64)
     margin = al[..., 0] - al[..., 1]
-    return Scored(p, margin, spec.assets.calibrate(p, margin))
+    return ReadOuts(p, margin, spec.assets.calibrate(p, margin))
 
 
-def alerts(choice: Choice, risk: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """[n, C] alerts of a chosen point (on the score only where the point says so)."""
-    return np.where(choice.on_score[None], score, risk) >= choice.thresholds[None]
+def alerts(choice: Choice, risk: np.ndarray, probability: np.ndarray) -> np.ndarray:
+    """[n, C] alerts of a chosen point (on the model's probability only where the point
+    says so)."""
+    return np.where(choice.on_score[None], probability, risk) >= choice.thresholds[None]
 
 
 def _margin_percentile(spec: ModelSpec, c: int, m: np.ndarray
@@ -270,19 +285,19 @@ def _margin_percentile(spec: ModelSpec, c: int, m: np.ndarray
     return out
 
 
-def predictions(spec: ModelSpec, prep: Prepared, out: ModelOutputs, *,
+def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
                 choice: Choice | None = None, explain: str = "basic",
-                scored: Scored | None = None) -> dict[int, Prediction]:
+                readouts: ReadOuts | None = None) -> dict[int, Prediction]:
     """One Prediction per stay that passed, keyed by its input index.
 
     explain: basic (anchors, margin percentiles, prototypes), top (+ the top
     TOP_CONTRIBUTIONS contributions; needs occlusion rows), full (+ every contribution)."""
     n = len(prep.ok)
     choice = choice or spec.points.default_choice()
-    sc = scored or score(spec, out)
+    sc = readouts or read_out(spec, out)
     z = out.z.astype(np.float64)[:n]
     al = out.anchor_logits.astype(np.float64)[:n]
-    risk, raw, mn = sc.risk[:n], sc.score[:n], sc.margin[:n]
+    risk, raw, mn = sc.risk[:n], sc.probability[:n], sc.margin[:n]
     alert = alerts(choice, risk, raw)
     cos_u, cos_v = spec.assets.anchor_cosines(z)
     near = spec.assets.nearest_prototypes(z, N_PROTOTYPES)
@@ -378,7 +393,7 @@ def sufficiency(data: DataSummary, minimum: Any) -> dict[str, Any] | None:
     return {"meets_minimum": not why, "reasons": why, **data.as_dict()}
 
 
-def abstention(spec: ModelSpec, prep: Prepared, r: int, idx: int, choice: Choice,
+def abstention(spec: ModelSpec, prep: PreparedStays, r: int, idx: int, choice: Choice,
                enough: dict[str, Any]) -> Prediction:
     """The answer for a stay below the data minimum: no risk, no alert, the reasons."""
     pred = Prediction.model_validate({
@@ -397,7 +412,7 @@ def _direction(d: float) -> str:
     return "neutral" if abs(d) < 1e-6 else ("raises" if d > 0 else "lowers")
 
 
-def _contributions(spec: ModelSpec, prep: Prepared, sc: Scored, top: int | None
+def _contributions(spec: ModelSpec, prep: PreparedStays, sc: ReadOuts, top: int | None
                    ) -> list[list[tuple[list[Contribution], int]]]:
     """Per stay, per class: channels by |Δrisk| of replacing them with 'not observed' (the
     first `top` of them, or all), and how many channels were evaluated."""
@@ -407,12 +422,12 @@ def _contributions(spec: ModelSpec, prep: Prepared, sc: Scored, top: int | None
     for s, chans in enumerate(prep.occluded):
         k = len(chans)
         dr = sc.risk[s][None, :] - sc.risk[row : row + k]  # [K, C]
-        dp = sc.score[s][None, :] - sc.score[row : row + k]
+        dp = sc.probability[s][None, :] - sc.probability[row : row + k]
         dm = sc.margin[s][None, :] - sc.margin[row : row + k]
         row += k
         per_class = []
         for c in range(sc.risk.shape[1]):
-            # ties on the risk (a flat piece of an isotonic map) are broken by the score
+            # ties on the risk (a flat piece of an isotonic map) are broken by the probability
             order = np.lexsort((-np.abs(dp[:, c]), -np.abs(dr[:, c])))[:top]
             per_class.append(([
                 Contribution(variable=spec.fs.variable_ids[int(chans[j])],

@@ -37,9 +37,22 @@ from service.runtime import CPU, CUDA, OrtRuntime, probe_device
 from service.settings import Settings
 from service.validation import check_graph, inspect, preflight, warm_up
 
-__all__ = ["DeviceError", "LoadedModel", "ModelHandle", "ModelLoadError", "ModelNotReady",
-           "ModelState", "Registry", "TaskState", "inspect", "load_model", "probe_device",
-           "read_index", "resolve"]
+__all__ = [
+    "DeviceError",
+    "LoadedModel",
+    "ModelHandle",
+    "ModelLoadError",
+    "ModelNotReady",
+    "ModelState",
+    "Registry",
+    "TaskState",
+    "VersionNotServed",
+    "inspect",
+    "load_model",
+    "probe_device",
+    "read_index",
+    "resolve",
+]
 
 log = logging.getLogger("scehr.registry")
 
@@ -177,27 +190,43 @@ def load_model(folder: Path, task: str, settings: Settings,
 
 @dataclass
 class ModelHandle:
-    """What a request holds for its whole life: the model and the batcher feeding it."""
+    """What a request holds for its whole life: the model and the batcher feeding it.
+    `default`: the version of its task that requests without `?version=` get."""
 
     model: LoadedModel
     batcher: MicroBatcher
+    default: bool = True
 
 
 class ModelNotReady(Exception):
     pass
 
 
+class VersionNotServed(LookupError):
+    """A version of a served task that this server has not loaded; `served` lists those it
+    has (SCEHR_VERSIONS), the default first."""
+
+    def __init__(self, task: str, version: str, served: list[str]) -> None:
+        super().__init__(f"{task} {version}")
+        self.task, self.version, self.served = task, version, served
+
+
 class Registry:
-    """Configured tasks -> handles; loads in the background, swaps atomically on reload."""
+    """Configured tasks -> handles (one per served version, SCEHR_VERSIONS); loads in the
+    background, swaps atomically on reload."""
 
     def __init__(self, settings: Settings, metrics: Metrics, executor: Executor) -> None:
         self.settings = settings
         self.metrics = metrics
         self.executor = executor
+        #: task -> the handle of the version requests get without `?version=`
         self.handles: dict[str, ModelHandle] = {}
+        #: task -> version -> handle, every loaded version (the default among them)
+        self.versions: dict[str, dict[str, ModelHandle]] = {}
         self.runtime = OrtRuntime(settings.device, settings.ort_threads)
         self.states: dict[str, TaskState] = {}
-        self.folders: dict[str, Path] = {}
+        #: task -> its model folders, the default version's first
+        self.folders: dict[str, list[Path]] = {}
         #: task -> (default version in index.json, since when) as read at start-up
         self.defaults: dict[str, tuple[str | None, datetime | None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -209,8 +238,8 @@ class Registry:
         checked = preflight(self.settings.model_dir, list(self.settings.tasks or []),
                             self.runtime, self.settings.versions)
         self.defaults = checked.defaults
-        for task, folder in checked.folders.items():
-            self.folders[task] = folder
+        for task, folders in checked.folders.items():
+            self.folders[task] = folders
             self.states[task] = TaskState(ModelState.LOADING)
 
     @property
@@ -222,16 +251,18 @@ class Registry:
         self._task = asyncio.get_running_loop().create_task(self._load_all())
 
     async def _load_all(self) -> None:
-        for task, folder in self.folders.items():
+        for task, folders in self.folders.items():
             try:
-                model = await asyncio.to_thread(self._load, folder, task)
+                models = [await asyncio.to_thread(self._load, folder, task)
+                          for folder in folders]
             except Exception as e:
                 self.states[task] = TaskState(ModelState.FAILED, str(e))
                 log.error("model failed to load", extra={
                     "task": task, "rule": getattr(e, "rule", type(e).__name__),
                     "reason": str(e)})
                 continue
-            self._install(task, model)
+            for k, model in enumerate(models):
+                self._install(task, model, default=k == 0)
         # The long-lived objects (sessions, manifests, tables) now exist: move them out of the
         # collector's reach, so full collections under load scan only per-request garbage.
         gc.collect()
@@ -256,7 +287,11 @@ class Registry:
                 hist.observe(w)
         return observe
 
-    def _install(self, task: str, model: LoadedModel) -> ModelHandle | None:
+    def _install(self, task: str, model: LoadedModel, *, default: bool = True
+                 ) -> list[ModelHandle]:
+        """Serve `model` (as the task's default version, or beside it); the handles it
+        replaces (the old default, or an older load of the same version) are returned for
+        draining."""
         s = self.settings
         batcher = MicroBatcher(model.run, max_batch_size=model.max_batch_size,
                                max_queue_delay=s.max_queue_delay, max_queue_size=s.max_queue_size,
@@ -265,33 +300,54 @@ class Registry:
                                # a lone row runs at once on the CPU, unless told to wait
                                inline_when_idle=model.provider == CPU and s.max_queue_delay == 0)
         batcher.start()
-        old = self.handles.get(task)
-        self.handles[task] = ModelHandle(model, batcher)  # the atomic swap
-        self.states[task] = TaskState(ModelState.READY)
-        prev = None
-        if old is not None:
-            om = old.model.spec.manifest
-            prev = (om.name, om.version, old.model.provider)
         m = model.spec.manifest
-        self.metrics.set_model(task, m.name, m.version, model.provider, prev)
+        handle = ModelHandle(model, batcher, default)
+        loaded = dict(self.versions.get(task, {}))
+        replaced = [loaded[m.version]] if m.version in loaded else []
+        old = self.handles.get(task)
+        if default and old is not None and old.model.spec.manifest.version != m.version:
+            replaced.append(loaded.pop(old.model.spec.manifest.version, old))
+        loaded[m.version] = handle
+        for h in loaded.values():
+            h.default = h is handle if default else h.default
+        if default:
+            self.handles[task] = handle  # the atomic swap
+            self.states[task] = TaskState(ModelState.READY)
+        self.versions[task] = dict(sorted(loaded.items(), key=lambda kv: not kv[1].default))
+        for r in replaced:
+            om = r.model.spec.manifest
+            self.metrics.set_model(task, m.name, m.version, model.provider,
+                                   (om.name, om.version, r.model.provider))
+        self.metrics.set_model(task, m.name, m.version, model.provider)
         version, since = self.defaults.get(task, (None, None))
         model.default_version, model.default_since = version, since
         if version is not None:
             self.metrics.set_default(task, version, since)
-        return old
+        return replaced
 
     # -- serving
     @property
     def ready(self) -> bool:
         return bool(self.states) and all(s.ready for s in self.states.values())
 
-    def get(self, task: str) -> ModelHandle:
+    def get(self, task: str, version: str | None = None) -> ModelHandle:
+        """The task's default handle, or that of `version`: KeyError when the task is not
+        served, ModelNotReady while it loads, VersionNotServed for a version not loaded."""
         h = self.handles.get(task)
         if h is None:
             if task in self.states:
                 raise ModelNotReady(str(self.states[task]))
             raise KeyError(task)
-        return h
+        if version is None or version == h.model.spec.manifest.version:
+            return h
+        loaded = self.versions.get(task, {})
+        if version not in loaded:
+            raise VersionNotServed(task, version, list(loaded))
+        return loaded[version]
+
+    def loaded(self, task: str) -> list[ModelHandle]:
+        """Every loaded version of `task`, the default first ([] when none)."""
+        return list(self.versions.get(task, {}).values())
 
     def available(self) -> list[AvailableModel]:
         try:
@@ -315,12 +371,12 @@ class Registry:
                 defaults={}, models=[])
             folder = resolve(self.settings.model_dir, index, task, version=version, path=path)
             model = await asyncio.to_thread(self._load, folder, task)
-            old = self._install(task, model)
-            self.folders[task] = folder
-        prev = None
-        if old is not None:
-            prev = old.model.spec.manifest.version
-            asyncio.get_running_loop().create_task(old.batcher.close())  # drain in background
+            old = self.handles.get(task)
+            replaced = self._install(task, model)
+            self.folders[task] = [h.model.path for h in self.loaded(task)]
+        prev = None if old is None else old.model.spec.manifest.version
+        for r in replaced:
+            asyncio.get_running_loop().create_task(r.batcher.close())  # drain in background
         log.info("model reloaded", extra={"task": task, "version": model.spec.manifest.version,
                                           "previous_version": prev})
         return model, prev
@@ -328,5 +384,6 @@ class Registry:
     async def close(self) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()
-        for h in list(self.handles.values()):
-            await h.batcher.close()
+        for loaded in list(self.versions.values()):
+            for h in list(loaded.values()):
+                await h.batcher.close()

@@ -1,8 +1,9 @@
 """`scehr score`: offline batch scoring of a folder or file of stays with the service's own code.
 
 A stay goes through exactly what `POST /predict/{task}/batch` runs: `StayPayload` validation,
-`pipeline.prepare` (ingest, cleaning, tensorize), the model's ONNX Runtime session loaded and
-warmed up by `registry.load_model`, and `pipeline.predictions`; so scores equal the service's.
+the service's scorer (`scorer.score_offline`: ingest, cleaning, tensorize, read-outs) on the
+model's ONNX Runtime session loaded and warmed up by `registry.load_model`; so scores equal
+the service's.
 Needs the `serve` extra only (no torch, no pandas; Parquet input needs pyarrow).
 
 Inputs, streamed one stay at a time (memory is bounded by one chunk of stays plus the set of
@@ -39,8 +40,8 @@ from pydantic import ValidationError
 from schemas.contract import TASKS
 from schemas.payloads import ClassResult, Prediction, Problem, StayPayload
 from schemas.variables import CATALOG
-from service.batcher import run_chunked
-from service.pipeline import predictions, prepare, pydantic_problems
+from service.pipeline import pydantic_problems
+from service.scorer import score_offline
 
 #: Output field per class -> where the service's response holds it. The one place that maps
 #: the response contract to output columns: a renamed response field is one edit here.
@@ -384,16 +385,12 @@ def score_chunk(model: Any, raws: list[Raw], max_batch_size: int, max_observatio
         except ValidationError as e:
             parsed.append(pydantic_problems(e))
     valid = [k for k, p in enumerate(parsed) if isinstance(p, StayPayload)]
-    spec = model.spec
-    prep = prepare(spec, [parsed[k] for k in valid], strict=strict,
-                   max_observations=max_observations)
-    preds = {}
-    if prep.inputs is not None:
-        out = run_chunked(model.run, prep.inputs, max_batch_size)
-        preds = predictions(spec, prep, out)
+    scored = score_offline(model, [parsed[k] for k in valid],  # type: ignore[misc]
+                           strict=strict, max_observations=max_observations,
+                           max_rows=max_batch_size)
     results: list[Prediction | list[Problem]] = list(parsed)  # type: ignore[arg-type]
-    for j, k in enumerate(valid):
-        results[k] = preds[j] if j in preds else prep.problems[j]
+    for k, res in zip(valid, scored, strict=True):
+        results[k] = res.prediction if res.prediction is not None else res.problems
     return results
 
 

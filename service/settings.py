@@ -51,6 +51,29 @@ def available_cores() -> int:
     return min(cores, quota) if quota else cores
 
 
+def parse_versions(text: str) -> dict[str, list[str]]:
+    """`mortality=1.2.0,1.1.0,phenotypes=1.1.0` -> {"mortality": ["1.2.0", "1.1.0"],
+    "phenotypes": ["1.1.0"]}: an item without `=` is one more version of the task before it
+    (`scehr serve --version mortality=1.2.0 --version mortality=1.1.0` says the same)."""
+    out: dict[str, list[str]] = {}
+    task = None
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if item.count("=") > 1 or (task is None and "=" not in item):
+            raise ValueError("versions must be TASK=VERSION[,VERSION...], comma-separated; "
+                             f"got {text!r}")
+        if "=" in item:
+            task, version = (x.strip() for x in item.split("="))
+            out.setdefault(task, [])
+        else:
+            version = item
+        if not version:
+            raise ValueError(f"an empty version in {text!r}")
+        out[task].append(version)  # type: ignore[index]
+    return out
+
+
 class Settings(BaseSettings):
     """Service settings; env prefix `SCEHR_`."""
 
@@ -62,10 +85,12 @@ class Settings(BaseSettings):
     tasks: Annotated[list[str] | None, NoDecode] = Field(
         None, description="Tasks to serve (comma-separated); default: every task with a default "
         "model in index.json")
-    versions: Annotated[dict[str, str], NoDecode] = Field(
-        default_factory=dict, description="Pin a task to a version of index.json instead of its "
-        "default, comma-separated TASK=VERSION (e.g. mortality=1.1.0: the benchmark-17 model "
-        "for MIMIC-shaped clients)")
+    versions: Annotated[dict[str, list[str]], NoDecode] = Field(
+        default_factory=dict, description="The versions of index.json a task serves instead of "
+        "its default alone: TASK=VERSION[,VERSION...], tasks comma-separated (e.g. "
+        "mortality=1.2.0,1.1.0 serves both; a request picks one with `?version=`). Requests "
+        "without one get the index's default when it is listed, else the first listed (so "
+        "mortality=1.1.0 pins the task to 1.1.0)")
     device: Literal["auto", "cuda", "cpu"] = Field(
         "auto", description="auto: CUDA when ONNX Runtime can really use it, else CPU; cuda: fail "
         "at start without a working CUDA provider")
@@ -126,13 +151,14 @@ class Settings(BaseSettings):
     @classmethod
     def _split_versions(cls, v: object) -> object:
         if isinstance(v, str):
-            pairs = [item.strip() for item in v.split(",") if item.strip()]
-            if any(p.count("=") != 1 for p in pairs):
-                raise ValueError(f"versions must be TASK=VERSION, comma-separated; got {v!r}")
-            v = dict(tuple(x.strip() for x in p.split("=")) for p in pairs)
-        for t in v or {}:
+            v = parse_versions(v)
+        if isinstance(v, dict):
+            v = {t: [vs] if isinstance(vs, str) else vs for t, vs in v.items()}
+        for t, vs in (v or {}).items():
             if t not in TASKS:
                 raise ValueError(f"unknown task {t!r} in versions; known: {', '.join(TASKS)}")
+            if len(set(vs)) != len(vs):
+                raise ValueError(f"versions of {t} are listed twice: {', '.join(vs)}")
         return v
 
     @field_validator("api_keys", mode="before")

@@ -10,7 +10,7 @@ graph, and that padding a stay in a batch does not change its result. Every fail
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -146,20 +146,32 @@ def warm_up(model: Runnable, max_batch_size: int) -> None:
 
 @dataclass(frozen=True)
 class Preflight:
-    """What start-up learnt: the provider sessions will get and each task's model folder."""
+    """What start-up learnt: the provider sessions will get and each task's model folders
+    (the one requests get without `?version=` first)."""
 
     provider: str
-    folders: dict[str, Path]
+    folders: dict[str, list[Path]]
     #: task -> (its default version in index.json, since when it is the default)
     defaults: dict[str, tuple[str | None, datetime | None]] = field(default_factory=dict)
 
 
+def serving_order(default: str | None, listed: Sequence[str] | None) -> list[str | None]:
+    """The versions a task serves, the one requests get without `?version=` first: the
+    index's default when listed (or when nothing is listed: None, resolved to it), else the
+    first listed."""
+    if not listed:
+        return [None]
+    if default in listed:
+        return [default, *(v for v in listed if v != default)]
+    return list(listed)
+
+
 def preflight(model_dir: Path, tasks: list[str], runtime: OrtRuntime,
-              versions: Mapping[str, str] | None = None) -> Preflight:
+              versions: Mapping[str, Sequence[str]] | None = None) -> Preflight:
     """Fail fast at start: device, index, manifests and checksums of every configured model.
 
-    `tasks` empty means every task the index has a default for; `versions` pins a task to a
-    version of the index instead of its default.
+    `tasks` empty means every task the index has a default for; `versions` lists the versions
+    of the index a task serves instead of its default alone (`serving_order`).
     """
     provider = runtime.probe()
     log.info("execution provider", extra={"device": runtime.device, "provider": provider})
@@ -170,9 +182,11 @@ def preflight(model_dir: Path, tasks: list[str], runtime: OrtRuntime,
                              rule="no_default_model", status=500)
     folders, defaults = {}, {}
     for task in tasks:
-        folder = resolve(model_dir, index, task, version=(versions or {}).get(task))
-        inspect(folder, task)
-        folders[task] = folder
+        folders[task] = []
+        for version in serving_order(index.defaults.get(task), (versions or {}).get(task)):
+            folder = resolve(model_dir, index, task, version=version)
+            inspect(folder, task)
+            folders[task].append(folder)
         defaults[task] = (index.defaults.get(task), index.since(task))
         log.info("default model", extra={"task": task,
                                          "default_version": index.defaults.get(task),

@@ -21,7 +21,7 @@ from fastapi import Request, Response  # noqa: E402
 
 from schemas.payloads import StayPayload  # noqa: E402
 from service.batcher import ModelOutputs, batch, unbatch  # noqa: E402
-from service.pipeline import Prepared, predictions, prepare  # noqa: E402
+from service.pipeline import PreparedStays, predictions, prepare  # noqa: E402
 
 
 class ScehrAPI(ls.LitAPI):  # type: ignore[misc]
@@ -35,24 +35,25 @@ class ScehrAPI(ls.LitAPI):  # type: ignore[misc]
         self.model = load(self.model_dir, self.task)
 
     # LitServe reads the annotation: `Request` makes it parse the body as JSON and pass the dict
-    def decode_request(self, request: Request) -> Prepared:
+    def decode_request(self, request: Request) -> PreparedStays:
         prep = prepare(self.model.spec, [StayPayload.model_validate(request)])
         if prep.problems:
             raise ValueError("invalid stay")
         return prep
 
-    def batch(self, preps: list[Prepared]) -> tuple[list[Prepared], Any]:
+    def batch(self, preps: list[PreparedStays]) -> tuple[list[PreparedStays], Any]:
         return preps, batch([p.inputs for p in preps])
 
-    def predict(self, x: tuple[list[Prepared], Any]) -> list[tuple[Prepared, ModelOutputs]]:
+    def predict(self, x: tuple[list[PreparedStays], Any]
+                ) -> list[tuple[PreparedStays, ModelOutputs]]:
         preps, joined = x
         outs = unbatch(self.model.run(joined), [p.inputs.rows for p in preps])
         return list(zip(preps, outs, strict=True))
 
-    def unbatch(self, output: list[tuple[Prepared, ModelOutputs]]) -> list[Any]:
+    def unbatch(self, output: list[tuple[PreparedStays, ModelOutputs]]) -> list[Any]:
         return output
 
-    def encode_response(self, output: tuple[Prepared, ModelOutputs]) -> Response:  # type: ignore[override]
+    def encode_response(self, output: tuple[PreparedStays, ModelOutputs]) -> Response:  # type: ignore[override]
         # (annotated `Response` so LitServe adds no response model; it returns the dict as JSON)
         prep, out = output
         return predictions(self.model.spec, prep, out)[0].model_dump(mode="json")

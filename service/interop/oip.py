@@ -3,7 +3,7 @@
 Two ways in: the graph's own tensors (`x`, `lengths`, `static`, already normalized, as the
 manifest's graph contract says), or `stay`, a BYTES tensor of raw stay payloads (JSON text),
 which goes through the same validation and tensorization as `POST /predict/{task}`. Either
-way the outputs are read by the same `service.pipeline.predictions`, so `risk` is the same.
+way the service's one scorer (`service.scorer`) runs and reads them, so `risk` is the same.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schemas.audit import input_hash
 from schemas.contract import INPUT_LENGTHS, INPUT_STATIC, INPUT_X
 from schemas.payloads import Prediction, StayPayload
 from service.batcher import ModelInputs, ModelOutputs
 from service.interop.readout import alert_of, risk_of
-from service.pipeline import ModelSpec, Prepared
+from service.pipeline import ModelSpec
 
 INPUT_STAY = "stay"
 #: Longest dynamic input accepted (time steps): the benchmark's 240 h at 1 h steps.
@@ -99,8 +98,9 @@ class ModelMetadata(BaseModel):
     outputs: list[TensorMeta]
 
 
-def metadata(task: str, spec: ModelSpec) -> ModelMetadata:
-    """The model's tensors; -1 marks a variable dimension."""
+def metadata(task: str, spec: ModelSpec, versions: list[str] | None = None) -> ModelMetadata:
+    """The model's tensors; -1 marks a variable dimension. `versions`: every version served
+    (default: this one's)."""
     n_cls = len(spec.assets.labels)
     steps = spec.fixed_t if spec.fixed_t is not None else -1
     inputs = [TensorMeta(name=INPUT_X, datatype="FP32", shape=[-1, steps, spec.fs.n_features]),
@@ -115,7 +115,7 @@ def metadata(task: str, spec: ModelSpec) -> ModelMetadata:
                TensorMeta(name="risk", datatype="FP64", shape=[-1, n_cls]),
                TensorMeta(name="alert", datatype="BOOL", shape=[-1, n_cls]),
                TensorMeta(name="prediction", datatype="BYTES", shape=[-1])]
-    return ModelMetadata(name=task, versions=[spec.manifest.version],
+    return ModelMetadata(name=task, versions=versions or [spec.manifest.version],
                          platform="onnxruntime_onnx", inputs=inputs, outputs=outputs)
 
 
@@ -184,16 +184,6 @@ def stays(t: TensorIn, max_rows: int) -> list[StayPayload]:
             raise OipError(f"input {INPUT_STAY!r}[{i}]: {where or 'payload'}: "
                            f"{first.get('msg')}") from None
     return out
-
-
-def plain_prepared(inputs: ModelInputs, fs_hash: str = "") -> Prepared:
-    """A Prepared for tensors given as they are (no payload, no notices); the audit's input
-    hash is over the tensors as given (already normalized), not a raw discretized stay."""
-    n = inputs.rows
-    sha = [input_hash(fs_hash, inputs.x[i], int(inputs.lengths[i]),
-                      None if inputs.static is None else inputs.static[i]) for i in range(n)]
-    return Prepared(n, list(range(n)), {}, [[] for _ in range(n)], [None] * n, inputs,
-                    input_sha256=sha)
 
 
 def outputs(out: ModelOutputs, preds: list[Prediction], wanted: list[str] | None

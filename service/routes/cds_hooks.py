@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from schemas.payloads import ErrorBody
 from schemas.variables import CATALOG, Variable
 from service.auth import ApiKey
-from service.deps import MetricsDep, MonitoringDep, RegistryDep, SettingsDep, handle_for
+from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
 from service.errors import ApiError
 from service.interop.cds_hooks import (
     SERVICE_PREFIX,
@@ -23,7 +23,8 @@ from service.interop.cds_hooks import (
     read_prefetch,
 )
 from service.registry import ModelNotReady, Registry
-from service.routes.predict import ERRORS, score_one
+from service.routes.predict import ERRORS, as_body_parameter
+from service.scorer import ScoreOptions
 
 router = APIRouter(tags=["cds-hooks"])
 
@@ -48,23 +49,26 @@ def _variables(registry: Registry, task: str) -> Sequence[Variable]:
              responses={**ERRORS, 412: {"model": ErrorBody, "description":
                         "A required prefetch key is missing or null (this service cannot "
                         "query a FHIR server)"}},
-             summary="CDS Hooks patient-view: risk cards from the prefetched data")
-async def cds_service(service_id: str, body: CdsRequest, request: Request,
-                      registry: RegistryDep, settings: SettingsDep, metrics: MetricsDep,
-                      monitoring: MonitoringDep, _: ApiKey) -> CdsResponse:
+             summary="CDS Hooks patient-view: risk cards from the prefetched data",
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": {"$ref": "#/components/schemas/CdsRequest"}}}}})
+async def cds_service(service_id: str, request: Request,
+                      registry: RegistryDep, settings: SettingsDep, scorer: ScorerDep,
+                      _: ApiKey, version: VersionParam = None) -> CdsResponse:
     """Cards by operating point (info / warning / critical), with the top contributing
     variables (occlusion) and a link to the model card."""
     if not service_id.startswith(SERVICE_PREFIX):
         raise ApiError(404, "service_not_found", message=f"no CDS service {service_id!r}")
     task = service_id.removeprefix(SERVICE_PREFIX)
-    handle = handle_for(registry, settings, task)
+    handle = handle_for(registry, settings, task, version)
     request.state.model = task
-    # FHIR validation: off the loop
+    # Parsing and FHIR validation grow with the prefetch: off the event loop
+    body = await run_in_threadpool(as_body_parameter, CdsRequest, await request.body())
     stay = await run_in_threadpool(read_prefetch, body, handle.model.spec.fs.variables)
     if stay is None:  # the client has no Observations: no decision support to give
         return CdsResponse(cards=[])
-    pred = await score_one(handle, stay.payload, settings, metrics, task, explain="full",
-                           locate=stay.locate, monitoring=monitoring)
+    pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain="full"),
+                                   locate=stay.locate)
     url = str(request.url_for("model_card", task=task))
     return cards(pred, handle.model.spec.manifest, url)
 

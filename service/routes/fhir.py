@@ -5,26 +5,37 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
+from pydantic import RootModel
 from starlette.concurrency import run_in_threadpool
 
 from service.auth import ApiKey
-from service.deps import MetricsDep, MonitoringDep, RegistryDep, SettingsDep, handle_for
+from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
 from service.interop.fhir_in import read_bundle
 from service.interop.fhir_out import FHIR_JSON, risk_bundle, to_json
 from service.routes.predict import (
     ERRORS,
     AllowInsufficient,
-    Explain,
+    ExplainParam,
     Strict,
-    choose_point,
-    score_one,
+    as_body_parameter,
 )
+from service.scorer import ScoreOptions, choose_point
 
 router = APIRouter(tags=["fhir"])
 
 EXAMPLE_NOTE = "See examples/fhir_bundle.json (a synthetic stay)."
+BUNDLE_NOTE = ("A FHIR R4 Bundle (collection or searchset) with one Patient, the Observations "
+               "(LOINC, UCUM) and the ICU Encounter. " + EXAMPLE_NOTE)
+
+
+class _Body(RootModel[dict[str, Any]]):
+    """The request body: a JSON object (the Bundle, validated resource by resource later)."""
+
+
+def _bundle(raw: bytes) -> dict[str, Any]:
+    return as_body_parameter(_Body, raw).root
 
 
 @router.post(
@@ -33,33 +44,34 @@ EXAMPLE_NOTE = "See examples/fhir_bundle.json (a synthetic stay)."
         "description": "A collection Bundle: one RiskAssessment per class, and an "
                        "OperationOutcome listing warnings (codes not mapped, units not "
                        "convertible, cleaning) when there are any"}},
-    response_class=Response, summary="Score one stay sent as a FHIR R4 Bundle")
+    response_class=Response, summary="Score one stay sent as a FHIR R4 Bundle",
+    openapi_extra={"requestBody": {"required": True, "description": BUNDLE_NOTE,
+                                   "content": {"application/json": {"schema": {
+                                       "type": "object", "additionalProperties": True}}}}})
 async def fhir_predict(
     task: str,
-    bundle: Annotated[dict[str, Any], Body(
-        description="A FHIR R4 Bundle (collection or searchset) with one Patient, the "
-        "Observations (LOINC, UCUM) and the ICU Encounter. " + EXAMPLE_NOTE,
-        media_type="application/json")],
-    request: Request, registry: RegistryDep, settings: SettingsDep, metrics: MetricsDep,
-    monitoring: MonitoringDep, _: ApiKey, explain: Explain = "basic", strict: Strict = False,
+    request: Request, registry: RegistryDep, settings: SettingsDep, scorer: ScorerDep,
+    _: ApiKey, explain: ExplainParam = "basic", strict: Strict = False,
     admission_time: Annotated[datetime | None, Query(
         description="ICU admission time (with a timezone) when the Bundle has no Encounter "
         "with period.start; overrides it otherwise")] = None,
     end_hours: Annotated[float | None, Query(
         gt=0, allow_inf_nan=False,
         description="Hours from admission to the end of the stay (whole-stay models)")] = None,
+    version: VersionParam = None,
     allow_insufficient: AllowInsufficient = False,
 ) -> Response:
-    """The Bundle becomes the same payload `POST /predict/{task}` takes and runs its path."""
-    handle = handle_for(registry, settings, task)
+    """The Bundle becomes the stay `POST /predict/{task}` takes, scored by the same scorer."""
+    handle = handle_for(registry, settings, task, version)
     request.state.model = task
-    # FHIR validation and building are pure Python and grow with the Bundle: off the loop
+    # Parsing, FHIR validation and building are pure Python and grow with the Bundle: off the
+    # event loop, like the rest of the request's CPU work
+    bundle = await run_in_threadpool(_bundle, await request.body())
     stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
                                    end_hours=end_hours, variables=handle.model.spec.fs.variables)
     choice = choose_point(handle.model.spec, None, None, allow_insufficient)
-    pred = await score_one(handle, stay.payload, settings, metrics, task, explain=explain,
-                           strict=strict, locate=stay.locate, monitoring=monitoring,
-                           choice=choice)
+    pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain, strict, choice),
+                                   locate=stay.locate)
     text = await run_in_threadpool(
         lambda: to_json(risk_bundle(pred, handle.model.spec.manifest, stay)))
     return Response(text, media_type=FHIR_JSON)

@@ -2,43 +2,52 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from schemas.payloads import ErrorBody, ModelInfo, ModelList, MonitoringSummary
-from service.deps import MonitoringDep, RegistryDep
+from service.deps import MonitoringDep, RegistryDep, VersionParam, handle_for
 from service.errors import ApiError
 from service.registry import ModelHandle, Registry
 
 router = APIRouter(tags=["models"])
+#: Not served (or that version not served), `version` malformed, still loading.
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (404, 422, 503)}
 
 
 @router.get("/models", response_model=ModelList)
 async def list_models(registry: RegistryDep) -> ModelList:
-    """Models loaded in this worker, and the versions index.json offers."""
-    return ModelList(models=[h.model.info() for h in registry.handles.values()],
+    """Models loaded in this worker (every served version, each task's default first), and
+    the versions index.json offers."""
+    return ModelList(models=[h.model.info() for t in registry.handles
+                             for h in registry.loaded(t)],
                      available=registry.available())
 
 
 @router.get("/models/{task}", response_model=ModelInfo,
-            responses={404: {"model": ErrorBody}, 503: {"model": ErrorBody}})
-async def get_model(task: str, registry: RegistryDep) -> ModelInfo:
-    """One task's model."""
-    return _handle(registry, task).model.info()
+            responses=_ERRORS)
+async def get_model(task: str, registry: RegistryDep,
+                    version: VersionParam = None) -> ModelInfo:
+    """One task's model (its default, or a served `version`)."""
+    return _handle(registry, task, version).model.info()
 
 
-def _handle(registry: Registry, task: str) -> ModelHandle:
+def _handle(registry: Registry, task: str, version: str | None = None) -> ModelHandle:
     h = registry.handles.get(task)
     if h is None:
         if task in registry.state:
             raise ApiError(503, "model_not_ready",
                            message=f"the {task} model is {registry.state[task]}")
         raise ApiError(404, "model_not_found", message="no model is served here for this task")
-    return h
+    return handle_for(registry, registry.settings, task, version)
 
 
 @router.get("/models/{task}/monitoring", response_model=MonitoringSummary,
-            responses={404: {"model": ErrorBody}, 503: {"model": ErrorBody}})
-async def get_monitoring(task: str, registry: RegistryDep,
-                         monitoring: MonitoringDep) -> MonitoringSummary:
+            responses=_ERRORS)
+async def get_monitoring(task: str, registry: RegistryDep, monitoring: MonitoringDep,
+                         version: VersionParam = None) -> MonitoringSummary:
     """Drift of the last scored stays (this worker) against training and validation."""
-    return monitoring.for_spec(_handle(registry, task).model.spec).refresh_gauges()
+    h = _handle(registry, task, version)
+    return monitoring.for_spec(h.model.spec, gauges=h.default).refresh_gauges()

@@ -1,12 +1,12 @@
 """Open Inference Protocol V2 routes (`/v2/...`): health, metadata, infer.
 
 Errors follow the protocol: a status code and `{"error": "<message>"}`. A model's name is
-its task (`mortality`, `phenotypes`); its one version is the served model's version.
+its task (`mortality`, `phenotypes`); its versions are those the server loads
+(SCEHR_VERSIONS), `/v2/models/{name}` being the default one.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -14,10 +14,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from schemas.contract import CONTRACT_VERSION
-from schemas.payloads import ErrorBody
+from schemas.payloads import ErrorBody, StayPayload
 from service.auth import ApiKey
-from service.batcher import Overloaded
-from service.deps import MetricsDep, RegistryDep, SettingsDep
+from service.batcher import ModelInputs
+from service.deps import RegistryDep, ScorerDep, SettingsDep
 from service.errors import ApiError
 from service.interop.oip import (
     INPUT_STAY,
@@ -28,12 +28,12 @@ from service.interop.oip import (
     V2Error,
     metadata,
     outputs,
-    plain_prepared,
     stays,
     tensor_inputs,
 )
-from service.pipeline import predictions, prepare
-from service.registry import ModelHandle, ModelNotReady, Registry
+from service.pipeline import ModelSpec
+from service.registry import ModelHandle, ModelNotReady, Registry, VersionNotServed
+from service.scorer import ScoreOptions, Scorer, in_worker
 from service.settings import Settings
 
 router = APIRouter(prefix="/v2", tags=["open-inference-protocol"], responses={
@@ -46,19 +46,18 @@ def _error(status: int, message: str) -> JSONResponse:
 
 def _handle(registry: Registry, name: str, version: str | None) -> ModelHandle:
     try:
-        h = registry.get(name)
+        return registry.get(name, version)
     except ModelNotReady as e:
         raise ApiError(503, f"model {name!r} is not ready ({e})") from None
+    except VersionNotServed as e:
+        raise ApiError(404, f"model {name!r} has no version {version!r} "
+                       f"(served: {', '.join(e.served)})") from None
     except KeyError:
         raise ApiError(404, f"unknown model {name!r}") from None
-    if version is not None and version != h.model.spec.manifest.version:
-        raise ApiError(404, f"model {name!r} has no version {version!r} "
-                       f"(served: {h.model.spec.manifest.version})")
-    return h
 
 
 #: With API keys set, `infer` answers 401 (the service's error body) without a valid key.
-KEYED: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}}
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}}
 
 @router.get("/health/live", summary="Server live (200) or not")
 async def live() -> dict[str, bool]:
@@ -89,7 +88,8 @@ async def _model_metadata(name: str, registry: Registry, version: str | None) ->
         h = _handle(registry, name, version)
     except ApiError as e:
         return _error(e.status, e.error)
-    return JSONResponse(metadata(name, h.model.spec).model_dump())
+    versions = [x.model.spec.manifest.version for x in registry.loaded(name)]
+    return JSONResponse(metadata(name, h.model.spec, versions).model_dump())
 
 
 def _request(raw: bytes, header_length: str | None) -> InferRequest:
@@ -110,54 +110,58 @@ def _request(raw: bytes, header_length: str | None) -> InferRequest:
             from None
 
 
-async def _infer(name: str, version: str | None, request: Request,
-                 registry: Registry, settings: Settings, metrics: MetricsDep) -> Response:
+def _decode(spec: ModelSpec, body: InferRequest, max_rows: int
+            ) -> tuple[list[StayPayload] | None, ModelInputs | None]:
+    """The request's stays (the `stay` input) or the graph's tensors; OipError when neither
+    is well-formed."""
+    given = {t.name: t for t in body.inputs}
+    if len(given) != len(body.inputs):
+        raise OipError("each input name may appear once")
+    if INPUT_STAY in given:
+        if len(given) != 1:
+            raise OipError(f"{INPUT_STAY!r} is the only input when it is given")
+        return stays(given[INPUT_STAY], max_rows), None
+    return None, tensor_inputs(spec, given, max_rows)
+
+
+async def _score(name: str, version: str | None, request: Request, registry: Registry,
+                 settings: Settings, scorer: Scorer) -> Response:
+    """Decode the request into stays (or tensors), score them with the service's scorer,
+    answer its results as the protocol's tensors."""
     try:
         h = _handle(registry, name, version)
     except ApiError as e:
         return _error(e.status, e.error)
-    try:
-        body = _request(await request.body(),
-                        request.headers.get("inference-header-content-length"))
-    except OipError as e:
-        return _error(400, str(e))
     request.state.model = name
+    raw = await request.body()
+    heavy = len(raw) > settings.offload_bytes
     spec = h.model.spec
-    given = {t.name: t for t in body.inputs}
-    if len(given) != len(body.inputs):
-        return _error(400, "each input name may appear once")
     try:
-        if INPUT_STAY in given:
-            if len(given) != 1:
-                return _error(400, f"{INPUT_STAY!r} is the only input when it is given")
-            t0 = time.perf_counter()
-            prep = prepare(spec, stays(given[INPUT_STAY], settings.max_batch_stays),
-                           max_observations=settings.max_observations)
-            metrics.preprocess_seconds.labels(name).observe(time.perf_counter() - t0)
-            if prep.problems:
-                i, probs = next(iter(prep.problems.items()))
-                p = probs[0]
-                return _error(400, f"input {INPUT_STAY!r}[{i}]: "
+        body = await in_worker(heavy, _request, raw,
+                               request.headers.get("inference-header-content-length"))
+        given, tensors = await in_worker(heavy, _decode, spec, body, settings.max_batch_stays)
+        if given is not None:
+            scored = await scorer.score(h, given, ScoreOptions(all_or_none=True), heavy=heavy)
+            first = next((r for r in scored.results if r.problems), None)
+            if first is not None:
+                p = first.problems[0]
+                return _error(400, f"input {INPUT_STAY!r}[{first.index}]: "
                               f"{'.'.join(map(str, p.loc))}: {p.message} ({p.rule})")
         else:
-            prep = plain_prepared(tensor_inputs(spec, given, settings.max_batch_stays),
-                                  spec.fs_hash)
-        assert prep.inputs is not None
-        try:
-            out = await h.batcher.submit(prep.inputs)
-        except Overloaded:
-            metrics.overload.labels(name).inc()
-            return JSONResponse({"error": "too many requests queued; retry later"},
-                                status_code=503,
-                                headers={"Retry-After": str(settings.retry_after_s)})
-        by_index = predictions(spec, prep, out)
-        preds = [by_index[i] for i in range(prep.n)]
+            assert tensors is not None
+            scored = await scorer.score_tensors(h, tensors)
+        assert scored.outputs is not None
+        preds = [r.prediction for r in scored.results if r.prediction is not None]
         wanted = [o.name for o in body.outputs] if body.outputs else None
-        res = InferResponse(model_name=name, model_version=spec.manifest.version, id=body.id,
-                            outputs=outputs(out, preds, wanted))
+        res = await in_worker(heavy, lambda: InferResponse(
+            model_name=name, model_version=spec.manifest.version, id=body.id,
+            outputs=outputs(scored.outputs, preds, wanted)).model_dump_json(exclude_none=True))
     except OipError as e:
         return _error(400, str(e))
-    return Response(res.model_dump_json(exclude_none=True), media_type="application/json")
+    except ApiError as e:  # overload, deadline, model failure: the protocol's error body
+        message = e.detail[0].message if e.detail else e.error
+        return JSONResponse({"error": message}, status_code=e.status, headers=e.headers)
+    return Response(res, media_type="application/json")
 
 
 @router.get("/models/{name}/ready", summary="Model ready: 200, else 400")
@@ -199,17 +203,17 @@ INFER_BODY = {"requestBody": {"required": True, "content": {"application/json": 
 
 
 @router.post("/models/{name}/infer", response_model=InferResponse, summary="Inference",
-             openapi_extra=INFER_BODY, responses=KEYED)
+             openapi_extra=INFER_BODY, responses=UNAUTHORIZED)
 async def infer(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
-                metrics: MetricsDep, _: ApiKey) -> Response:
+                scorer: ScorerDep, _: ApiKey) -> Response:
     """Tensors `x`, `lengths` (and `static`) as the graph takes them, or `stay`: BYTES of
     JSON stay payloads scored like `POST /predict/{task}`."""
-    return await _infer(name, None, request, registry, settings, metrics)
+    return await _score(name, None, request, registry, settings, scorer)
 
 
 @router.post("/models/{name}/versions/{version}/infer", response_model=InferResponse,
              summary="Inference on a given version", openapi_extra=INFER_BODY,
-             responses=KEYED)
+             responses=UNAUTHORIZED)
 async def infer_version(name: str, version: str, request: Request, registry: RegistryDep,
-                        settings: SettingsDep, metrics: MetricsDep, _: ApiKey) -> Response:
-    return await _infer(name, version, request, registry, settings, metrics)
+                        settings: SettingsDep, scorer: ScorerDep, _: ApiKey) -> Response:
+    return await _score(name, version, request, registry, settings, scorer)

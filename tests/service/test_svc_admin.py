@@ -46,6 +46,26 @@ async def test_keys_guard_predict_and_admin(admin: httpx.AsyncClient) -> None:
     assert (await admin.get("/models")).status_code == 200  # read-only routes stay open
 
 
+async def test_every_route_that_declares_the_key_is_checked_before_its_body(
+        admin: httpx.AsyncClient) -> None:
+    """The pre-body check follows the routes' own declaration (an `ApiKey` dependency or the
+    OpenAPI security entry): scoring on every interface and admin are 401 before their body
+    is even parsed; discovery and metadata of the same interfaces stay open."""
+    from service.admission import keyed_paths
+    from service.routes import cds_hooks, fhir, oip, predict
+
+    declared = keyed_paths([r for m in (predict, fhir, cds_hooks, oip) for r in m.router.routes])
+    assert len(declared) == 7  # 2 single-stay tasks, batch, FHIR, CDS service, 2 V2 infer
+    for url in ("/predict/mortality", "/predict/mortality/batch", "/fhir/predict/mortality",
+                "/cds-services/scehr-mortality", "/v2/models/mortality/infer",
+                "/v2/models/mortality/versions/v1/infer", "/admin/models/mortality/reload"):
+        r = await admin.post(url, content=b"{not json", headers={"content-type":
+                                                                 "application/json"})
+        assert r.status_code == 401 and r.json()["error"] == "unauthorized", url
+    for url in ("/cds-services", "/v2/models/mortality", "/v2/health/ready", "/models"):
+        assert (await admin.get(url)).status_code == 200, url
+
+
 async def test_reload_swaps_and_inflight_requests_finish_on_old(
         admin: httpx.AsyncClient) -> None:
     handle = admin.app.state.registry.handles["mortality"]  # type: ignore[attr-defined]

@@ -51,10 +51,10 @@ def test_the_levels_table_is_generated_from_the_shipped_default_manifests() -> N
                                     "python -m tests.service.test_svc_docs_levels")
 
 
-def test_versions_quoted_in_paths_are_served_defaults() -> None:
-    served = set(read_index(REPO / "models").defaults.values())
-    quoted = set(re.findall(r"/versions/(\d+\.\d+\.\d+)", DOC.read_text()))
-    assert quoted <= served, f"docs/interfaces.md names unserved versions {quoted - served}"
+def test_versions_quoted_in_paths_are_shipped_versions_of_their_task() -> None:
+    shipped = {(e.task, e.version) for e in read_index(REPO / "models").models}
+    quoted = set(re.findall(r"/models/(\w+)/versions/(\d+\.\d+\.\d+)", DOC.read_text()))
+    assert quoted and quoted <= shipped, f"docs/interfaces.md names {quoted - shipped}"
 
 
 def test_no_score_based_cut_offs_are_quoted() -> None:

@@ -116,12 +116,12 @@ async def test_unknown_routes_and_methods_are_json(client: httpx.AsyncClient) ->
 
 async def test_internal_error_is_json_500_with_request_id(
         client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    import service.routes.predict as predict
+    import service.scorer as scorer
 
     def boom(*a: object, **k: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(predict, "predictions", boom)
+    monkeypatch.setattr(scorer, "predictions", boom)
     r = await client.post("/predict/mortality", json=stay(), headers={"x-request-id": "abc-1"})
     assert r.status_code == 500 and r.json()["error"] == "internal_error"
     assert r.json()["request_id"] == "abc-1" == r.headers["x-request-id"]

@@ -199,7 +199,8 @@ async def test_deadline_answers_instead_of_waiting(
 async def test_preprocessing_explanations_and_exposition_run_off_the_loop(
         client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
     import service.routes.health as health_routes
-    import service.routes.predict as predict_routes
+    import service.scorer as scorer
+    from tests.service.test_svc_interop import cds_request, fhir_bundle
 
     loop_thread = threading.get_ident()
     seen: dict[str, int] = {}
@@ -210,14 +211,15 @@ async def test_preprocessing_explanations_and_exposition_run_off_the_loop(
             return fn(*a, **kw)
         return wrapped
 
-    monkeypatch.setattr(predict_routes, "prepare", spy("prepare", predict_routes.prepare))
-    monkeypatch.setattr(predict_routes, "predictions",
-                        spy("predictions", predict_routes.predictions))
+    monkeypatch.setattr(scorer, "prepare", spy("prepare", scorer.prepare))
+    monkeypatch.setattr(scorer, "predictions", spy("predictions", scorer.predictions))
     m = client.app.state.metrics  # type: ignore[attr-defined]
     monkeypatch.setattr(m, "render", spy("render", m.render))
     del health_routes
     for url, body in (("/predict/phenotypes/batch?explain=full", {"stays": [stay()] * 4}),
-                      ("/predict/phenotypes?explain=full", stay())):
+                      ("/predict/phenotypes?explain=full", stay()),
+                      ("/fhir/predict/mortality", fhir_bundle()),
+                      ("/cds-services/scehr-mortality", cds_request(fhir_bundle()))):
         seen.clear()
         assert (await client.post(url, json=body)).status_code == 200
         assert set(seen) == {"prepare", "predictions"}

@@ -61,7 +61,7 @@ async def test_a_task_can_be_pinned_to_a_version_other_than_its_default(
     """SCEHR_VERSIONS=mortality=v2 serves v2 (the index default is v1); bad values are named."""
     monkeypatch.setenv("SCEHR_VERSIONS", "mortality = v2")
     settings = Settings(model_dir=model_dir, device="cpu")
-    assert settings.versions == {"mortality": "v2"}
+    assert settings.versions == {"mortality": ["v2"]}
     async with serve(settings) as client:
         r = await client.post("/predict/mortality", json=stay())
         assert r.status_code == 200 and r.json()["model"]["version"] == "v2"

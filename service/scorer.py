@@ -1,0 +1,273 @@
+"""The one scoring path behind every interface: prepare -> batcher with a deadline -> read-outs
+-> monitoring -> audit line.
+
+JSON (single and batch), FHIR, CDS Hooks, Open Inference V2 (stays or tensors) and `scehr
+score` are adapters: they decode their input into stays, call `Scorer.score` (or
+`Scorer.score_tensors`, `score_offline`), and encode the per-stay `StayResult`s. Admission
+control happens before the body is read (`service.admission`), for every interface's scoring
+route alike, so it is not repeated here. Whatever an interface, the same stay gets the same
+risk, warnings, audit line, monitoring counts, deadline and overload answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from starlette.concurrency import run_in_threadpool
+
+from schemas.payloads import Prediction, Problem, StayPayload
+from service.batcher import DeadlineExceeded, ModelInputs, ModelOutputs, Overloaded, run_chunked
+from service.errors import ApiError
+from service.metrics import Metrics
+from service.monitoring import Monitoring
+from service.operating import Choice
+from service.pipeline import (
+    ModelSpec,
+    PreparedStays,
+    predictions,
+    prepare,
+    read_out,
+    tensor_rows,
+)
+from service.settings import Settings
+from service.unread_variables import compact
+
+if TYPE_CHECKING:  # the registry imports ONNX Runtime: `scehr score` loads it when it runs
+    from service.registry import LoadedModel, ModelHandle
+
+log = logging.getLogger("scehr.scorer")
+audit_log = logging.getLogger("scehr.audit")
+T = TypeVar("T")
+
+Explain = Literal["basic", "top", "full"]
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    """How to score: explanation depth, strict cleaning, the operating point (None: the
+    model's default), and `all_or_none` (stop before the model when any stay is refused, for
+    interfaces that answer a request as a whole)."""
+
+    explain: Explain = "basic"
+    strict: bool = False
+    choice: Choice | None = None
+    all_or_none: bool = False
+
+
+@dataclass
+class StayResult:
+    """One input stay's outcome: its prediction, or the problems that refused it (field paths
+    relative to the stay's payload; the adapter maps them to its own, e.g. a FHIR path).
+    Another outcome (e.g. an abstention with its reason) belongs here, beside these two, so
+    that every adapter encodes it from one place."""
+
+    index: int
+    id: str | None = None
+    prediction: Prediction | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def scored(self) -> bool:
+        return self.prediction is not None
+
+
+@dataclass
+class ScoredStays:
+    """Per input stay its result, in input order; `outputs` are the model's rows for the
+    stays that passed, in the same order (Open Inference returns them as tensors)."""
+
+    results: list[StayResult]
+    outputs: ModelOutputs | None = None
+
+
+async def in_worker(heavy: bool, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+    """CPU work of a request: in a worker thread when heavy, so the event loop stays free
+    (/livez, other requests' I/O); inline when light, where the hop would cost more."""
+    if heavy:
+        return await run_in_threadpool(fn, *args, **kw)
+    return fn(*args, **kw)
+
+
+def body_loc(loc: list[str | int]) -> list[str | int]:
+    """A payload field path as the JSON single-stay route's body path."""
+    return ["body", *loc]
+
+
+def choose_point(spec: ModelSpec, name: str | None, threshold: float | None,
+                 allow_insufficient: bool = False) -> Choice:
+    """The request's operating point (and whether it scores a stay below the model's data
+    minimum anyway); 422 naming the query parameter when it is not valid."""
+    if name is not None and threshold is not None:
+        raise ApiError(422, "validation_error", [Problem(
+            loc=["query", "operating_point"], rule="exclusive_parameters",
+            message="give `operating_point` or `threshold`, not both",
+            allowed="one of operating_point, threshold")])
+    if name is not None and name not in spec.points.names:
+        raise ApiError(422, "validation_error", [Problem(
+            loc=["query", "operating_point"], rule="unknown_operating_point",
+            message=f"{spec.task} model {spec.ref.version} has no operating point {name!r}",
+            allowed=", ".join(spec.points.names))])
+    choice = spec.points.choose(name, threshold)
+    return replace(choice, allow_insufficient=True) if allow_insufficient else choice
+
+
+def _audit(spec: ModelSpec, preds: Sequence[Prediction]) -> None:
+    """One structured log line per prediction: identifiers and hashes, never values."""
+    for p in preds:
+        a = p.audit
+        audit_log.info("prediction", extra={
+            "task": spec.task, "model_version": a.model_version,
+            "model_sha256": a.model_sha256, "feature_set_hash": a.feature_set_hash,
+            "operating_point": a.operating_point, "input_sha256": a.input_sha256,
+            "status": p.status, "alerts": sum(r.alert for r in p.results)})
+
+
+def _results(prep: PreparedStays, preds: dict[int, Prediction]) -> list[StayResult]:
+    return [StayResult(i, prep.ids[i], prediction=preds.get(i),
+                       problems=prep.problems.get(i, [])) for i in range(prep.n)]
+
+
+def score_offline(model: LoadedModel, stays: list[StayPayload], *, strict: bool = False,
+                  max_observations: int, max_rows: int | None = None) -> list[StayResult]:
+    """The scorer's path without a server (`scehr score`): same preparation and read-outs,
+    the model run in chunks on this thread; no admission, deadline, monitoring or audit log
+    (the output file holds each prediction's audit record)."""
+    spec = model.spec
+    prep = prepare(spec, stays, strict=strict, max_observations=max_observations)
+    for i, problems in prep.problems.items():
+        prep.problems[i] = compact(spec, stays[i], problems)
+    preds: dict[int, Prediction] = {}
+    if prep.inputs is not None:
+        out = run_chunked(model.run, prep.inputs, max_rows or model.max_batch_size)
+        preds = predictions(spec, prep, out)
+    return _results(prep, preds)
+
+
+class Scorer:
+    """Scores stays on a served model: the app holds one (`app.state.scorer`)."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, monitoring: Monitoring,
+                 served: Callable[[str], Sequence[ModelSpec]] = lambda task: ()) -> None:
+        """`served(task)`: the task's loaded models, for the hint naming a version that reads
+        what the chosen one does not."""
+        self.settings = settings
+        self.metrics = metrics
+        self.monitoring = monitoring
+        self.served = served
+
+    async def score(self, handle: ModelHandle, stays: list[StayPayload],
+                    options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
+                    alone: Callable[[], bool] | None = None,
+                    refused: Sequence[list[Problem]] = ()) -> ScoredStays:
+        """Score `stays` on `handle`'s model: one `StayResult` per stay, in order.
+
+        `heavy` runs preparation and read-outs in a worker thread (off the event loop);
+        `alone` says when no other request would share the ONNX run (`MicroBatcher.submit`);
+        `refused` are the problems of stays the adapter could not even decode (counted in the
+        validation metrics with the others). Raises `ApiError` 503/504 (overload, deadline)
+        and 500 (the model failed)."""
+        spec = handle.model.spec
+        task = spec.task
+        t0 = time.perf_counter()
+        prep = await in_worker(heavy, self._prepare, spec, stays, options)
+        self.metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
+        self._count(task, prep, refused)
+        if prep.inputs is None or (options.all_or_none and prep.problems):
+            return ScoredStays(_results(prep, {}))
+        out = await self._run(handle, prep.inputs, alone)
+        return await in_worker(heavy, self._finish, spec, prep, out, options, handle.default)
+
+    def _prepare(self, spec: ModelSpec, stays: list[StayPayload],
+                 options: ScoreOptions) -> PreparedStays:
+        """`pipeline.prepare`, then each refused stay's unread variables compacted, with the
+        served version that reads them (`service.unread_variables`)."""
+        prep = prepare(spec, stays, strict=options.strict,
+                       max_observations=self.settings.max_observations,
+                       explain_full=options.explain != "basic")
+        if prep.problems:
+            served = self.served(spec.task)
+            for i, problems in prep.problems.items():
+                prep.problems[i] = compact(spec, stays[i], problems, served)
+        return prep
+
+    async def score_stay(self, handle: ModelHandle, stay: StayPayload,
+                         options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
+                         locate: Callable[[list[str | int]], list[str | int]] = body_loc,
+                         alone: Callable[[], bool] | None = None) -> Prediction:
+        """One stay, answered as a whole (JSON single, FHIR, CDS Hooks): its prediction, or
+        `ApiError` 422 with its problems, each field path mapped by `locate` to the caller's
+        (e.g. a FHIR path)."""
+        res = (await self.score(handle, [stay], replace(options, all_or_none=True),
+                                heavy=heavy, alone=alone)).results[0]
+        if res.prediction is None:
+            raise ApiError(422, "invalid_stay", [p.model_copy(update={"loc": locate(p.loc)})
+                                                 for p in res.problems])
+        return res.prediction
+
+    async def score_tensors(self, handle: ModelHandle, inputs: ModelInputs,
+                            options: ScoreOptions = ScoreOptions()) -> ScoredStays:
+        """Score the graph's own (already normalized) tensors: the same batcher, read-outs,
+        monitoring (observed variables from the masks; values cannot be binned once
+        normalized) and audit line as stays."""
+        spec = handle.model.spec
+        prep = await in_worker(inputs.rows > 1, tensor_rows, spec, inputs)
+        out = await self._run(handle, inputs, None)
+        return await in_worker(inputs.rows > 1, self._finish, spec, prep, out, options,
+                               handle.default)
+
+    async def _run(self, handle: ModelHandle, inputs: ModelInputs,
+                   alone: Callable[[], bool] | None) -> ModelOutputs:
+        """The model's outputs through its batcher, within the deadline."""
+        s, task = self.settings, handle.model.task
+        retry = {"Retry-After": str(s.retry_after_s)}
+        # The deadline covers the queue wait and the compute: SCEHR_REQUEST_TIMEOUT_S per ORT
+        # run the request needs (one for a stay, more for a big batch or explain's variants).
+        runs = -(-inputs.rows // handle.model.max_batch_size)
+        try:
+            return await handle.batcher.submit(
+                inputs, time.perf_counter() + s.request_timeout_s * runs, alone)
+        except Overloaded:
+            self.metrics.overload.labels(task).inc()
+            raise ApiError(503, "overloaded", headers=retry, message="too many requests "
+                           "queued for this model; retry later") from None
+        except DeadlineExceeded as e:
+            if e.computing:
+                raise ApiError(504, "deadline_exceeded", message="the model did not answer "
+                               f"within {s.request_timeout_s} s") from None
+            self.metrics.overload.labels(task).inc()
+            raise ApiError(503, "deadline_exceeded", headers=retry, message="the request "
+                           f"waited {s.request_timeout_s} s for the model; retry later") from None
+        except Exception:
+            log.exception("inference failed", extra={"model": task})
+            raise ApiError(500, "inference_failed", message="the model failed on this "
+                           "request's batch; the request id is in the server's logs") from None
+
+    def _finish(self, spec: ModelSpec, prep: PreparedStays, out: ModelOutputs,
+                options: ScoreOptions, default: bool) -> ScoredStays:
+        """Read-outs, then monitoring and the audit line of every scored stay (`default`:
+        the task's default version, whose monitor feeds the gauges)."""
+        ro = read_out(spec, out)
+        preds = predictions(spec, prep, out, choice=options.choice, explain=options.explain,
+                            readouts=ro)
+        n = len(prep.ok)
+        if prep.observed is not None:
+            self.monitoring.for_spec(spec, gauges=default).observe(
+                prep.observed, prep.values, ro.risk[:n],
+                spec.points.alerts(ro.risk[:n], ro.probability[:n]))
+        _audit(spec, [preds[i] for i in prep.ok])
+        return ScoredStays(_results(prep, preds), out.take(0, n))
+
+    def _count(self, task: str, prep: PreparedStays, refused: Sequence[list[Problem]]) -> None:
+        """Problems by rule and notices by code: one increment per label set (a stay
+        typically has several `channel_not_observed` notices; each `labels()` takes a lock)."""
+        rules = Counter(p.rule for ps in [*prep.problems.values(), *refused] for p in ps)
+        for rule, k in rules.items():
+            self.metrics.validation_errors.labels(task, rule).inc(k)
+        for code, k in Counter(n.code for notes in prep.notices for n in notes).items():
+            self.metrics.warnings.labels(task, code).inc(k)
+

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from schemas.payloads import Prediction, Problem, StayPayload
@@ -255,10 +256,17 @@ class Scorer:
         preds = predictions(spec, prep, out, choice=options.choice, explain=options.explain,
                             readouts=ro)
         n = len(prep.ok)
-        if prep.observed is not None:
+        # a stay below the data minimum got no risk: counted, and left out of the served
+        # population that drift monitoring compares with validation
+        kept = np.array([preds[i].status == "scored" for i in prep.ok], dtype=bool)
+        if not kept.all():
+            self.metrics.warnings.labels(spec.task, "insufficient_data").inc(
+                int((~kept).sum()))
+        if prep.observed is not None and kept.any():
+            risk, prob = ro.risk[:n][kept], ro.probability[:n][kept]
             self.monitoring.for_spec(spec, gauges=default).observe(
-                prep.observed, prep.values, ro.risk[:n],
-                spec.points.alerts(ro.risk[:n], ro.probability[:n]))
+                prep.observed[kept], None if prep.values is None else prep.values[kept], risk,
+                spec.points.alerts(risk, prob))
         _audit(spec, [preds[i] for i in prep.ok])
         return ScoredStays(_results(prep, preds), out.take(0, n))
 

@@ -234,6 +234,8 @@ async def test_below_the_minimum_every_interface_abstains_naming_what_is_missing
         assert c.status_code == 200, c.text
         [card] = c.json()["cards"]
         assert card["indicator"] == "info" and card["summary"].startswith("Not enough data")
+        metrics = (await client.get("/metrics")).text
+        assert 'code="insufficient_data"' in metrics
         v2 = await client.post("/v2/models/mortality/infer", json={
             "inputs": [{"name": "stay", "shape": [1], "datatype": "BYTES",
                         "data": [json.dumps(_one_heart_rate())]}]})

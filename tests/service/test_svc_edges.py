@@ -9,9 +9,7 @@ its own LOINC / UCUM / SNOMED CT / HSLOC tables (not the adapter's).
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from schemas.model_index import read_index
 from service.settings import Settings
 from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.service.conftest import serve
+from tests.service.test_svc_interop_shipped import raw_records
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
@@ -61,24 +60,10 @@ JSON_UNIT = {"Temp": "Cel", "FiO2": "fraction", "Weight": "kg", "Height": "cm",
 
 
 def set_c(n: int) -> list[tuple[str, list[tuple[float, str, float]]]]:
-    """The first n records of set c: (record id, rows of (hours, parameter, value))."""
-    out = []
-    with tarfile.open(SHARED_DATA / "physionet2012" / "set-c.tar.gz", "r:gz") as tf:
-        for m in tf:
-            if not (m.isfile() and m.name.endswith(".txt")):
-                continue
-            f = tf.extractfile(m)
-            assert f is not None
-            rows = []
-            for line in io.TextIOWrapper(f, encoding="utf-8").read().splitlines()[1:]:
-                t, name, value = line.split(",")
-                if name:  # set c's rows without a parameter name are no data
-                    h, mi = t.split(":")
-                    rows.append((int(h) + int(mi) / 60.0, name, float(value)))
-            out.append((Path(m.name).stem, rows))
-            if len(out) == n:
-                break
-    return out
+    """The first n records of set c: (record id, rows of (hours, parameter, value)); set c's
+    rows without a parameter name are no data."""
+    return [(rid, [(h + mi / 60.0, name, v) for h, mi, name, v in rows if name])
+            for rid, rows in raw_records(n, "c")]
 
 
 def _at(hours: float) -> str:

@@ -59,10 +59,11 @@ LACTATE = "2524-7"  # a lab the models do not read: sent in FHIR, expected as a 
 DESCRIPTORS = ("RecordID", "Age", "Gender", "Height", "ICUType", "Weight")
 
 
-def raw_records(n: int) -> list[tuple[str, list[tuple[int, int, str, float]]]]:
-    """The first n records of set a: (record id, rows of (hours, minutes, name, value))."""
+def raw_records(n: int, which: str = "a") -> list[tuple[str, list[tuple[int, int, str, float]]]]:
+    """The first n records of set `which`: (record id, rows of (hours, minutes, name,
+    value)); set c's rows without a parameter name keep their empty name."""
     out = []
-    with tarfile.open(SHARED_DATA / "physionet2012" / "set-a.tar.gz", "r:gz") as tf:
+    with tarfile.open(SHARED_DATA / "physionet2012" / f"set-{which}.tar.gz", "r:gz") as tf:
         for m in tf:
             if not (m.isfile() and m.name.endswith(".txt")):
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -66,12 +67,14 @@ async def fhir_predict(
     request.state.model = task
     # Parsing, FHIR validation and building are pure Python and grow with the Bundle: off the
     # event loop, like the rest of the request's CPU work
-    bundle = await run_in_threadpool(_bundle, await request.body())
+    raw = await request.body()
+    since = time.perf_counter()
+    bundle = await run_in_threadpool(_bundle, raw)
     stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
                                    end_hours=end_hours, variables=handle.model.spec.fs.variables)
     choice = choose_point(handle.model.spec, None, None, allow_insufficient)
     pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain, strict, choice),
-                                   locate=stay.locate)
+                                   locate=stay.locate, since=since)
     text = await run_in_threadpool(
         lambda: to_json(risk_bundle(pred, handle.model.spec.manifest, stay)))
     return Response(text, media_type=FHIR_JSON)

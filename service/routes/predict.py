@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Annotated, Any, TypeVar
@@ -144,12 +145,14 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
         settings: Settings = app_state.settings
         request.state.model = task  # its body's errors count for the model
         heavy = heavy_request(request, settings, explain)
-        stay = await in_worker(heavy, parse_stay, await request.body())
+        raw = await request.body()
+        since = time.perf_counter()
+        stay = await in_worker(heavy, parse_stay, raw)
         handle = handle_for(app_state.registry, settings, task, version)
         options = ScoreOptions(explain, strict, choose_point(
             handle.model.spec, operating_point, threshold, allow_insufficient))
         scorer: Scorer = app_state.scorer
-        return _json(await scorer.score_stay(handle, stay, options, heavy=heavy,
+        return _json(await scorer.score_stay(handle, stay, options, heavy=heavy, since=since,
                                              alone=partial(app_state.admission.alone, task)))
 
     predict.__doc__ = f"Score one ICU stay with the {task} model."
@@ -249,6 +252,7 @@ async def predict_batch(
     options = ScoreOptions(explain, strict, choose_point(
         handle.model.spec, operating_point, threshold, allow_insufficient))
     raw = await request.body()
+    since = time.perf_counter()
     body = await in_worker(len(raw) > settings.offload_bytes, _parse_batch, raw)
     if len(body.stays) > settings.max_batch_stays:
         metrics.validation_errors.labels(task, "too_many_stays").inc()
@@ -259,7 +263,7 @@ async def predict_batch(
     heavy = heavy_request(request, settings, explain) or len(body.stays) > 1
     parsed = await in_worker(heavy, parse_stays, body.stays)
     valid = [s for s in parsed if isinstance(s, StayPayload)]
-    scored = await scorer.score(handle, valid, options, heavy=heavy,
+    scored = await scorer.score(handle, valid, options, heavy=heavy, since=since,
                                 refused=[s for s in parsed if not isinstance(s, StayPayload)])
     return await in_worker(heavy, _batch_response, handle.model.spec, body.stays, parsed,
                            scored)

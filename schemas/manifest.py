@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from schemas.contract import CONTRACT_VERSION, RISK_EPS
+from schemas.sufficiency import DataMinimum
 from schemas.tasks import TASK_NAMES
 
 SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
@@ -148,6 +149,22 @@ class NamedOperatingPoint(_M):
     test: PointStats | None = None
 
 
+class WithheldPoint(_M):
+    """A named point this class does not serve, and why (validation cannot support it)."""
+
+    name: str
+    reason: str
+
+
+class RiskLevels(_M):
+    """The levels a card or FHIR assessment shows, each a named point on the risk: `warning`
+    at or above the first, `critical` at or above the second (info below both)."""
+
+    warning: str = Field(description="Named point whose threshold starts `warning`")
+    critical: str | None = Field(None, description="Named point (a higher threshold) whose "
+                                 "threshold starts `critical`; None: no critical level")
+
+
 class MarginReference(_M):
     """Percentiles 1..99 of the anchor margin uᵀz − vᵀz among held-out stays of each outcome.
 
@@ -187,6 +204,10 @@ class ClassCard(_M):
     margin_reference: MarginReference | None = None
     risk_reference: Histogram | None = Field(
         None, description="Validation risks in fixed bins (for drift monitoring)")
+    withheld_points: list[WithheldPoint] = Field(
+        default_factory=list, description="Named points this class does not serve, with why")
+    levels: RiskLevels | None = Field(
+        None, description="warning/critical levels as named points on the risk")
 
 
 class PrototypeSpec(_M):
@@ -247,6 +268,9 @@ class Manifest(_M):
     value_reference: dict[str, Histogram] = Field(
         default_factory=dict, description="Per variable id: its observed hourly values in the "
         "training split, in fixed bins (the baseline of the served population-stability index)")
+    data_minimum: DataMinimum | None = Field(
+        None, description="The least data a stay needs to be given a risk; below it the "
+        "service abstains (absent: only an empty stay is refused)")
 
 
 class ContractError(ValueError):

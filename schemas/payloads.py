@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -11,6 +12,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -173,6 +175,7 @@ class Notice(BaseModel):
         "observations_after_window",
         "stay_end_unknown",
         "operating_point_unavailable",
+        "below_data_minimum",
     ]
     message: str
     loc: list[str | int] | None = None
@@ -256,12 +259,17 @@ class Contribution(BaseModel):
 class OperatingPointUsed(BaseModel):
     """Which alert threshold this result used."""
 
-    name: str = Field(description="A named point of the manifest, or `custom` for ?threshold=")
-    threshold: float
+    name: str = Field(description="A named point of the manifest, `custom` for ?threshold=, "
+                      "or `none` when the class has no point validation can support")
+    threshold: float | None = Field(description="Alert when risk >= threshold; null when the "
+                                    "point is withheld for this class (then no alert)")
     applies_to: Literal["risk", "score"] = Field(
         description="`risk` always, except contract 1.0 models whose calibration reads the "
         "margin: their stored threshold is on the score, with no exact risk equivalent")
     source: Literal["default", "request"]
+    withheld: str | None = Field(
+        default=None, description="Why this class raises no alert at this point: its "
+        "validation data cannot support one (too few positives, or every stay would alert)")
 
 
 class ClassResult(BaseModel):
@@ -286,7 +294,7 @@ class ClassResult(BaseModel):
                                json_schema_extra=DEPRECATED)
     calibrated_probability: float = Field(
         description="Deprecated alias of `risk` (response 1.0)", json_schema_extra=DEPRECATED)
-    threshold: float = Field(description="Deprecated alias of `operating_point.threshold`",
+    threshold: float | None = Field(description="Deprecated alias of `operating_point.threshold`",
                              json_schema_extra=DEPRECATED)
     prototype: Prototype | None = Field(
         default=None, description="Deprecated (its label can contradict its outcome rate): "
@@ -316,13 +324,41 @@ class Audit(BaseModel):
     response_version: str
 
 
+class DataSufficiency(BaseModel):
+    """The stay's data against the model's declared minimum (counts and hours, no values)."""
+
+    meets_minimum: bool
+    reasons: list[str] = Field(default_factory=list,
+                               description="Each bound the stay misses, naming what is missing")
+    observations: int = Field(description="Observations inside the model's window")
+    channels: int = Field(description="Distinct variables observed inside the window")
+    hours_covered: float = Field(description="Hours from the first to the last of them")
+    hours_since_last: float | None = Field(description="Hours from the last one to the "
+                                           "window's end (null: none)")
+
+
 class Prediction(BaseModel):
     response_version: str
     id: str | None = None
     model: ModelRef
+    status: Literal["scored", "insufficient_data"] = Field(
+        default="scored", description="`insufficient_data`: the stay is below the model's data "
+        "minimum, so `results` is empty (no risk, no alert); `sufficiency` says what is missing. "
+        "`?allow_insufficient=true` scores it anyway (research use), with a warning")
     results: list[ClassResult]
+    sufficiency: DataSufficiency | None = Field(
+        default=None, description="Present when the model declares a data minimum")
     warnings: list[Notice] = Field(default_factory=list)
     audit: Audit
+
+    #: not serialized: the payload observation rows (reading order) whose values reached the
+    #: model, for interfaces that point back to their sources (FHIR `basis`)
+    _rows: Callable[[], tuple[int, ...]] | None = PrivateAttr(default=None)
+
+    @property
+    def contributed_rows(self) -> tuple[int, ...] | None:
+        """Computed on demand: only interfaces that point back to sources pay for it."""
+        return None if self._rows is None else self._rows()
 
 
 class BatchItem(BaseModel):

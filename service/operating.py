@@ -30,6 +30,13 @@ class Choice:
     on_score: np.ndarray  # [C] bool
     used: list[str]  # [C] point name per class (differs from `name` on a fallback)
     source: str  # default | request
+    #: [C] why a class raises no alert at this point (withheld on validation), else None
+    withheld: tuple[str | None, ...] = ()
+    #: score a stay below the model's data minimum anyway (research use)
+    allow_insufficient: bool = False
+
+    def reason(self, c: int) -> str | None:
+        return self.withheld[c] if self.withheld else None
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,8 @@ class PointTable:
     validation_alert_rate: np.ndarray  # [P, C], NaN where unknown
     default: np.ndarray  # [C] index into names
     legacy: bool
+    #: per (point name, class): why validation cannot support it (the class gets no alert)
+    withheld: dict[tuple[str, int], str] | None = None
 
     @classmethod
     def from_manifest(cls, m: Manifest) -> PointTable:
@@ -49,7 +58,10 @@ class PointTable:
 
     @classmethod
     def _named(cls, m: Manifest) -> PointTable:
-        names = tuple(dict.fromkeys(p.name for c in m.classes for p in c.named_points))
+        names = tuple(dict.fromkeys([*(p.name for c in m.classes for p in c.named_points),
+                                     *(w.name for c in m.classes for w in c.withheld_points)]))
+        withheld = {(w.name, c): w.reason for c, card in enumerate(m.classes)
+                    for w in card.withheld_points}
         shape = (len(names), len(m.classes))
         thr = np.full(shape, np.nan)
         rate = np.full(shape, np.nan)
@@ -64,9 +76,21 @@ class PointTable:
                 have = np.flatnonzero(~np.isnan(thr[:, c]))
                 default[c] = have[0] if have.size else 0
         missing = np.isnan(thr[default, np.arange(len(m.classes))])
-        if missing.any():  # a class no rule could serve: 0.5 on the risk, said in `used`
-            thr[default[missing], np.flatnonzero(missing)] = 0.5
-        return cls(names, thr, np.zeros(shape, dtype=bool), rate, default, legacy=False)
+        for c in np.flatnonzero(missing):  # a class no rule could serve
+            if not any(k[1] == c for k in withheld):  # older manifests: 0.5 on the risk
+                thr[default[c], c] = 0.5
+        return cls(names, thr, np.zeros(shape, dtype=bool), rate, default, legacy=False,
+                   withheld=withheld)
+
+    def _why(self, name: str, c: int) -> str | None:
+        """Why class `c` has no point `name` (None: it has it, or it falls back)."""
+        if not self.withheld:
+            return None
+        if (name, c) in self.withheld:
+            return self.withheld[(name, c)]
+        if np.isnan(self.thresholds[:, c]).all():
+            return next((v for (n, k), v in self.withheld.items() if k == c), None)
+        return None
 
     @classmethod
     def _legacy(cls, m: Manifest) -> PointTable:
@@ -86,9 +110,13 @@ class PointTable:
 
     def default_choice(self) -> Choice:
         cols = np.arange(self.thresholds.shape[1])
-        return Choice(self.names[int(self.default[0])], self.thresholds[self.default, cols],
-                      self.on_score[self.default, cols],
-                      [self.names[int(k)] for k in self.default], "default")
+        thr = self.thresholds[self.default, cols]
+        used = [self.names[int(k)] if not np.isnan(thr[c]) else "none"
+                for c, k in enumerate(self.default)]
+        why = tuple(self._why(self.names[int(k)], c) if np.isnan(thr[c]) else None
+                    for c, k in enumerate(self.default))
+        return Choice(self.names[int(self.default[0])], thr, self.on_score[self.default, cols],
+                      used, "default", why if any(why) else ())
 
     def choose(self, name: str | None, threshold: float | None) -> Choice:
         """The request's point (validated by the caller against `names`)."""
@@ -100,11 +128,13 @@ class PointTable:
         if name is None:
             return base
         k = self.names.index(name)
-        have = ~np.isnan(self.thresholds[k])
+        why = tuple(self._why(name, c) for c in range(c_n))
+        # a point withheld for a class: no alert there (NaN), never another point's alert
+        have = ~np.isnan(self.thresholds[k]) | np.array([w is not None for w in why])
         thr = np.where(have, self.thresholds[k], base.thresholds)
         on_score = np.where(have, self.on_score[k], base.on_score)
         used = [name if h else u for h, u in zip(have.tolist(), base.used, strict=True)]
-        return Choice(name, thr, on_score, used, "request")
+        return Choice(name, thr, on_score, used, "request", why if any(why) else ())
 
     def alerts(self, risk: np.ndarray, score: np.ndarray) -> np.ndarray:
         """[n, C, P] alert of every named point (False where a class lacks it)."""

@@ -9,6 +9,7 @@ training, occlusion variants for `explain=full`, and the read-outs of the output
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from schemas.payloads import (
     StayPayload,
 )
 from schemas.profile import Bins, stays_observed, value_counts
+from schemas.sufficiency import DataSummary, shortfalls, summarize
 from schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
 from service.batcher import ModelInputs, ModelOutputs
 from service.explain import ExplainAssets
@@ -129,6 +131,8 @@ class PreparedStays:
     input_sha256: list[str] = field(default_factory=list)  # per ok stay
     observed: np.ndarray | None = None  # [n_ok, V] variable observed in the window
     values: np.ndarray | None = None  # [n_ok, V, width] observed hours per value bin
+    data: list[DataSummary] = field(default_factory=list)  # per ok stay, inside the window
+    rows: list[Any] = field(default_factory=list)  # per ok stay: () -> observation rows read
 
 
 def _neutralise(spec: ModelSpec, obs: Observations, ok: list[int],
@@ -148,6 +152,18 @@ def _neutralise(spec: ModelSpec, obs: Observations, ok: list[int],
             message=f"{vid} was never observed in this model's training data: it is treated "
             "as not observed"))
     return obs.take(~hit)
+
+
+def _rows_read(spec: ModelSpec, st: Any, end: float) -> tuple[int, ...]:
+    """The long-form `observations` indices of one ingested stay that reach the model:
+    inside the window, of a channel seen in training (a value dropped as implausible never
+    reaches `st.source`)."""
+    keep = (st.time <= end + 1e-6) & (st.time >= -1e-6)
+    if spec.neutralised.size:
+        keep &= ~np.isin(st.channel, spec.neutralised)
+    locs = (st.locate(int(r)) for r in st.source[keep].tolist())
+    return tuple(int(loc[1]) for loc in locs
+                 if len(loc) > 1 and loc[0] == "observations" and isinstance(loc[1], int))
 
 
 def _variants(obs: Observations, n_ok: int, end_hours: np.ndarray,
@@ -189,6 +205,9 @@ def prepare(spec: ModelSpec, stays: list[StayPayload], *, strict: bool = False,
     if not res.ok:
         return prep
     obs = _neutralise(spec, res.observations, res.ok, notices)
+    prep.data = summarize(obs, res.end_hours, spec.fs)
+    prep.rows = [partial(_rows_read, spec, res.stays[i], float(res.end_hours[j]))
+                 for j, i in enumerate(res.ok)]
     src = np.arange(len(res.ok))
     if explain_full:
         obs, prep.occluded, src = _variants(obs, len(res.ok), res.end_hours)
@@ -288,8 +307,11 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
                                          ("cu", cos_u), ("cv", cos_v))}
     pct = [_margin_percentile(spec, c, mn[:, c]) for c in range(len(labels))]
     source = "default" if choice.source == "default" else "request"
-    points = [{"name": choice.used[c], "threshold": float(choice.thresholds[c]),
-               "applies_to": "score" if choice.on_score[c] else "risk", "source": source}
+    points = [{"name": choice.used[c],
+               "threshold": None if np.isnan(choice.thresholds[c])
+               else float(choice.thresholds[c]),
+               "applies_to": "score" if choice.on_score[c] else "risk", "source": source,
+               "withheld": choice.reason(c)}
               for c in range(len(labels))]
     contrib = None
     if prep.occluded and explain in ("top", "full"):
@@ -298,7 +320,13 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
     # Plain dicts, validated once per stay: one call into pydantic-core for the whole nested
     # response instead of one model __init__ per class, prototype and explanation.
     result: dict[int, Prediction] = {}
+    minimum = spec.manifest.data_minimum
     for r, idx in enumerate(prep.ok):
+        enough = sufficiency(prep.data[r], minimum) if prep.data else None
+        if enough is not None and not enough["meets_minimum"] \
+                and not choice.allow_insufficient:
+            result[idx] = abstention(spec, prep, r, idx, choice, enough)
+            continue
         classes = []
         for c, label in enumerate(labels):
             m = lists["m"][r][c]
@@ -334,20 +362,50 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
                 "threshold": points[c]["threshold"], "prototype": legacy,
             })
         notices = prep.notices[idx]
-        fallback = sorted({u for u in choice.used if u != choice.name})
+        if enough is not None and not enough["meets_minimum"]:
+            notices = [*notices, Notice(
+                code="below_data_minimum", message="scored on request "
+                "(allow_insufficient=true) although the stay is below the model's data "
+                "minimum: " + "; ".join(enough["reasons"]))]
+        fallback = sorted({u for u in choice.used if u not in (choice.name, "none")})
         if fallback:
             notices = [*notices, Notice(
                 code="operating_point_unavailable",
                 message=f"operating point {choice.name!r} is not defined for some labels; "
                 f"they used {', '.join(fallback)} (see each result's operating_point)")]
-        result[idx] = Prediction.model_validate({
+        result[idx] = pred = Prediction.model_validate({
             "response_version": RESPONSE_VERSION, "id": prep.ids[idx], "model": spec.ref,
-            "results": classes, "warnings": notices,
+            "results": classes, "warnings": notices, "sufficiency": enough,
             "audit": Audit(model_version=spec.ref.version, model_sha256=spec.ref.sha256,
                            feature_set_hash=spec.fs_hash, operating_point=choice.name,
                            input_sha256=prep.input_sha256[r],
                            response_version=RESPONSE_VERSION)})
+        if prep.rows:
+            pred._rows = prep.rows[r]
     return result
+
+
+def sufficiency(data: DataSummary, minimum: Any) -> dict[str, Any] | None:
+    """The response's `sufficiency` of one stay (None when the model declares no minimum)."""
+    if minimum is None:
+        return None
+    why = shortfalls(data, minimum)
+    return {"meets_minimum": not why, "reasons": why, **data.as_dict()}
+
+
+def abstention(spec: ModelSpec, prep: PreparedStays, r: int, idx: int, choice: Choice,
+               enough: dict[str, Any]) -> Prediction:
+    """The answer for a stay below the data minimum: no risk, no alert, the reasons."""
+    pred = Prediction.model_validate({
+        "response_version": RESPONSE_VERSION, "id": prep.ids[idx], "model": spec.ref,
+        "status": "insufficient_data", "results": [], "sufficiency": enough,
+        "warnings": prep.notices[idx],
+        "audit": Audit(model_version=spec.ref.version, model_sha256=spec.ref.sha256,
+                       feature_set_hash=spec.fs_hash, operating_point=choice.name,
+                       input_sha256=prep.input_sha256[r], response_version=RESPONSE_VERSION)})
+    if prep.rows:
+        pred._rows = prep.rows[r]
+    return pred
 
 
 def _direction(d: float) -> str:

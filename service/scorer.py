@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from schemas.payloads import Prediction, Problem, StayPayload
@@ -98,8 +99,10 @@ def body_loc(loc: list[str | int]) -> list[str | int]:
     return ["body", *loc]
 
 
-def choose_point(spec: ModelSpec, name: str | None, threshold: float | None) -> Choice:
-    """The request's operating point; 422 naming the query parameter when it is not valid."""
+def choose_point(spec: ModelSpec, name: str | None, threshold: float | None,
+                 allow_insufficient: bool = False) -> Choice:
+    """The request's operating point (and whether it scores a stay below the model's data
+    minimum anyway); 422 naming the query parameter when it is not valid."""
     if name is not None and threshold is not None:
         raise ApiError(422, "validation_error", [Problem(
             loc=["query", "operating_point"], rule="exclusive_parameters",
@@ -110,7 +113,8 @@ def choose_point(spec: ModelSpec, name: str | None, threshold: float | None) -> 
             loc=["query", "operating_point"], rule="unknown_operating_point",
             message=f"{spec.task} model {spec.ref.version} has no operating point {name!r}",
             allowed=", ".join(spec.points.names))])
-    return spec.points.choose(name, threshold)
+    choice = spec.points.choose(name, threshold)
+    return replace(choice, allow_insufficient=True) if allow_insufficient else choice
 
 
 def _audit(spec: ModelSpec, preds: Sequence[Prediction]) -> None:
@@ -121,7 +125,7 @@ def _audit(spec: ModelSpec, preds: Sequence[Prediction]) -> None:
             "task": spec.task, "model_version": a.model_version,
             "model_sha256": a.model_sha256, "feature_set_hash": a.feature_set_hash,
             "operating_point": a.operating_point, "input_sha256": a.input_sha256,
-            "alerts": sum(r.alert for r in p.results)})
+            "status": p.status, "alerts": sum(r.alert for r in p.results)})
 
 
 def _results(prep: PreparedStays, preds: dict[int, Prediction]) -> list[StayResult]:
@@ -160,14 +164,17 @@ class Scorer:
     async def score(self, handle: ModelHandle, stays: list[StayPayload],
                     options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
                     alone: Callable[[], bool] | None = None,
-                    refused: Sequence[list[Problem]] = ()) -> ScoredStays:
+                    refused: Sequence[list[Problem]] = (),
+                    since: float | None = None) -> ScoredStays:
         """Score `stays` on `handle`'s model: one `StayResult` per stay, in order.
 
         `heavy` runs preparation and read-outs in a worker thread (off the event loop);
         `alone` says when no other request would share the ONNX run (`MicroBatcher.submit`);
         `refused` are the problems of stays the adapter could not even decode (counted in the
-        validation metrics with the others). Raises `ApiError` 503/504 (overload, deadline)
-        and 500 (the model failed)."""
+        validation metrics with the others); `since` (`time.perf_counter()`) is when the
+        request's body had arrived, where its deadline starts (default: now). Raises
+        `ApiError` 503/504 (overload, deadline) and 500 (the model failed)."""
+        since = time.perf_counter() if since is None else since
         spec = handle.model.spec
         task = spec.task
         t0 = time.perf_counter()
@@ -176,7 +183,7 @@ class Scorer:
         self._count(task, prep, refused)
         if prep.inputs is None or (options.all_or_none and prep.problems):
             return ScoredStays(_results(prep, {}))
-        out = await self._run(handle, prep.inputs, alone)
+        out = await self._run(handle, prep.inputs, alone, since)
         return await in_worker(heavy, self._finish, spec, prep, out, options, handle.default)
 
     def _prepare(self, spec: ModelSpec, stays: list[StayPayload],
@@ -195,39 +202,48 @@ class Scorer:
     async def score_stay(self, handle: ModelHandle, stay: StayPayload,
                          options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
                          locate: Callable[[list[str | int]], list[str | int]] = body_loc,
-                         alone: Callable[[], bool] | None = None) -> Prediction:
+                         alone: Callable[[], bool] | None = None,
+                         since: float | None = None) -> Prediction:
         """One stay, answered as a whole (JSON single, FHIR, CDS Hooks): its prediction, or
         `ApiError` 422 with its problems, each field path mapped by `locate` to the caller's
         (e.g. a FHIR path)."""
         res = (await self.score(handle, [stay], replace(options, all_or_none=True),
-                                heavy=heavy, alone=alone)).results[0]
+                                heavy=heavy, alone=alone, since=since)).results[0]
         if res.prediction is None:
             raise ApiError(422, "invalid_stay", [p.model_copy(update={"loc": locate(p.loc)})
                                                  for p in res.problems])
         return res.prediction
 
     async def score_tensors(self, handle: ModelHandle, inputs: ModelInputs,
-                            options: ScoreOptions = ScoreOptions()) -> ScoredStays:
+                            options: ScoreOptions = ScoreOptions(),
+                            since: float | None = None) -> ScoredStays:
         """Score the graph's own (already normalized) tensors: the same batcher, read-outs,
         monitoring (observed variables from the masks; values cannot be binned once
         normalized) and audit line as stays."""
         spec = handle.model.spec
+        since = time.perf_counter() if since is None else since
         prep = await in_worker(inputs.rows > 1, tensor_rows, spec, inputs)
-        out = await self._run(handle, inputs, None)
+        out = await self._run(handle, inputs, None, since)
         return await in_worker(inputs.rows > 1, self._finish, spec, prep, out, options,
                                handle.default)
 
     async def _run(self, handle: ModelHandle, inputs: ModelInputs,
-                   alone: Callable[[], bool] | None) -> ModelOutputs:
+                   alone: Callable[[], bool] | None, since: float) -> ModelOutputs:
         """The model's outputs through its batcher, within the deadline."""
         s, task = self.settings, handle.model.task
         retry = {"Retry-After": str(s.retry_after_s)}
-        # The deadline covers the queue wait and the compute: SCEHR_REQUEST_TIMEOUT_S per ORT
-        # run the request needs (one for a stay, more for a big batch or explain's variants).
+        # The deadline covers decoding and preparation (from `since`), the queue wait and the
+        # compute: SCEHR_REQUEST_TIMEOUT_S per ORT run the request needs (one for a stay, more
+        # for a big batch or explain's variants). Past it already: never queued nor computed.
         runs = -(-inputs.rows // handle.model.max_batch_size)
+        deadline = since + s.request_timeout_s * runs
+        if time.perf_counter() >= deadline:
+            self.metrics.overload.labels(task).inc()
+            raise ApiError(503, "deadline_exceeded", headers=retry, message="the request "
+                           f"took {s.request_timeout_s} s before reaching the model; retry "
+                           "later")
         try:
-            return await handle.batcher.submit(
-                inputs, time.perf_counter() + s.request_timeout_s * runs, alone)
+            return await handle.batcher.submit(inputs, deadline, alone)
         except Overloaded:
             self.metrics.overload.labels(task).inc()
             raise ApiError(503, "overloaded", headers=retry, message="too many requests "
@@ -252,10 +268,17 @@ class Scorer:
         preds = predictions(spec, prep, out, choice=options.choice, explain=options.explain,
                             readouts=ro)
         n = len(prep.ok)
-        if prep.observed is not None:
+        # a stay below the data minimum got no risk: counted, and left out of the served
+        # population that drift monitoring compares with validation
+        kept = np.array([preds[i].status == "scored" for i in prep.ok], dtype=bool)
+        if not kept.all():
+            self.metrics.warnings.labels(spec.task, "insufficient_data").inc(
+                int((~kept).sum()))
+        if prep.observed is not None and kept.any():
+            risk, prob = ro.risk[:n][kept], ro.probability[:n][kept]
             self.monitoring.for_spec(spec, gauges=default).observe(
-                prep.observed, prep.values, ro.risk[:n],
-                spec.points.alerts(ro.risk[:n], ro.probability[:n]))
+                prep.observed[kept], None if prep.values is None else prep.values[kept], risk,
+                spec.points.alerts(risk, prob))
         _audit(spec, [preds[i] for i in prep.ok])
         return ScoredStays(_results(prep, preds), out.take(0, n))
 

@@ -45,7 +45,7 @@ from pydantic import ValidationError
 
 from schemas.payloads import ClassResult, Prediction, Problem, StayPayload
 from schemas.tasks import TASK_NAMES
-from schemas.variables import VARIABLES
+from schemas.variables import CATALOG
 from service.pipeline import pydantic_problems
 from service.scorer import score_offline
 from service.shards import byte_range, index_range, line_before, lines_in
@@ -81,15 +81,20 @@ def benchmark_payload(csv_path: Path, *, end_hours: float | None = None,
                       age: float | None = None, sex_male: float | None = None) -> dict[str, Any]:
     """A benchmark `*_timeseries.csv` as the API's wide form (units as the benchmark's)."""
     with open(csv_path, newline="") as f:
-        rows = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        header = set(reader.fieldnames or ())
+    # every catalog variable the file has a column for: the benchmark channels, and e.g. the
+    # labs of a physionet2012-full conversion (reading only the 17 would drop them)
+    used = [v for v in CATALOG if v.benchmark_name in header]
     columns: dict[str, list[Any]] = {}
-    for v in VARIABLES:
+    for v in used:
         cells = [r.get(v.benchmark_name) or "" for r in rows]
         columns[v.benchmark_name] = [
             (c if v.is_categorical else float(c)) if c != "" else None for c in cells]
     payload: dict[str, Any] = {"wide": {
         "hours": [float(r["Hours"]) for r in rows], "columns": columns,
-        "units": {v.benchmark_name: v.unit for v in VARIABLES if v.unit_required}}}
+        "units": {v.benchmark_name: v.unit for v in used if v.unit_required}}}
     demo: dict[str, Any] = {}
     if age is not None:
         demo["age"] = age
@@ -305,10 +310,15 @@ def chunks(items: Iterable[Stay], size: int) -> Iterator[list[Stay]]:
 
 
 def prediction_row(pred: Prediction) -> dict[str, Any]:
-    return {"status": "ok", "model": pred.model.name, "model_version": pred.model.version,
+    """A scored stay, or one below the model's data minimum (no results, the reasons)."""
+    short = pred.status == "insufficient_data"
+    reasons = pred.sufficiency.reasons if short and pred.sufficiency is not None else []
+    return {"status": "insufficient_data" if short else "ok", "model": pred.model.name,
+            "model_version": pred.model.version,
             "results": {c.label: {k: f(c) for k, f in CLASS_FIELDS.items()}
                         for c in pred.results},
-            "warnings": sorted({n.code for n in pred.warnings}), "errors": []}
+            "warnings": sorted({n.code for n in pred.warnings}),
+            "errors": [{"rule": "insufficient_data", "message": w} for w in reasons]}
 
 
 def error_row(problems: list[Problem], name: str, version: str) -> dict[str, Any]:

@@ -116,8 +116,10 @@ class Settings(BaseSettings):
         256, ge=1, description="Requests admitted per model (being parsed, queued or computed) "
         "before new ones are refused with 503 + Retry-After, before their body is read")
     request_timeout_s: float = Field(
-        5.0, gt=0, description="Deadline per predict request from admission (preprocessing, "
-        "queue wait and compute): 503 + Retry-After if it is still queued then, 504 if computing")
+        5.0, gt=0, description="Deadline per scoring request (any interface), per ORT run it "
+        "needs, from the arrival of its body (decoding, preprocessing, queue wait and compute): "
+        "503 + Retry-After if it has not reached the model or is still queued then, 504 if "
+        "computing")
     retry_after_s: int = Field(1, ge=0, description="Retry-After sent with overload 503s")
     offload_bytes: int = Field(
         32 * 1024, ge=0, description="Bodies larger than this (and every explain=full request) "

@@ -27,8 +27,8 @@ CASES: dict[tuple[str, str, str | None], set[str]] = {
     ("/predict/mortality", "mortality_stay.json", None): set(),
     ("/predict/phenotypes", "phenotypes_stay.json", None): NEVER_SEEN_BY_1_1_0 | {"gcs_total"},
     ("/predict/mortality", "mortality_stay_benchmark17.json", "1.1.0"): NEVER_SEEN_BY_1_1_0,
-    # FHIR has no LOINC code for the PhysioNet ICU type and the ventilation flag
-    ("/fhir/predict/mortality", "fhir_bundle.json", None): {"icu_type", "mechanical_ventilation"},
+    # the ICU type as an HSLOC-typed Location, ventilation as SNOMED CT Procedures
+    ("/fhir/predict/mortality", "fhir_bundle.json", None): set(),
 }
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from schemas.manifest import Manifest, PointStats
 from schemas.tasks import task_spec
+from training.card_sections import data_minimum_lines, withheld_lines
 from training.fairness import audit_lines
 
 
@@ -134,7 +135,7 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
         lines.append(f"| {c.label} | {cal.method} | {_num(cal.ece_before)} | "
                      f"{_num(cal.ece_after)} |")
     if any(c.named_points for c in m.classes):
-        lines += operating_point_table(m)
+        lines += operating_point_table(m) + withheld_lines(m)
     elif task_spec(m.task).binary:
         lines += ["", "## Operating points (validation data)", "",
                   "Thresholds apply to the model's own probability (`score`), not the risk.",
@@ -145,6 +146,7 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
             lines.append(f"| {o.name} | {o.threshold:.3f} | {o.sensitivity:.3f} | {o.ppv:.3f} | "
                          f"{o.specificity:.3f} | {o.alert_rate:.3f} |")
         lines.append(f"\nDefault alert threshold: {m.classes[0].default_threshold:.3f}.")
+    lines += data_minimum_lines(m)
     lines += ["", "## Channels never seen in training", "",
               (", ".join(f"`{c}`" for c in never) if never else "none") + ". The service "
               "treats these as not observed (their normal value) whatever a request sends, "

@@ -19,9 +19,14 @@ from schemas.payloads import ClassResult, Prediction, Problem
 from schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES, Variable
 from service.errors import ApiError
 from service.interop.fhir_in import (
+    SNOMED,
+    VENTILATION,
     Encounter,
     FhirStay,
+    Located,
+    Location,
     Patient,
+    Procedure,
     bundle_resources,
     to_stay,
     validate_resource,
@@ -53,9 +58,18 @@ def observation_query(variables: Sequence[Variable] = VARIABLES) -> str:
 
 
 def prefetch_templates(variables: Sequence[Variable] = VARIABLES) -> dict[str, str]:
-    return {"patient": "Patient/{{context.patientId}}",
-            "encounter": "Encounter/{{context.encounterId}}",
-            "observations": observation_query(variables)}
+    """The prefetch a model needs: Patient, Encounter, Observations, and where the model
+    reads them, the ICU Location (HSLOC type) and the ventilation Procedures (SNOMED CT)."""
+    out = {"patient": "Patient/{{context.patientId}}",
+           "encounter": "Encounter/{{context.encounterId}}",
+           "observations": observation_query(variables)}
+    ids = {v.id for v in variables}
+    if "icu_type" in ids:
+        out["location"] = "Location?_has:Encounter:location:_id={{context.encounterId}}"
+    if "mechanical_ventilation" in ids:
+        out["procedures"] = (f"Procedure?patient={{{{context.patientId}}}}&code={SNOMED}|"
+                             f"{VENTILATION}&_count=1000")
+    return out
 
 
 class CdsService(BaseModel):
@@ -175,6 +189,8 @@ def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES
                                       ["body", "prefetch", "observations"], "Bundle")
           if r.resource.get_resource_type() == "Observation"),
     ]
+    resources += _optional(pre, "location", "Location")
+    resources += _optional(pre, "procedures", "Procedure")
     patient_id = req.context["patientId"]
     if resources[0].resource.id not in (None, patient_id):
         raise ApiError(422, "invalid_fhir", [Problem(
@@ -182,6 +198,20 @@ def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES
             message="the prefetched Patient is not context.patientId",
             allowed=str(patient_id))])
     return to_stay(resources, prefix=["body", "prefetch"], variables=variables)
+
+
+def _optional(pre: dict[str, Any], key: str, kind: str) -> list[Located]:
+    """The resources of `kind` in an optional prefetch entry (one resource or a Bundle)."""
+    raw = pre.get(key)
+    if not _usable(raw):
+        return []
+    if raw.get("resourceType") == "Bundle":
+        return [r for r in bundle_resources(raw, ["body", "prefetch", key], "Bundle")
+                if r.resource.get_resource_type() == kind]
+    model = {"Location": Location, "Procedure": Procedure}[kind]
+    if raw.get("resourceType") == kind:
+        return [validate_resource(model, raw, ["body", "prefetch", key], kind)]
+    return []
 
 
 def _summary(label: str, risk: float, level: Level) -> str:
@@ -223,9 +253,27 @@ def model_card_url(public_base_url: str | None, task: str) -> str | None:
     return None if public_base_url is None else f"{public_base_url.rstrip('/')}/models/{task}/card"
 
 
+def insufficient_card(pred: Prediction, card_url: str | None) -> Card:
+    """The info card of a stay below the model's data minimum: no risk, what is missing."""
+    reasons = pred.sufficiency.reasons if pred.sufficiency is not None else []
+    m = pred.model
+    return Card(
+        uuid=str(uuid.uuid4()), summary=f"Not enough data to estimate the {m.task} risk",
+        detail="No risk is given: the stay is below this model's data minimum.\n\n"
+        + "\n".join(f"- {w}" for w in reasons)
+        + "\n\nResearch software: not for clinical use without local validation.",
+        indicator="info", source=Source(label=f"scehr {m.name} {m.version}", url=card_url),
+        links=[] if card_url is None else [Link(label="Model card", url=card_url)],
+        extension={EXTENSION: {"status": pred.status, "model": m.name, "version": m.version,
+                               "reasons": reasons}})
+
+
 def cards(pred: Prediction, manifest: Manifest, card_url: str | None) -> CdsResponse:
     """Classes at warning or critical, highest risk first (at most MAX_CARDS); when none
-    is, one info card for the highest-risk class, so the clinician sees the model ran."""
+    is, one info card for the highest-risk class, so the clinician sees the model ran. A
+    stay below the data minimum gets one info card saying what is missing."""
+    if pred.status == "insufficient_data":
+        return CdsResponse(cards=[insufficient_card(pred, card_url)])
     order = sorted(pred.results, key=lambda r: -risk_of(r))
     flagged = [r for r in order if level_of(r, manifest) != "info"][:MAX_CARDS]
     return CdsResponse(cards=[card(r, pred, manifest, card_url) for r in flagged or order[:1]])

@@ -14,13 +14,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from fhir.resources.R4B.bundle import Bundle
 from fhir.resources.R4B.encounter import Encounter
+from fhir.resources.R4B.location import Location
 from fhir.resources.R4B.observation import Observation as FhirObservation
 from fhir.resources.R4B.patient import Patient
+from fhir.resources.R4B.procedure import Procedure
 from pydantic import ValidationError
 
 from schemas.payloads import Demographics, Observation, Problem, StayPayload
@@ -37,8 +39,22 @@ from schemas.variables import (
 from service.errors import ApiError
 
 UCUM = "http://unitsofmeasure.org"
+#: CDC NHSN Healthcare Service Location codes (HSLOC, OID 2.16.840.1.113883.6.259), the code
+#: system of HL7's ICU Locations value set: a Location.type -> the PhysioNet ICU type.
+HSLOC = "https://www.cdc.gov/nhsn/cdaportal/terminology/codesystem/hsloc.html"
+HSLOC_OID = "urn:oid:2.16.840.1.113883.6.259"
+ICU_TYPES: dict[str, str] = {"1028-0": "1",  # Medical Cardiac Critical Care: coronary care
+                             "1032-2": "2",  # Surgical Cardiothoracic Critical Care
+                             "1027-2": "3",  # Medical Critical Care
+                             "1030-6": "4"}  # Surgical Critical Care
+SNOMED = "http://snomed.info/sct"
+#: SNOMED CT 40617009 |Artificial respiration (procedure)|, FHIR's own mechanical
+#: ventilation example: a Procedure with it -> mechanical_ventilation = 1 while performed.
+VENTILATION = "40617009"
 BUNDLE_TYPES = ("collection", "searchset")
 SKIPPED_STATUS = ("entered-in-error", "cancelled")
+#: The longest performedPeriod expanded into hourly values (ten days, the longest window).
+MAX_PERIOD_HOURS = 240
 Loc = list[str | int]
 
 
@@ -80,6 +96,16 @@ class FhirStay:
     #: per payload observation: the FHIR element holding its value, and its value[x] kind
     sources: list[tuple[Loc, str]] = field(default_factory=list)
     issues: list[Issue] = field(default_factory=list)
+    #: per payload observation: the reference of the resource it came from
+    refs: list[str] = field(default_factory=list)
+
+    def contributed(self, rows: Sequence[int] | None) -> list[str]:
+        """The references whose values reached the model (`rows`: the payload observations
+        the model read, `Prediction.contributed_rows`); all of `basis` when unknown."""
+        if rows is None:
+            return self.basis
+        used = {self.refs[r] for r in rows if r < len(self.refs)}
+        return [b for b in self.basis if b in used]
 
     def locate(self, loc: Loc) -> Loc:
         """A payload field path as the FHIR path it came from (for 422 problems)."""
@@ -134,9 +160,32 @@ def validate(model: type, raw: Any, prefix: Loc, root: str) -> Any:
         raise ApiError(422, "invalid_fhir", problems_of(e, prefix, root)) from None
 
 
+def refuse_incomplete(bundle: Bundle, prefix: Loc, root: str) -> None:
+    """A searchset that is one page of more (a `next` link, or `total` above its matches) is
+    never scored as if it were the whole stay: 422 saying what is missing."""
+    nxt = [i for i, link in enumerate(bundle.link or []) if link.relation == "next"]
+    matches = sum(1 for e in bundle.entry or [] if e.search is None or e.search.mode in
+                  (None, "match"))
+    if nxt:
+        where = [*prefix, "link", nxt[0]]
+        why = "has a `next` link: it is one page of a longer result"
+    elif bundle.total is not None and bundle.total > matches:
+        where, why = ([*prefix, "total"],
+                      f"says total {bundle.total} but holds {matches} matching entries")
+    else:
+        return
+    raise ApiError(422, "incomplete_bundle", [Problem(
+        loc=where, rule="bundle_incomplete",
+        message=f"{root} {why}; scoring part of a stay would give a wrong risk. Send every "
+        "page (follow `next`, or raise _count) in one Bundle",
+        allowed="a complete Bundle: no `next` link, and `total` equal to its entries")])
+
+
 def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle") -> list[Located]:
-    """The resources of a collection or searchset Bundle, validated, in entry order."""
+    """The resources of a collection or searchset Bundle, validated, in entry order; a
+    paged or truncated searchset is refused (`refuse_incomplete`)."""
     bundle: Bundle = validate(Bundle, raw, list(prefix), root)
+    refuse_incomplete(bundle, list(prefix), root)
     if bundle.type not in BUNDLE_TYPES:
         raise ApiError(422, "invalid_fhir", [Problem(
             loc=[*prefix, "type"], rule="fhir_bundle_type",
@@ -232,13 +281,15 @@ class StayBuilder:
     """Collects observations from resources into one StayPayload, with warnings."""
 
     def __init__(self, admission: datetime, patient_refs: set[str],
-                 codes: Mapping[str, Variable]) -> None:
+                 codes: Mapping[str, Variable], ids: Sequence[str] = ()) -> None:
         self.admission = admission
         self.patient_refs = patient_refs
         self.codes = codes  # LOINC code -> variable of the model's feature set
+        self.ids = {v.id for v in codes.values()} | set(ids)
         self.obs: list[Observation] = []
         self.sources: list[tuple[Loc, str]] = []
         self.basis: list[str] = []
+        self.refs: list[str] = []
         self.issues: list[Issue] = []
 
     def _warn(self, code: str, message: str, item: Located, path: Loc) -> None:
@@ -314,7 +365,66 @@ class StayBuilder:
             return False
         self.obs.append(Observation(variable=var.id, time=when, value=value, unit=unit))
         self.sources.append((loc, kind))
+        self.refs.append(ref)
         return True
+
+    def _direct(self, item: Located, variable: str, when: datetime, value: str | float,
+                loc: Loc, kind: str) -> bool:
+        """One observation of a catalog variable read from a non-Observation resource."""
+        if variable not in self.ids:
+            self._warn("unmapped_code", f"{item.ref or expression(item.loc)}: {variable} is not "
+                       "a variable of this model; not used", item, loc)
+            return False
+        self.obs.append(Observation(variable=variable, time=when, value=value, unit=None))
+        self.sources.append((loc, kind))
+        ref = item.ref or expression(item.loc)
+        self.refs.append(ref)
+        if ref not in self.basis:
+            self.basis.append(ref)
+        return True
+
+    def add_location(self, item: Located) -> None:
+        """A Location whose type is an HSLOC ICU code: the ICU type, at admission."""
+        codes = [c.code for t in (item.resource.type or []) for c in (t.coding or [])
+                 if c.system in (HSLOC, HSLOC_OID) and c.code]
+        found = [ICU_TYPES[c] for c in codes if c in ICU_TYPES]
+        if not found:
+            self._warn("unmapped_code", f"{item.ref or expression(item.loc)}: no Location.type "
+                       f"coding of {HSLOC} among {', '.join(sorted(ICU_TYPES))}; not used",
+                       item, [*item.loc, "type"])
+            return
+        self._direct(item, "icu_type", self.admission, found[0], [*item.loc, "type"],
+                     "type")
+
+    def add_procedure(self, item: Located) -> None:
+        """A mechanical-ventilation Procedure: 1 at performedDateTime, or at the start of
+        performedPeriod and each following hour to its end."""
+        proc = item.resource
+        codes = [c.code for c in ((proc.code.coding or []) if proc.code else [])
+                 if c.system == SNOMED]
+        if VENTILATION not in codes or proc.status in (*SKIPPED_STATUS, "not-done"):
+            self._warn("unmapped_code", f"{item.ref or expression(item.loc)}: not a "
+                       f"{SNOMED}|{VENTILATION} Procedure that was done; not used", item,
+                       [*item.loc, "code"])
+            return
+        times: list[datetime] = []
+        if isinstance(proc.performedDateTime, datetime):
+            times = [proc.performedDateTime]
+        elif proc.performedPeriod is not None and isinstance(proc.performedPeriod.start,
+                                                             datetime):
+            start, end = proc.performedPeriod.start, proc.performedPeriod.end
+            times = [start]
+            if isinstance(end, datetime):
+                hours = int(min((end - start).total_seconds() // 3600, MAX_PERIOD_HOURS))
+                times += [start + timedelta(hours=h) for h in range(1, hours + 1)]
+        times = [t for t in times if t.tzinfo is not None and t >= self.admission]
+        if not times:
+            self._warn("no_effective_time", f"{item.ref or expression(item.loc)}: no performed "
+                       "time with a timezone at or after the ICU admission; not used", item,
+                       item.loc)
+            return
+        for t in times:
+            self._direct(item, "mechanical_ventilation", t, 1.0, item.loc, "performed")
 
 
 def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
@@ -332,11 +442,16 @@ def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
     refs = {f"Patient/{patient.resource.id}"} if patient.resource.id else set()
     if patient.full_url:
         refs.add(patient.full_url)
-    builder = StayBuilder(admission, refs, loinc_index(variables))
+    builder = StayBuilder(admission, refs, loinc_index(variables), [v.id for v in variables])
+    for item in by_type.get("Location", []):
+        builder.add_location(item)
     for item in by_type.get("Observation", []):
         builder.add(item)
+    for item in by_type.get("Procedure", []):
+        builder.add_procedure(item)
     ignored = Counter({t: len(v) for t, v in by_type.items()
-                       if t not in ("Patient", "Encounter", "Observation")})
+                       if t not in ("Patient", "Encounter", "Observation", "Location",
+                                    "Procedure")})
     for t, n in sorted(ignored.items()):
         builder.issues.append(Issue("resource_ignored", f"{n} {t} resource(s) not used"))
     encounter = encounters[0].ref if len(encounters) == 1 else None
@@ -344,7 +459,7 @@ def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
                           end_hours=end_hours, observations=builder.obs,
                           demographics=_demographics(patient.resource, admission))
     return FhirStay(payload, patient.ref or "Patient", encounter, builder.basis,
-                    builder.sources, builder.issues)
+                    builder.sources, builder.issues, builder.refs)
 
 
 def read_bundle(raw: Any, *, admission_time: datetime | None = None,
@@ -359,5 +474,18 @@ def validate_resource(model: type, raw: Any, prefix: Loc, root: str) -> Located:
     return Located(validate(model, raw, prefix, root), prefix)
 
 
-__all__ = ["Encounter", "FhirStay", "Issue", "Located", "Patient", "bundle_resources",
-           "expression", "fhir_path", "read_bundle", "to_stay", "validate_resource"]
+__all__ = [
+    "Encounter",
+    "FhirStay",
+    "Issue",
+    "Located",
+    "Location",
+    "Patient",
+    "Procedure",
+    "bundle_resources",
+    "expression",
+    "fhir_path",
+    "read_bundle",
+    "to_stay",
+    "validate_resource",
+]

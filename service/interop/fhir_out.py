@@ -45,9 +45,11 @@ def _outcome(r: ClassResult) -> CodeableConcept:
 
 
 def risk_assessment(r: ClassResult, pred: Prediction, manifest: Manifest, stay: FhirStay,
-                    when: datetime) -> RiskAssessment:
-    """One class result as a RiskAssessment."""
+                    when: datetime, basis: list[str] | None = None) -> RiskAssessment:
+    """One class result as a RiskAssessment; `basis` the references whose values the model
+    read (default: every one the Bundle mapped)."""
     code, display = QUALITATIVE[level_of(r, manifest)]
+    basis = stay.basis if basis is None else basis
     return RiskAssessment(
         id=str(uuid.uuid4()),
         status="final",
@@ -57,7 +59,7 @@ def risk_assessment(r: ClassResult, pred: Prediction, manifest: Manifest, stay: 
         occurrenceDateTime=when,
         method=_method(pred),
         basis=[Reference(display=b) if b.startswith("Bundle.") else Reference(reference=b)
-               for b in stay.basis] or None,
+               for b in basis] or None,
         prediction=[RiskAssessmentPrediction(
             outcome=_outcome(r),
             probabilityDecimal=risk_of(r),
@@ -75,6 +77,15 @@ def operation_outcome(issues: list[Issue], pred: Prediction, stay: FhirStay
         severity="warning", code="informational",
         details=CodeableConcept(text=i.code), diagnostics=i.message,
         expression=[i.expression] if i.expression else None) for i in issues]
+    if pred.status == "insufficient_data" and pred.sufficiency is not None:
+        out.append(OperationOutcomeIssue(
+            severity="warning", code="incomplete",
+            details=CodeableConcept(coding=[Coding(system=MODEL_SYSTEM,
+                                                   code="insufficient_data")],
+                                    text="insufficient_data"),
+            diagnostics=f"not enough data to estimate the risk with {pred.model.name} "
+            f"{pred.model.version}: " + "; ".join(pred.sufficiency.reasons)
+            + ". No RiskAssessment is given."))
     for n in pred.warnings:
         where = stay.locate(n.loc) if n.loc else None
         out.append(OperationOutcomeIssue(
@@ -86,9 +97,13 @@ def operation_outcome(issues: list[Issue], pred: Prediction, stay: FhirStay
 
 def risk_bundle(pred: Prediction, manifest: Manifest, stay: FhirStay,
                 when: datetime | None = None) -> Bundle:
-    """The answer: a collection Bundle of RiskAssessments (+ an OperationOutcome if warned)."""
+    """The answer: a collection Bundle of RiskAssessments (+ an OperationOutcome if warned).
+    A stay below the model's data minimum gets no RiskAssessment, only the OperationOutcome
+    (code `incomplete`, details `insufficient_data`) naming what is missing."""
     when = when or datetime.now(UTC)
-    entries: list[Any] = [risk_assessment(r, pred, manifest, stay, when) for r in pred.results]
+    basis = stay.contributed(pred.contributed_rows)
+    entries: list[Any] = [risk_assessment(r, pred, manifest, stay, when, basis)
+                          for r in pred.results]
     oo = operation_outcome(stay.issues, pred, stay)
     if oo is not None:
         entries.append(oo)

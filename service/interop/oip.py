@@ -190,6 +190,13 @@ def outputs(out: ModelOutputs, preds: list[Prediction], wanted: list[str] | None
             ) -> list[TensorOut]:
     """The requested outputs (all by default), row-major flattened."""
     n = len(preds)
+    short = [(i, p) for i, p in enumerate(preds) if p.status == "insufficient_data"]
+    if short:  # tensors are rectangular: no row may lack its risk, so say why and stop
+        i, p = short[0]
+        why = "; ".join(p.sufficiency.reasons) if p.sufficiency else ""
+        raise OipError(f"{len(short)} stay(s) below the model's data minimum, e.g. row {i}: "
+                       f"{why}. No risk is given for them (the JSON route answers status "
+                       "insufficient_data per stay)")
     graph = {"z": out.z[:n], "anchor_logits": out.anchor_logits[:n],
              "probability": out.probability[:n]}
     risk = np.asarray([[risk_of(r) for r in p.results] for p in preds], dtype=np.float64)

@@ -21,34 +21,43 @@ def risk_of(r: ClassResult) -> float:
 
 
 def score_of(r: ClassResult) -> float:
-    """The model's own probability: operating points are chosen on it."""
+    """The model's own read-out (not a probability to show)."""
     return r.probability
 
 
 def alert_of(r: ClassResult) -> bool:
-    """At or above the model's default operating point."""
+    """At or above the request's operating point (the model's default unless it names one)."""
     return r.alert
 
 
-def critical_threshold(manifest: Manifest, label: str) -> float | None:
-    """The strictest named operating point of a class that still keeps sensitivity >= 0.5
-    and lies above the default one: crossing it is `critical`. None when there is none."""
-    for card in manifest.classes:
-        if card.label != label:
-            continue
-        above = [op.threshold for op in card.operating_points
-                 if op.sensitivity >= 0.5 and op.threshold > card.default_threshold]
-        return max(above) if above else None
-    return None
+def level_thresholds(manifest: Manifest, label: str) -> tuple[float | None, float | None]:
+    """(warning, critical) thresholds on the risk of a class: the named points its manifest
+    declares as levels; for manifests before levels, the default named point and the kept
+    point with the next higher threshold. (None, None): the class has no named point."""
+    card = next((c for c in manifest.classes if c.label == label), None)
+    if card is None or not card.named_points:
+        return None, None
+    by = {p.name: p.threshold for p in card.named_points}
+    if card.levels is not None:
+        crit = card.levels.critical
+        return by.get(card.levels.warning), by.get(crit) if crit else None
+    warn = by.get(card.default_operating_point or "", card.named_points[0].threshold)
+    above = sorted(t for t in by.values() if t > warn + 1e-12)
+    return warn, above[0] if above else None
 
 
 def level_of(r: ClassResult, manifest: Manifest) -> Level:
-    """info below the default operating point, warning at or above it, critical at or above
-    the stricter operating point of `critical_threshold`."""
-    if not alert_of(r):
-        return "info"
-    crit = critical_threshold(manifest, r.label)
-    return "critical" if crit is not None and score_of(r) >= crit else "warning"
+    """On the risk: critical at or above the critical threshold, warning at or above the
+    warning one, info below (`level_thresholds`). A contract 1.0 model without named points
+    on the risk: warning when it alerts."""
+    warn, crit = level_thresholds(manifest, r.label)
+    if warn is None and crit is None:
+        has_points = any(c.named_points or c.withheld_points for c in manifest.classes)
+        return "warning" if alert_of(r) and not has_points else "info"
+    risk = risk_of(r)
+    if crit is not None and risk >= crit:
+        return "critical"
+    return "warning" if warn is not None and risk >= warn else "info"
 
 
 #: FHIR qualitativeRisk (http://terminology.hl7.org/CodeSystem/risk-probability) per level.
@@ -67,19 +76,30 @@ def top_contributions(r: ClassResult, k: int = 3) -> list[tuple[str, float]]:
     return [(c.variable, c.delta) for c in sorted(ups, key=lambda c: -c.delta)[:k]]
 
 
+def _point_words(r: ClassResult) -> str:
+    op = r.operating_point
+    if op.withheld is not None or op.threshold is None:
+        return f"no alert for this outcome ({op.withheld or 'no operating point'})"
+    where = "at or above" if r.alert else "below"
+    what = "a requested threshold" if op.name == "custom" else f"the {op.name} operating point"
+    return f"{where} {what} (alert when the risk is {op.threshold:.1%} or more)"
+
+
 def rationale(r: ClassResult, manifest: Manifest) -> str:
     """The explanation in words (no patient values: only the model's read-outs)."""
     level = level_of(r, manifest)
+    warn, crit = level_thresholds(manifest, r.label)
+    cuts = [f"{name} from a risk of {t:.1%}" for name, t in (("warning", warn),
+                                                            ("critical", crit)) if t is not None]
+    words = [f"Risk {risk_of(r):.1%}: {_point_words(r)}. Level {level}"
+             + (f" ({'; '.join(cuts)})." if cuts else ".")]
     e = r.explanation
-    words = [f"Risk {risk_of(r):.1%} ({level}: model score {score_of(r):.3f} against the "
-             f"default operating point {r.threshold:.3f})."]
     words.append(f"The stay's embedding is nearer the {e.nearer_anchor} anchor "
                  f"(margin {e.margin:+.2f}).")
-    if r.prototype is not None:
-        p = r.prototype
-        words.append(f"Nearest training prototype: {p.count} stays "
-                     f"{'with' if p.label else 'without'} the outcome, observed outcome rate "
-                     f"{p.outcome_rate:.0%}.")
+    if r.prototypes:
+        p = r.prototypes[0]
+        words.append(f"Nearest group of training stays: {p.count} stays with an observed "
+                     f"outcome rate of {p.outcome_rate:.0%} [{p.ci_low:.0%}, {p.ci_high:.0%}].")
     top = top_contributions(r)
     if top:
         words.append("Variables raising the risk most: " + ", ".join(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from fastapi import APIRouter, Request
@@ -64,12 +65,14 @@ async def cds_service(service_id: str, request: Request,
     handle = handle_for(registry, settings, task, version)
     request.state.model = task
     # Parsing and FHIR validation grow with the prefetch: off the event loop
-    body = await run_in_threadpool(as_body_parameter, CdsRequest, await request.body())
+    raw = await request.body()
+    since = time.perf_counter()
+    body = await run_in_threadpool(as_body_parameter, CdsRequest, raw)
     stay = await run_in_threadpool(read_prefetch, body, handle.model.spec.fs.variables)
     if stay is None:  # the client has no Observations: no decision support to give
         return CdsResponse(cards=[])
     pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain="full"),
-                                   locate=stay.locate)
+                                   locate=stay.locate, since=since)
     return cards(pred, handle.model.spec.manifest, model_card_url(settings.public_base_url, task))
 
 

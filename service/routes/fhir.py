@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -14,8 +15,14 @@ from service.auth import ApiKey
 from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
 from service.interop.fhir_in import read_bundle
 from service.interop.fhir_out import FHIR_JSON, risk_bundle, to_json
-from service.routes.predict import ERRORS, ExplainParam, Strict, as_body_parameter
-from service.scorer import ScoreOptions
+from service.routes.predict import (
+    ERRORS,
+    AllowInsufficient,
+    ExplainParam,
+    Strict,
+    as_body_parameter,
+)
+from service.scorer import ScoreOptions, choose_point
 
 router = APIRouter(tags=["fhir"])
 
@@ -53,17 +60,21 @@ async def fhir_predict(
         gt=0, allow_inf_nan=False,
         description="Hours from admission to the end of the stay (whole-stay models)")] = None,
     version: VersionParam = None,
+    allow_insufficient: AllowInsufficient = False,
 ) -> Response:
     """The Bundle becomes the stay `POST /predict/{task}` takes, scored by the same scorer."""
     handle = handle_for(registry, settings, task, version)
     request.state.model = task
     # Parsing, FHIR validation and building are pure Python and grow with the Bundle: off the
     # event loop, like the rest of the request's CPU work
-    bundle = await run_in_threadpool(_bundle, await request.body())
+    raw = await request.body()
+    since = time.perf_counter()
+    bundle = await run_in_threadpool(_bundle, raw)
     stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
                                    end_hours=end_hours, variables=handle.model.spec.fs.variables)
-    pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain, strict),
-                                   locate=stay.locate)
+    choice = choose_point(handle.model.spec, None, None, allow_insufficient)
+    pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain, strict, choice),
+                                   locate=stay.locate, since=since)
     text = await run_in_threadpool(
         lambda: to_json(risk_bundle(pred, handle.model.spec.manifest, stay)))
     return Response(text, media_type=FHIR_JSON)

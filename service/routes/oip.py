@@ -7,6 +7,7 @@ its task (`mortality`, `phenotypes`); its versions are those the server loads
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -134,6 +135,7 @@ async def _score(name: str, version: str | None, request: Request, registry: Reg
         return _error(e.status, e.error)
     request.state.model = name
     raw = await request.body()
+    since = time.perf_counter()
     heavy = len(raw) > settings.offload_bytes
     spec = h.model.spec
     try:
@@ -141,7 +143,8 @@ async def _score(name: str, version: str | None, request: Request, registry: Reg
                                request.headers.get("inference-header-content-length"))
         given, tensors = await in_worker(heavy, _decode, spec, body, settings.max_batch_stays)
         if given is not None:
-            scored = await scorer.score(h, given, ScoreOptions(all_or_none=True), heavy=heavy)
+            scored = await scorer.score(h, given, ScoreOptions(all_or_none=True), heavy=heavy,
+                                        since=since)
             first = next((r for r in scored.results if r.problems), None)
             if first is not None:
                 p = first.problems[0]
@@ -149,7 +152,7 @@ async def _score(name: str, version: str | None, request: Request, registry: Reg
                               f"{'.'.join(map(str, p.loc))}: {p.message} ({p.rule})")
         else:
             assert tensors is not None
-            scored = await scorer.score_tensors(h, tensors)
+            scored = await scorer.score_tensors(h, tensors, since=since)
         assert scored.outputs is not None
         preds = [r.prediction for r in scored.results if r.prediction is not None]
         wanted = [o.name for o in body.outputs] if body.outputs else None

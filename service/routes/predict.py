@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Annotated, Any, TypeVar
@@ -57,6 +58,9 @@ Threshold = Annotated[float | None, Query(
     gt=0, lt=1, description="Your own alert threshold on the risk, instead of a named point")]
 Strict = Annotated[bool, Query(description="Reject values outside the cleaning ranges "
                                            "instead of dropping or clipping them")]
+AllowInsufficient = Annotated[bool, Query(description="Research use: score a stay below the "
+                                          "model's data minimum anyway (with a warning) "
+                                          "instead of answering status insufficient_data")]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The body is not parsable JSON (invalid UTF-8, "
@@ -131,6 +135,7 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
     async def predict(
         request: Request, explain: ExplainParam = "top", operating_point: PointName = None,
         threshold: Threshold = None, strict: Strict = False, version: VersionParam = None,
+        allow_insufficient: AllowInsufficient = False,
     ) -> Response:
         # The hot path takes the app's objects from its state, not as dependencies: each
         # dependency is solved like a route of its own (~0.05 ms a request, 7 of them were 15 %
@@ -140,12 +145,14 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
         settings: Settings = app_state.settings
         request.state.model = task  # its body's errors count for the model
         heavy = heavy_request(request, settings, explain)
-        stay = await in_worker(heavy, parse_stay, await request.body())
+        raw = await request.body()
+        since = time.perf_counter()
+        stay = await in_worker(heavy, parse_stay, raw)
         handle = handle_for(app_state.registry, settings, task, version)
-        options = ScoreOptions(explain, strict,
-                               choose_point(handle.model.spec, operating_point, threshold))
+        options = ScoreOptions(explain, strict, choose_point(
+            handle.model.spec, operating_point, threshold, allow_insufficient))
         scorer: Scorer = app_state.scorer
-        return _json(await scorer.score_stay(handle, stay, options, heavy=heavy,
+        return _json(await scorer.score_stay(handle, stay, options, heavy=heavy, since=since,
                                              alone=partial(app_state.admission.alone, task)))
 
     predict.__doc__ = f"Score one ICU stay with the {task} model."
@@ -237,14 +244,15 @@ async def predict_batch(
     task: str, request: Request, registry: RegistryDep, settings: SettingsDep,
     metrics: MetricsDep, scorer: ScorerDep, _: ApiKey, explain: ExplainParam = "basic",
     operating_point: PointName = None, threshold: Threshold = None, strict: Strict = False,
-    version: VersionParam = None,
+    version: VersionParam = None, allow_insufficient: AllowInsufficient = False,
 ) -> Response:
     """Score up to SCEHR_MAX_BATCH_STAYS stays; 422 only for a malformed envelope or query."""
     handle = handle_for(registry, settings, task, version)
     request.state.model = task
-    options = ScoreOptions(explain, strict,
-                           choose_point(handle.model.spec, operating_point, threshold))
+    options = ScoreOptions(explain, strict, choose_point(
+        handle.model.spec, operating_point, threshold, allow_insufficient))
     raw = await request.body()
+    since = time.perf_counter()
     body = await in_worker(len(raw) > settings.offload_bytes, _parse_batch, raw)
     if len(body.stays) > settings.max_batch_stays:
         metrics.validation_errors.labels(task, "too_many_stays").inc()
@@ -255,7 +263,7 @@ async def predict_batch(
     heavy = heavy_request(request, settings, explain) or len(body.stays) > 1
     parsed = await in_worker(heavy, parse_stays, body.stays)
     valid = [s for s in parsed if isinstance(s, StayPayload)]
-    scored = await scorer.score(handle, valid, options, heavy=heavy,
+    scored = await scorer.score(handle, valid, options, heavy=heavy, since=since,
                                 refused=[s for s in parsed if not isinstance(s, StayPayload)])
     return await in_worker(heavy, _batch_response, handle.model.spec, body.stays, parsed,
                            scored)

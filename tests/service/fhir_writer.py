@@ -19,6 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 LOINC = "http://loinc.org"
 UCUM = "http://unitsofmeasure.org"
 BP_PANEL = "85354-9"
+SNOMED = "http://snomed.info/sct"
+VENTILATION = "40617009"  # SNOMED CT |Artificial respiration (procedure)|
+HSLOC = "https://www.cdc.gov/nhsn/cdaportal/terminology/codesystem/hsloc.html"
+#: PhysioNet ICU type -> CDC NHSN location code (coronary, cardiac surgery, medical, surgical)
+ICU_HSLOC = {"1": "1028-0", "2": "1032-2", "3": "1027-2", "4": "1030-6"}
 
 #: variable id -> (LOINC code, UCUM unit or None for scores/categories)
 CODES: dict[str, tuple[str, str | None]] = {
@@ -121,10 +126,30 @@ def observation(oid: str, patient: str, admission: datetime, group: list[Item]
                           for it in group]}
 
 
+def unit_and_ventilation(stay: dict[str, Any], patient: str, admission: datetime
+                         ) -> list[dict[str, Any]]:
+    """The ICU unit as a Location typed with its HSLOC code, and one mechanical-ventilation
+    Procedure (SNOMED CT) per charted ventilation, from a long-form JSON stay."""
+    out: list[dict[str, Any]] = []
+    for o in stay["observations"]:
+        if o["variable"] == "icu_type" and str(o["value"]) in ICU_HSLOC:
+            out.append({"resourceType": "Location", "id": f"{patient}-unit", "type": [
+                {"coding": [{"system": HSLOC, "code": ICU_HSLOC[str(o["value"])]}]}]})
+        elif o["variable"] == "mechanical_ventilation" and float(o["value"]) == 1.0:
+            out.append({"resourceType": "Procedure", "id": f"{patient}-vent-{len(out)}",
+                        "status": "completed",
+                        "code": {"coding": [{"system": SNOMED, "code": VENTILATION}]},
+                        "subject": {"reference": f"Patient/{patient}"},
+                        "performedDateTime": _time(admission, float(o["time"]))})
+    return out
+
+
 def bundle(groups: list[list[Item]], *, admission: datetime, patient: str = "example",
            birth_date: date | None = None, gender: str | None = None,
-           with_encounter: bool = True, kind: str = "collection") -> dict[str, Any]:
-    """A Bundle with the Patient, the ICU Encounter and one Observation per group."""
+           with_encounter: bool = True, kind: str = "collection",
+           extra: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A Bundle with the Patient, the ICU Encounter, one Observation per group, and `extra`
+    resources (a Location among them is the Encounter's)."""
     pat: dict[str, Any] = {"resourceType": "Patient", "id": patient}
     if birth_date is not None:
         pat["birthDate"] = birth_date.isoformat()
@@ -138,8 +163,12 @@ def bundle(groups: list[list[Item]], *, admission: datetime, patient: str = "exa
                       "code": "IMP", "display": "inpatient encounter"},
             "subject": {"reference": f"Patient/{patient}"},
             "period": {"start": _time(admission, 0.0)}})
+        units = [r for r in extra or [] if r["resourceType"] == "Location"]
+        if units:
+            entries[-1]["location"] = [{"location": {"reference": f"Location/{units[0]['id']}"}}]
     entries += [observation(f"{patient}-obs-{i}", patient, admission, g)
                 for i, g in enumerate(groups)]
+    entries += extra or []
     return {"resourceType": "Bundle", "type": kind,
             "entry": [{"fullUrl": f"urn:example:{e['resourceType']}/{e['id']}",
                        "resource": e} for e in entries]}
@@ -155,7 +184,7 @@ def groups_from_stay(stay: dict[str, Any]) -> list[list[Item]]:
     """A long-form JSON stay as FHIR groups (systolic + diastolic at one time -> a panel).
 
     Variables without a LOINC code here (capillary refill, ICU type, mechanical ventilation)
-    are left out.
+    are left out: `unit_and_ventilation` writes the last two as a Location and Procedures.
     """
     groups: list[list[Item]] = []
     pending_sys: dict[float, list[Item]] = {}
@@ -186,13 +215,16 @@ def example_bundle() -> dict[str, Any]:
     demo = stay["demographics"]
     return bundle(groups_from_stay(stay), admission=EXAMPLE_ADMISSION, patient="example",
                   birth_date=birth_date_for(int(demo["age"]), EXAMPLE_ADMISSION),
-                  gender=demo["sex"])
+                  gender=demo["sex"],
+                  extra=unit_and_ventilation(stay, "example", EXAMPLE_ADMISSION))
 
 
 def example_cds_request() -> dict[str, Any]:
     b = example_bundle()
     res = [e["resource"] for e in b["entry"]]
     obs = [r for r in res if r["resourceType"] == "Observation"]
+    units = [r for r in res if r["resourceType"] == "Location"]
+    vent = [r for r in res if r["resourceType"] == "Procedure"]
     return {
         "hook": "patient-view",
         "hookInstance": "d1577c69-dfbe-44ad-ba6d-3e05e953b2ea",
@@ -205,6 +237,10 @@ def example_cds_request() -> dict[str, Any]:
                              "total": len(obs),
                              "entry": [{"fullUrl": f"urn:example:Observation/{o['id']}",
                                         "resource": o} for o in obs]},
+            **({"location": units[0]} if units else {}),
+            "procedures": {"resourceType": "Bundle", "type": "searchset", "total": len(vent),
+                           "entry": [{"fullUrl": f"urn:example:Procedure/{v['id']}",
+                                      "resource": v} for v in vent]},
         },
     }
 

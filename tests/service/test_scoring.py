@@ -71,7 +71,8 @@ async def http_rows(settings: Settings, stays: list[dict[str, Any]], keys: list[
                     out[key] = {"status": "error", "rules": {e["rule"] for e in item["errors"]}}
                     continue
                 pred = Prediction.model_validate(item["prediction"])
-                out[key] = {"status": "ok", "results": {
+                out[key] = {"status": "ok" if pred.status == "scored" else pred.status,
+                            "results": {
                     c.label: {k: f(c) for k, f in CLASS_FIELDS.items()} for c in pred.results}}
     return out
 
@@ -343,7 +344,8 @@ async def test_real_physionet_set_c_stays_equal_the_service(tmp_path: Path) -> N
     keys, stays, _ = zip(*read_benchmark(split), strict=True)
     served = await http_rows(Settings(model_dir=models, device="cpu", tasks=["mortality"]),
                              list(stays), list(keys))
-    assert assert_same(read_rows(tmp_path / "out.jsonl"), served) == len(keys) >= 50
+    # every stay is scored or, below the model's data minimum, abstains the same way on both
+    assert assert_same(read_rows(tmp_path / "out.jsonl"), served) >= 50
 
 
 def test_results_do_not_depend_on_the_chunking(model_dir: Path, synth: Path,

@@ -21,7 +21,6 @@ from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.service import cds_hooks_schema as cds
 from tests.service.conftest import serve
 from tests.service.fhir_writer import (
-    CODES,
     EXAMPLES,
     REPO,
     Item,
@@ -60,10 +59,11 @@ LACTATE = "2524-7"  # a lab the models do not read: sent in FHIR, expected as a 
 DESCRIPTORS = ("RecordID", "Age", "Gender", "Height", "ICUType", "Weight")
 
 
-def raw_records(n: int) -> list[tuple[str, list[tuple[int, int, str, float]]]]:
-    """The first n records of set a: (record id, rows of (hours, minutes, name, value))."""
+def raw_records(n: int, which: str = "a") -> list[tuple[str, list[tuple[int, int, str, float]]]]:
+    """The first n records of set `which`: (record id, rows of (hours, minutes, name,
+    value)); set c's rows without a parameter name keep their empty name."""
     out = []
-    with tarfile.open(SHARED_DATA / "physionet2012" / "set-a.tar.gz", "r:gz") as tf:
+    with tarfile.open(SHARED_DATA / "physionet2012" / f"set-{which}.tar.gz", "r:gz") as tf:
         for m in tf:
             if not (m.isfile() and m.name.endswith(".txt")):
                 continue
@@ -185,9 +185,9 @@ async def test_examples_answer_valid_fhir_and_cds_hooks_on_the_shipped_models() 
             r = await client.post(f"/cds-services/scehr-{task}", json=req)
             assert r.status_code == 200, r.text
             jsonschema.validate(r.json(), cds.RESPONSE)
-        # the FHIR example is the JSON example less what has no LOINC code (ICU type, ...)
+        # the FHIR example is the whole JSON example: the ICU type as an HSLOC-typed Location
+        # and ventilation as SNOMED CT Procedures (capillary refill, never sent, aside)
         stay = json.loads((REPO / "examples" / "mortality_stay.json").read_text())
-        stay["observations"] = [o for o in stay["observations"] if o["variable"] in CODES]
         ref = (await client.post("/predict/mortality", json=stay)).json()
         r = await client.post("/fhir/predict/mortality", json=b)
         assert abs(_pred_risk(r.json()) - ref["results"][0]["calibrated_probability"]) <= 1e-6

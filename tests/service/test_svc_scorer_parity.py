@@ -202,7 +202,37 @@ async def test_every_interface_answers_503_when_its_deadline_passes_in_the_queue
         await busy
         batcher._run, scorer.settings = run, settings
     assert a.status == 503 and "retry-after" in a.headers, a.error
-    assert "deadline" in a.error or "waited" in a.error
+    assert any(w in a.error for w in ("deadline", "waited", "before reaching the model"))
+
+
+@pytest.mark.parametrize("interface", list(INTERFACES))
+async def test_every_interface_counts_decoding_and_preparation_in_its_deadline(
+        server: httpx.AsyncClient, interface: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Preparation outlives the deadline: 503 + Retry-After, and the model never runs."""
+    import service.scorer as scorer_module
+
+    app = server.app  # type: ignore[attr-defined]
+    handle = app.state.registry.get(TASK)
+    scorer = app.state.scorer
+    settings, run, runs = scorer.settings, handle.batcher._run, []
+
+    def slow(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*a: Any, **kw: Any) -> Any:
+            threading.Event().wait(0.3)
+            return fn(*a, **kw)
+        return wrapped
+
+    monkeypatch.setattr(scorer_module, "prepare", slow(scorer_module.prepare))
+    monkeypatch.setattr(scorer_module, "tensor_rows", slow(scorer_module.tensor_rows))
+    handle.batcher._run = lambda inputs: runs.append(inputs) or run(inputs)
+    scorer.settings = settings.model_copy(update={"request_timeout_s": 0.2})
+    try:
+        a = await INTERFACES[interface](server)
+    finally:
+        handle.batcher._run, scorer.settings = run, settings
+    assert a.status == 503 and "retry-after" in a.headers, a.error
+    assert any(w in a.error for w in ("deadline", "before reaching the model"))
+    assert runs == []
 
 
 def test_offline_scoring_gives_the_same_risk_and_warnings(model_dir: Any) -> None:

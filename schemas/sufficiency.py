@@ -1,0 +1,125 @@
+"""Is there enough data in a stay to estimate its risk? The one rule, against the manifest.
+
+A model declares its minimum as data (`Manifest.data_minimum`, chosen on validation by the
+sufficiency study, `training.sufficiency`). This module measures a prepared stay the way the
+study degraded stays (observations in the window, channels, hours covered, hours since the
+last observation) and says, in words naming what is missing, where it falls short. Service,
+`scehr score` and the study all call `summarize` + `shortfalls`, so the rule lives only here.
+
+Only observations inside the model's window count: an observation after the window, or a
+value removed as implausible, never reached the model and is no data. Descriptors recorded
+once at admission (ICU type, height) are not measurements over time and do not count either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.featureset import FeatureSet
+from schemas.tensorize import Observations
+
+#: Variables recorded once at admission: not evidence of how the stay is going.
+DESCRIPTORS = frozenset({"icu_type", "height"})
+EPS = 1e-6
+
+
+class SplitFigures(BaseModel):
+    """How the model does on the stays of one split that meet the minimum."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(description="Stays in the split")
+    kept: int = Field(description="Stays that meet the minimum (scored)")
+    auroc: float | None = Field(None, description="AUROC on the kept stays (first class)")
+    ece: float | None = Field(None, description="Expected calibration error on the kept stays")
+    auroc_all: float | None = Field(None, description="AUROC on every stay, for comparison")
+    outcome_rate_kept: float | None = Field(None, description="Outcome rate of the kept stays")
+    outcome_rate_abstained: float | None = Field(
+        None, description="Outcome rate of the stays below the minimum")
+
+
+class DataMinimum(BaseModel):
+    """The least data a stay needs before the model gives it a risk (chosen on validation).
+
+    A stay falls short when any bound fails; each failed bound is one reason."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_observations: int = Field(ge=1, description="Observations inside the window")
+    min_channels: int = Field(ge=1, description="Distinct variables observed in the window")
+    min_hours_covered: float = Field(
+        0.0, ge=0, description="Hours from the first to the last observation in the window")
+    max_hours_since_last: float | None = Field(
+        None, ge=0, description="Hours from the last observation to the window's end")
+    rule: str = Field(description="How the bounds were chosen, in words")
+    study: str = Field("", description="Where the study is written up (docs path)")
+    validation: SplitFigures | None = None
+    test: SplitFigures | None = None
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """What one stay holds inside the window (counts and hours only, no values)."""
+
+    observations: int
+    channels: int
+    hours_covered: float
+    hours_since_last: float | None  # None: nothing observed
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {"observations": self.observations, "channels": self.channels,
+                "hours_covered": round(self.hours_covered, 3),
+                "hours_since_last": None if self.hours_since_last is None
+                else round(self.hours_since_last, 3)}
+
+
+def counted(fs: FeatureSet) -> np.ndarray:
+    """[channels] bool: the channels whose observations count as data."""
+    return np.array([v not in DESCRIPTORS for v in fs.variable_ids], dtype=bool)
+
+
+def summarize(obs: Observations, end_hours: np.ndarray, fs: FeatureSet) -> list[DataSummary]:
+    """One summary per stay of `obs` (indices 0..len(end_hours)-1): observations with
+    0 <= time <= the stay's window end, of counted channels."""
+    end = np.asarray(end_hours, dtype=np.float64)
+    n = len(end)
+    keep = (obs.stay < n) & counted(fs)[obs.channel] & (obs.time >= -EPS)
+    keep &= obs.time <= end[np.minimum(obs.stay, n - 1)] + EPS
+    st, ch, t = obs.stay[keep], obs.channel[keep], obs.time[keep]
+    count = np.bincount(st, minlength=n)
+    pairs = np.unique(st * fs.n_channels + ch)
+    chans = np.bincount(pairs // fs.n_channels, minlength=n)
+    first = np.full(n, np.inf)
+    last = np.full(n, -np.inf)
+    np.minimum.at(first, st, t)
+    np.maximum.at(last, st, t)
+    out = []
+    for i in range(n):
+        if count[i] == 0:
+            out.append(DataSummary(0, 0, 0.0, None))
+            continue
+        out.append(DataSummary(int(count[i]), int(chans[i]), float(last[i] - first[i]),
+                               float(max(end[i] - last[i], 0.0))))
+    return out
+
+
+def shortfalls(s: DataSummary, m: DataMinimum) -> list[str]:
+    """The bounds `s` misses, each in words naming what is missing; empty when it suffices."""
+    out = []
+    if s.observations < m.min_observations:
+        out.append(f"{s.observations} observation(s) inside the window; this model needs at "
+                   f"least {m.min_observations}")
+    if s.channels < m.min_channels:
+        out.append(f"{s.channels} variable(s) observed inside the window; this model needs at "
+                   f"least {m.min_channels} different ones")
+    if m.min_hours_covered > 0 and s.hours_covered < m.min_hours_covered - EPS:
+        out.append(f"the observations span {s.hours_covered:.1f} h; this model needs them to "
+                   f"span at least {m.min_hours_covered:g} h")
+    if m.max_hours_since_last is not None and s.hours_since_last is not None \
+            and s.hours_since_last > m.max_hours_since_last + EPS:
+        out.append(f"the last observation is {s.hours_since_last:.1f} h before the window's "
+                   f"end; this model needs one within {m.max_hours_since_last:g} h of it")
+    return out

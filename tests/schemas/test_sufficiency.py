@@ -1,0 +1,50 @@
+"""The data-sufficiency rule: what counts as data, and reasons that name what is missing."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from schemas.featureset import FEATURE_SETS
+from schemas.sufficiency import DataMinimum, shortfalls, summarize
+from schemas.tensorize import Observations
+
+FS = FEATURE_SETS["physionet2012-full"]
+MIN = DataMinimum(min_observations=100, min_channels=20, min_hours_covered=24,
+                  max_hours_since_last=24, rule="test")
+
+
+def ch(vid: str) -> int:
+    return FS.variable_ids.index(vid)
+
+
+def stays(rows: list[tuple[int, str, float]], n: int) -> Observations:
+    return Observations(np.array([r[0] for r in rows]), np.array([ch(r[1]) for r in rows]),
+                        np.array([r[2] for r in rows], dtype=float), np.ones(len(rows)), n)
+
+
+def test_one_heart_rate_value_falls_short_with_reasons_naming_what_is_missing() -> None:
+    [s] = summarize(stays([(0, "heart_rate", 3.0)], 1), np.array([48.0]), FS)
+    assert (s.observations, s.channels, s.hours_covered) == (1, 1, 0.0)
+    why = shortfalls(s, MIN)
+    assert any("1 observation(s) inside the window" in w and "at least 100" in w for w in why)
+    assert any("1 variable(s)" in w and "20" in w for w in why)
+    assert any("span 0.0 h" in w for w in why)
+
+
+def test_observations_outside_the_window_and_descriptors_are_no_data() -> None:
+    rows = [(0, "heart_rate", 70.0), (0, "icu_type", 0.0), (0, "height", 0.0)]
+    [s] = summarize(stays(rows, 1), np.array([48.0]), FS)
+    assert s.observations == 0 and s.hours_since_last is None
+    assert "0 observation(s) inside the window" in shortfalls(s, MIN)[0]
+
+
+def test_a_stay_meeting_every_bound_has_no_shortfall_and_stays_are_independent() -> None:
+    chans = [v for v in FS.variable_ids if v not in ("icu_type", "height")][:20]
+    rows = [(1, chans[i % 20], float(t)) for i, t in enumerate(np.linspace(0, 47, 120))]
+    rows.append((0, "heart_rate", 47.0))
+    a, b = summarize(stays(rows, 2), np.array([48.0, 48.0]), FS)
+    assert shortfalls(b, MIN) == []
+    assert (b.observations, b.channels) == (120, 20)
+    assert a.observations == 1 and abs(a.hours_since_last - 1.0) < 1e-9
+    stale = DataMinimum(min_observations=1, min_channels=1, max_hours_since_last=0.5, rule="t")
+    assert "1.0 h before the window's end" in shortfalls(a, stale)[0]

@@ -1,0 +1,53 @@
+"""Operating points validation can defend: never at the risk floor, never alerting for most
+stays, none for a class with too few validation positives; each withheld point says why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from schemas.manifest import load_manifest
+from training.operating_points import MAX_ALERT_RATE, defensible_points, risk_levels
+from training.reissue import rescreen, validation_positives
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+def test_the_shipped_floor_thresholds_are_withheld_with_their_reason() -> None:
+    m = load_manifest(MODELS / "phenotypes" / "1.1.0" / "manifest.json")
+    cards = {c.label: rescreen(c, validation_positives(m, i)) for i, c in enumerate(m.classes)}
+    ami = cards["Acute myocardial infarction"]
+    assert "high_sensitivity" not in [p.name for p in ami.named_points]
+    [why] = [w.reason for w in ami.withheld_points if w.name == "high_sensitivity"]
+    assert "risk floor" in why
+    for card in cards.values():
+        for p in card.named_points:
+            assert 1e-4 < p.threshold < 1 - 1e-4
+            assert p.validation.alert_rate <= MAX_ALERT_RATE, (card.label, p.name)
+        if not card.named_points:
+            assert card.default_operating_point is None and card.withheld_points
+    rare = cards["Conduction disorders"]  # 3 of 223 validation stays
+    assert not rare.named_points
+    assert all("validation stay(s) with the outcome" in w.reason for w in rare.withheld_points)
+
+
+def test_kept_points_keep_their_threshold_and_levels_are_named_points_on_the_risk() -> None:
+    m = load_manifest(MODELS / "mortality" / "1.2.0" / "manifest.json")
+    card = rescreen(m.classes[0], validation_positives(m, 0))
+    assert card.named_points == m.classes[0].named_points
+    assert card.levels is not None and card.levels.warning == "high_sensitivity"
+    by = {p.name: p.threshold for p in card.named_points}
+    assert card.levels.critical is not None
+    assert by[card.levels.critical] > by[card.levels.warning]
+
+
+def test_defensible_points_on_a_label_everyone_scores_alike() -> None:
+    rng = np.random.default_rng(0)
+    y = (rng.random(400) < 0.2).astype(int)
+    risk = np.where(rng.random(400) < 0.9, 1e-4, rng.random(400))  # mostly at the floor
+    kept, withheld = defensible_points((y, risk), None)
+    assert all(p.validation.alert_rate <= MAX_ALERT_RATE for p in kept)
+    assert {w.name for w in withheld} | {p.name for p in kept} == {
+        "high_sensitivity", "balanced", "high_ppv"}
+    assert risk_levels([], None) is None

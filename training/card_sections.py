@@ -1,0 +1,52 @@
+"""Model-card sections for what the model will not answer: withheld points, levels, data minimum."""
+
+from __future__ import annotations
+
+from schemas.manifest import Manifest
+
+
+def withheld_lines(m: Manifest) -> list[str]:
+    """Per class: the points it does not serve and why, and its warning/critical levels."""
+    rows = [(c.label, w.name, w.reason) for c in m.classes for w in c.withheld_points]
+    levels = [(c.label, c.levels.warning, c.levels.critical or "none")
+              for c in m.classes if c.levels is not None]
+    out: list[str] = []
+    if rows:
+        out += ["", "## Operating points withheld", "",
+                "A class gets no alert at a point its validation data cannot support; a "
+                "request naming that point gets, for that class, no alert and this reason.", "",
+                "| class | point | reason |", "|---|---|---|"]
+        out += [f"| {label} | {name} | {why} |" for label, name, why in rows]
+    if levels:
+        out += ["", "## Levels (on the risk)", "",
+                "`warning` from the first point's threshold, `critical` from the second's; "
+                "`info` below (CDS Hooks card indicator, FHIR qualitative risk).", "",
+                "| class | warning at | critical at |", "|---|---|---|"]
+        out += [f"| {label} | {w} | {c} |" for label, w, c in levels]
+    return out
+
+
+def data_minimum_lines(m: Manifest) -> list[str]:
+    """The least data a stay needs, the rule that chose it, and its validation/test figures."""
+    d = m.data_minimum
+    if d is None:
+        return ["", "## Data minimum", "", "None declared: only a stay without any "
+                "observation is refused."]
+    out = ["", "## Data minimum", "",
+           "Below it the service gives no risk and no alert but the status `insufficient_data` "
+           "with the reasons (research use: `?allow_insufficient=true`). Only observations "
+           "inside the window count; the ICU type and height do not.", "",
+           f"- at least {d.min_observations} observations and {d.min_channels} different "
+           "variables in the window",
+           f"- observations spanning at least {d.min_hours_covered:g} h",
+           ]
+    if d.max_hours_since_last is not None:
+        out.append(f"- the last one within {d.max_hours_since_last:g} h of the window's end")
+    out += [f"- chosen by: {d.rule}", "",
+            "| split | stays | kept | AUROC kept | ECE kept | AUROC all | outcome rate kept | "
+            "outcome rate below minimum |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, f in (("validation", d.validation), ("test", d.test)):
+        if f is not None:
+            out.append(f"| {name} | {f.n} | {f.kept} | {f.auroc} | {f.ece} | {f.auroc_all} | "
+                       f"{f.outcome_rate_kept} | {f.outcome_rate_abstained} |")
+    return out

@@ -367,8 +367,10 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
                 code="below_data_minimum", message="scored on request "
                 "(allow_insufficient=true) although the stay is below the model's data "
                 "minimum: " + "; ".join(enough["reasons"]))]
+        # A point the client asked for that some classes lack is worth a warning; the model's
+        # own default falling back per class is its design, shown in each result's point.
         fallback = sorted({u for u in choice.used if u not in (choice.name, "none")})
-        if fallback:
+        if fallback and choice.source == "request":
             notices = [*notices, Notice(
                 code="operating_point_unavailable",
                 message=f"operating point {choice.name!r} is not defined for some labels; "

@@ -276,3 +276,22 @@ async def test_words_speak_of_the_risk_and_its_named_points() -> None:
         op = res["Acute myocardial infarction"]["operating_point"]
         assert op["threshold"] is None and "risk floor" in op["withheld"]
         assert res["Acute myocardial infarction"]["alert"] is False
+
+
+async def test_a_withheld_default_point_falls_back_without_a_warning_per_request() -> None:
+    """Phenotypes 1.1.1 withholds `balanced` for classes validation cannot support: at the
+    model's default (a point per class) the class's point is shown in its result, not warned
+    on every request; a client who asks for `balanced` by name gets no alert for those classes,
+    with the reason."""
+    stay = json.loads((Path(__file__).parents[2] / "examples" / "phenotypes_stay.json")
+                      .read_text())
+    async with serve(Settings(model_dir=Path(__file__).parents[2] / "models",
+                              device="cpu", tasks=["phenotypes"])) as c:
+        default = (await c.post("/predict/phenotypes", json=stay)).json()
+        asked = (await c.post("/predict/phenotypes", json=stay,
+                              params={"operating_point": "balanced"})).json()
+    used = {r["operating_point"]["name"] for r in default["results"]}
+    assert len(used) > 1  # some classes fell back from the default point
+    assert "operating_point_unavailable" not in {w["code"] for w in default["warnings"]}
+    held = [r for r in asked["results"] if r["operating_point"]["threshold"] is None]
+    assert held and all(r["operating_point"]["withheld"] and r["alert"] is False for r in held)

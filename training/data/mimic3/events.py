@@ -1,0 +1,262 @@
+"""Events out of core: scan the event tables once, validate, clean, pivot to episodes (DuckDB).
+
+Memory is bounded by DuckDB's `memory_limit` (sorts and joins spill to `temp_directory`) plus
+one subject's rows in Python while its files are written: it does not grow with the size of
+CHARTEVENTS. The reference's rules, as SQL:
+
+- scan (`extract_subjects`): every row of CHARTEVENTS, LABEVENTS and OUTPUTEVENTS of a kept
+  subject, in file order, as text;
+- validate (`validate_events`): drop rows without an admission or whose admission is not a kept
+  stay's; fill a missing ICU stay from the admission's; drop rows naming another ICU stay;
+- episodes (`extract_episodes_from_subjects`): itemid -> variable (`itemid_to_variable_map.csv`,
+  STATUS ready), the benchmark's value cleaning (`CLEAN_SQL`), one value per variable and chart
+  time (the largest, as the reference's sort keeps the last), one row per chart time, and per ICU
+  stay the rows of that stay or charted between its in- and out-time, in hours since in-time.
+
+Text is written as the reference's pandas writes it: a subject whose values are all numbers had
+them parsed as floats (written `86.0`), else values stay the strings of the source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from training.data.mimic3.sources import PANDAS1_NA, header, table_path
+
+EVENT_TABLES: tuple[str, ...] = ("CHARTEVENTS", "LABEVENTS", "OUTPUTEVENTS")
+EVENT_COLUMNS = ["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "CHARTTIME", "ITEMID", "VALUE", "VALUEUOM"]
+#: The 17 variables in the column order of the episode files (Python's sorted order).
+NUMBER_RE = r"(\d+(\.\d*)?|\.\d+)"
+
+
+def connect(work: Path, memory_limit: str, threads: int | None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection whose memory is capped and which spills to `work/tmp`."""
+    (work / "tmp").mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    con.execute(f"SET temp_directory = '{work / 'tmp'}'")
+    con.execute("SET preserve_insertion_order = true")  # the scan keeps each table's row order
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    return con
+
+
+def _sql_list(items: list[str] | tuple[str, ...]) -> str:
+    return ", ".join("'" + s.replace("'", "''") + "'" for s in items)
+
+
+def _na(col: str) -> str:
+    return f"CASE WHEN {col} IN ({_sql_list(PANDAS1_NA)}) THEN NULL ELSE {col} END"
+
+
+def scan_table(con: duckdb.DuckDBPyConnection, mimic_dir: Path, table: str, out: Path) -> None:
+    """One event table's columns the benchmark reads -> `out` (parquet, text, file order).
+
+    No filter here: a filtering join may reorder rows, and the reference writes each subject's
+    events in file order. Parquet keeps the order (`file_row_number`) and is a fraction of the
+    CSV's size; the kept subjects are selected when it is read.
+    """
+    path = table_path(mimic_dir, table)
+    cols = header(path)
+    missing = [c for c in EVENT_COLUMNS if c not in cols and c != "ICUSTAY_ID"]
+    if missing:
+        raise ValueError(f"{path}: column(s) {', '.join(missing)} missing")
+    icu = "ICUSTAY_ID" if "ICUSTAY_ID" in cols else "NULL::VARCHAR AS ICUSTAY_ID"
+    tmp = out.with_suffix(".partial")
+    con.execute(f"""
+        COPY (SELECT SUBJECT_ID, HADM_ID, {icu}, CHARTTIME, ITEMID, VALUE, VALUEUOM
+              FROM read_csv('{path}', header = true, all_varchar = true, names = {cols!r},
+                            quote = '"', escape = '"'))
+        TO '{tmp}' (FORMAT parquet, COMPRESSION zstd)""")
+    tmp.replace(out)
+
+
+def csv_field(expr: str) -> str:
+    """SQL for a CSV field as Python's csv writer quotes it (QUOTE_MINIMAL); NULL -> empty."""
+    return (f"CASE WHEN {expr} IS NULL THEN '' WHEN regexp_matches({expr}, '[,\"\\r\\n]') "
+            f"THEN '\"' || replace({expr}, '\"', '\"\"') || '\"' ELSE {expr} END")
+
+
+def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
+                     stays: pd.DataFrame) -> dict[str, int]:
+    """Table `ev`: the validated events with their events.csv text; returns the reference's
+    validation counts."""
+    files = ", ".join(f"'{p}'" for p in stage)
+    st = stays[["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "INTIME", "OUTTIME"]].copy()
+    con.register("stays_df", st)
+    con.execute("""CREATE OR REPLACE TEMP TABLE stays AS SELECT SUBJECT_ID::BIGINT AS sid,
+        HADM_ID::VARCHAR AS hadm, ICUSTAY_ID::VARCHAR AS icu,
+        INTIME::TIMESTAMP AS intime, OUTTIME::TIMESTAMP AS outtime FROM stays_df""")
+    con.unregister("stays_df")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE raw AS
+        SELECT parse_filename(filename, true) AS tbl, file_row_number AS rn,
+               SUBJECT_ID::BIGINT AS sid, {_na('HADM_ID')} AS hadm, {_na('ICUSTAY_ID')} AS icu,
+               CHARTTIME AS charttime, ITEMID::BIGINT AS itemid, {_na('VALUE')} AS value,
+               {_na('VALUEUOM')} AS uom
+        FROM read_parquet([{files}], filename = true, file_row_number = true)
+        WHERE SUBJECT_ID::BIGINT IN (SELECT sid FROM stays)""")
+    # how pandas typed the VALUE column of the subject's events.csv before validation
+    con.execute("""CREATE OR REPLACE TEMP TABLE pre AS SELECT sid,
+        bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) AS numeric,
+        bool_and(value IS NOT NULL AND regexp_full_match(value, '[+-]?[0-9]+')) AS integer
+        FROM raw GROUP BY sid""")
+    counts = con.execute("""SELECT count(*), count(*) FILTER (hadm IS NULL) FROM raw""").fetchone()
+    con.execute("""CREATE OR REPLACE TEMP TABLE joined AS
+        SELECT r.*, s.icu AS stay_icu, s.hadm IS NOT NULL AS has_stay
+        FROM raw r LEFT JOIN stays s ON r.sid = s.sid AND r.hadm = s.hadm
+        WHERE r.hadm IS NOT NULL""")
+    c2 = con.execute("""SELECT count(*) FILTER (NOT has_stay),
+        count(*) FILTER (has_stay AND icu IS NULL),
+        count(*) FILTER (has_stay AND icu IS NOT NULL AND icu <> stay_icu)
+        FROM joined""").fetchone()
+    con.execute("""CREATE OR REPLACE TEMP TABLE ev AS
+        SELECT j.tbl, j.rn, j.sid, j.hadm, stay_icu AS icu, j.charttime, j.itemid, j.uom,
+               CASE WHEN p.integer THEN CAST(CAST(j.value AS BIGINT) AS VARCHAR)
+                    WHEN p.numeric THEN CAST(CAST(j.value AS DOUBLE) AS VARCHAR)
+                    ELSE j.value END AS value
+        FROM joined j JOIN pre p USING (sid)
+        WHERE has_stay AND (j.icu IS NULL OR j.icu = stay_icu)""")
+    con.execute("DROP TABLE raw; DROP TABLE joined")
+    return {"n_events": counts[0], "empty_hadm": counts[1], "no_hadm_in_stay": c2[0],
+            "no_icustay": c2[1], "recovered": c2[1], "could_not_recover": 0,
+            "icustay_missing_in_stays": c2[2]}
+
+
+def events_csv_lines(con: duckdb.DuckDBPyConnection, batch: int = 200_000
+                     ) -> Iterator[tuple[int, list[str]]]:
+    """(subject, lines of its events.csv) in subject order, the rows in source order."""
+    line = " || ',' || ".join([
+        "CAST(sid AS VARCHAR)", csv_field("hadm"), csv_field("icu"), csv_field("charttime"),
+        "CAST(itemid AS VARCHAR)", csv_field("value"), csv_field("uom")])
+    return _grouped(con, f"SELECT sid, {line} AS line FROM ev ORDER BY sid, tbl, rn", batch)
+
+
+def _grouped(con: duckdb.DuckDBPyConnection, sql: str, batch: int
+             ) -> Iterator[tuple[int, list[str]]]:
+    reader = con.sql(sql).to_arrow_reader(batch)
+    cur: int | None = None
+    buf: list[str] = []
+    for rb in reader:
+        sids = rb.column(0).to_pylist()
+        lines = rb.column(1).to_pylist()
+        start = 0
+        for i in range(1, len(sids) + 1):
+            if i == len(sids) or sids[i] != sids[start]:
+                if sids[start] != cur:
+                    if cur is not None:
+                        yield cur, buf
+                    cur, buf = sids[start], []
+                buf.extend(lines[start:i])
+                start = i
+    if cur is not None:
+        yield cur, buf
+
+
+CLEAN_SQL = """
+CASE variable
+  WHEN 'Capillary refill rate' THEN
+    CASE WHEN s IN ('Normal <3 secs', 'Brisk') THEN 0.0::DOUBLE
+         WHEN s IN ('Abnormal >3 secs', 'Delayed') THEN 1.0::DOUBLE END
+  WHEN 'Systolic blood pressure' THEN
+    CASE WHEN contains(s, '/') THEN TRY_CAST(regexp_extract(s, '^(\\d+)/(\\d+)$', 1) AS DOUBLE)
+         ELSE d END
+  WHEN 'Diastolic blood pressure' THEN
+    CASE WHEN contains(s, '/') THEN TRY_CAST(regexp_extract(s, '^(\\d+)/(\\d+)$', 2) AS DOUBLE)
+         ELSE d END
+  WHEN 'Fraction inspired oxygen' THEN
+    CASE WHEN contains(lower(coalesce(uom, '')), 'torr') THEN d ELSE d / 100.0::DOUBLE END
+  WHEN 'Oxygen saturation' THEN
+    CASE WHEN NOT numeric AND NOT regexp_full_match(s, '(\\d+(\\.\\d*)?|\\.\\d+)') THEN NULL
+         WHEN d <= 1 THEN d * 100.0::DOUBLE ELSE d END
+  WHEN 'Glucose' THEN
+    CASE WHEN NOT numeric AND NOT regexp_full_match(s, '(\\d+(\\.\\d*)?|\\.\\d+)') THEN NULL
+         ELSE d END
+  WHEN 'pH' THEN
+    CASE WHEN NOT numeric AND NOT regexp_full_match(s, '(\\d+(\\.\\d*)?|\\.\\d+)') THEN NULL
+         ELSE d END
+  WHEN 'Temperature' THEN
+    CASE WHEN d >= 79 THEN (d - 32.0::DOUBLE) * 5.0::DOUBLE / 9.0::DOUBLE ELSE d END
+  WHEN 'Weight' THEN
+    CASE WHEN contains(lower(coalesce(uom, '')), 'oz') OR contains(lower(label), 'oz')
+           THEN d / 16.0::DOUBLE * 0.453592::DOUBLE
+         WHEN contains(lower(coalesce(uom, '')), 'lb') OR contains(lower(label), 'lb')
+           THEN d * 0.453592::DOUBLE
+         ELSE d END
+  WHEN 'Height' THEN
+    CASE WHEN contains(lower(coalesce(uom, '')), 'in') OR contains(lower(label), 'in')
+           THEN round_even(d * 2.54::DOUBLE, 0) ELSE d END
+END"""
+CLEANED = ("Capillary refill rate", "Systolic blood pressure", "Diastolic blood pressure",
+           "Fraction inspired oxygen", "Oxygen saturation", "Glucose", "pH", "Temperature",
+           "Weight", "Height")
+
+
+def create_timeseries(con: duckdb.DuckDBPyConnection, var_map: pd.DataFrame) -> list[str]:
+    """Table `ts`: one row per subject and chart time (and ICU stay), a text column per
+    variable; returns the variables in file column order."""
+    con.register("var_map_df", var_map)
+    con.execute("""CREATE OR REPLACE TEMP TABLE var_map AS
+        SELECT ITEMID::BIGINT AS itemid, VARIABLE AS variable, MIMIC_LABEL AS label
+        FROM var_map_df""")
+    con.unregister("var_map_df")
+    variables = sorted(var_map.VARIABLE.unique())
+    # how pandas typed VALUE when the episode step re-read the validated events.csv
+    con.execute("""CREATE OR REPLACE TEMP TABLE post AS SELECT sid,
+        bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) AS numeric
+        FROM ev GROUP BY sid""")
+    cleaned = _sql_list(CLEANED)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE clean AS
+        WITH m AS (
+            SELECT e.sid, e.icu, e.charttime::TIMESTAMP AS t, m.variable, m.label, e.uom,
+                   e.value AS s, TRY_CAST(e.value AS DOUBLE) AS d, p.numeric
+            FROM ev e JOIN var_map m USING (itemid) JOIN post p USING (sid)
+            WHERE e.value IS NOT NULL),
+        c AS (
+            SELECT sid, icu, t, variable,
+                   CASE WHEN variable IN ({cleaned}) THEN {CLEAN_SQL}
+                        WHEN numeric THEN d END AS num,
+                   CASE WHEN variable IN ({cleaned}) OR numeric THEN NULL ELSE s END AS str
+            FROM m)
+        SELECT * FROM c WHERE num IS NOT NULL OR str IS NOT NULL""")
+    pivot = ",\n".join(
+        f"max(txt) FILTER (variable = '{v}') AS \"{v}\"" for v in variables)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE ts AS
+        WITH last AS (
+            SELECT sid, t, variable, coalesce(str, CAST(num AS VARCHAR)) AS txt,
+                   row_number() OVER (PARTITION BY sid, t, variable
+                                      ORDER BY num DESC NULLS LAST, str DESC NULLS LAST) AS k
+            FROM clean),
+        wide AS (SELECT sid, t, {pivot} FROM last WHERE k = 1 GROUP BY sid, t),
+        meta AS (SELECT DISTINCT sid, t, icu FROM clean)
+        SELECT m.icu, w.* FROM wide w JOIN meta m USING (sid, t)""")
+    con.execute("DROP TABLE clean")
+    return variables
+
+
+def episode_rows(con: duckdb.DuckDBPyConnection, variables: list[str], batch: int = 200_000
+                 ) -> Iterator[tuple[int, list[tuple[str, float, str]]]]:
+    """(subject, [(icu stay, hours, line)]) per subject, rows by stay then hours."""
+    fields = " || ',' || ".join(csv_field(f'ts."{v}"') for v in variables)
+    sql = f"""
+        SELECT ts.sid, st.icu, date_diff('second', st.intime, ts.t) / 60.0::DOUBLE / 60.0::DOUBLE
+               AS hours, {fields} AS line
+        FROM ts JOIN stays st ON ts.sid = st.sid
+                AND (ts.icu = st.icu OR ts.t BETWEEN st.intime AND st.outtime)
+        ORDER BY ts.sid, st.icu, hours"""
+    reader = con.sql(sql).to_arrow_reader(batch)
+    cur: int | None = None
+    buf: list[tuple[str, float, str]] = []
+    for rb in reader:
+        sids, icus, hours, lines = (rb.column(i).to_pylist() for i in range(4))
+        for sid, icu, h, line in zip(sids, icus, hours, lines, strict=True):
+            if sid != cur:
+                if cur is not None:
+                    yield cur, buf
+                cur, buf = sid, []
+            buf.append((icu, h, line))
+    if cur is not None:
+        yield cur, buf

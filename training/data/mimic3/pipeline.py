@@ -21,11 +21,11 @@ import pandas as pd
 from training.data.mimic3 import events as ev
 from training.data.mimic3.sources import Resources, read_subject_set
 from training.data.mimic3.subjects import (
-    load_definitions,
     read_cohort,
     write_root_tables,
     write_subject_tables,
 )
+from training.data.phenotypes import benchmark_groups, code_to_group, load_ccs_definitions
 
 IHM_HOURS = 48.0
 EPS = 1e-6
@@ -111,7 +111,8 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
     work.mkdir(parents=True, exist_ok=True)
 
     progress("cohort: stays, admissions, patients, diagnoses")
-    cohort = read_cohort(mimic_dir, res.ccs_definitions)
+    definitions = load_ccs_definitions(res.ccs_definitions)
+    cohort = read_cohort(mimic_dir, definitions)
     write_root_tables(cohort, root)
     test_set = read_subject_set(res.testset)
     subjects = [int(s) for s in cohort.stays.SUBJECT_ID.unique()]
@@ -143,7 +144,7 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
 
     progress("episodes and tasks: clean, pivot, split by ICU stay")
     variables = ev.create_timeseries(con, read_itemid_map(res.itemid_map))
-    tasks = _Tasks(out, cohort, res, test_set)
+    tasks = _Tasks(out, cohort, definitions, test_set)
     n_episodes = _write_episodes(con, cohort, variables, subject_dirs, tasks)
     summary = tasks.finish(read_subject_set(res.valset))
     progress(f"{n_episodes} episodes; " + "; ".join(
@@ -157,10 +158,10 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
 class _Tasks:
     """Listfile rows of both tasks, filled episode by episode (nothing else is kept)."""
 
-    def __init__(self, out: Path, cohort: Any, res: Resources, test_set: set[str]) -> None:
-        definitions = load_definitions(res.ccs_definitions)
-        self.groups = sorted(g for g in definitions if definitions[g]["use_in_benchmark"])
-        code_group = {c: g for g in definitions for c in definitions[g]["codes"]}
+    def __init__(self, out: Path, cohort: Any, definitions: dict[str, Any],
+                 test_set: set[str]) -> None:
+        self.groups = list(benchmark_groups(definitions))
+        code_group = code_to_group(definitions)
         self.pheno: dict[int, set[str]] = {}
         dx = cohort.diagnoses
         for icu, code, use in zip(dx.ICUSTAY_ID, dx.ICD9_CODE, dx.USE_IN_BENCHMARK, strict=True):

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from training.data.mimic3.sources import read_small
 
@@ -52,7 +51,7 @@ def _between(t: list, lo: list, hi: list, index: pd.Index) -> pd.Series:
                      index=index)
 
 
-def read_cohort(mimic_dir: Path, ccs_definitions: Path) -> Cohort:
+def read_cohort(mimic_dir: Path, definitions: dict[str, Any]) -> Cohort:
     """The kept stays and their diagnoses, with the reference's filters and columns."""
     pats = read_small(mimic_dir, "PATIENTS", ["SUBJECT_ID", "GENDER", "DOB", "DOD"])
     admits = read_small(mimic_dir, "ADMISSIONS", ["SUBJECT_ID", "HADM_ID", "ADMITTIME",
@@ -98,11 +97,12 @@ def read_cohort(mimic_dir: Path, ccs_definitions: Path) -> Cohort:
     stays["LOS"] = [None if v is None else float(v) for v in stays.LOS]
     stays = stays.sort_values(["SUBJECT_ID", "INTIME", "ICUSTAY_ID"], kind="stable")
     stays = stays[STAY_COLUMNS].reset_index(drop=True)
-    return Cohort(stays=stays, diagnoses=_diagnoses(mimic_dir, stays, ccs_definitions),
+    return Cohort(stays=stays, diagnoses=_diagnoses(mimic_dir, stays, definitions),
                   counts=counts)
 
 
-def _diagnoses(mimic_dir: Path, stays: pd.DataFrame, ccs_definitions: Path) -> pd.DataFrame:
+def _diagnoses(mimic_dir: Path, stays: pd.DataFrame, definitions: dict[str, Any]
+               ) -> pd.DataFrame:
     codes = read_small(mimic_dir, "D_ICD_DIAGNOSES", ["ICD9_CODE", "SHORT_TITLE", "LONG_TITLE"])
     dx = read_small(mimic_dir, "DIAGNOSES_ICD", ["SUBJECT_ID", "HADM_ID", "SEQ_NUM", "ICD9_CODE"])
     dx = dx[dx.ICD9_CODE.notna()].merge(codes, on="ICD9_CODE")
@@ -112,19 +112,12 @@ def _diagnoses(mimic_dir: Path, stays: pd.DataFrame, ccs_definitions: Path) -> p
                   on=["SUBJECT_ID", "HADM_ID"])
     dx = dx.sort_values(["SUBJECT_ID", "ICUSTAY_ID", "SEQ_NUM"], kind="stable")
     dx = dx[DIAGNOSIS_COLUMNS].reset_index(drop=True)
-    definitions = load_definitions(ccs_definitions)
     group = {code: (name, int(bool(d["use_in_benchmark"])))
              for name, d in definitions.items() for code in d["codes"]}
     dx["HCUP_CCS_2015"] = [group[c][0] if c in group else None for c in dx.ICD9_CODE]
     dx["USE_IN_BENCHMARK"] = pd.array([group[c][1] if c in group else None for c in dx.ICD9_CODE],
                                       dtype="Int64")
     return dx
-
-
-def load_definitions(path: Path) -> dict[str, Any]:
-    """The HCUP CCS 2015 definitions (group -> codes, use_in_benchmark, type)."""
-    with open(path) as f:
-        return yaml.safe_load(f)
 
 
 def diagnosis_counts(dx: pd.DataFrame) -> pd.DataFrame:

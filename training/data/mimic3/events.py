@@ -19,11 +19,14 @@ them parsed as floats (written `86.0`), else values stay the strings of the sour
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from training.data.mimic3.sources import PANDAS1_NA, header, table_path
 
@@ -33,10 +36,12 @@ EVENT_COLUMNS = ["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "CHARTTIME", "ITEMID", "
 NUMBER_RE = r"(\d+(\.\d*)?|\.\d+)"
 
 
-def connect(work: Path, memory_limit: str, threads: int | None) -> duckdb.DuckDBPyConnection:
+def connect(work: Path, memory_limit: str, threads: int | None, *,
+            progress_bar: bool = False) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection whose memory is capped and which spills to `work/tmp`."""
     (work / "tmp").mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
+    con.execute(f"SET enable_progress_bar = {str(progress_bar).lower()}")
     con.execute(f"SET memory_limit = '{memory_limit}'")
     con.execute(f"SET temp_directory = '{work / 'tmp'}'")
     con.execute("SET preserve_insertion_order = true")  # the scan keeps each table's row order
@@ -83,77 +88,73 @@ def csv_field(expr: str) -> str:
 
 def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
                      stays: pd.DataFrame) -> dict[str, int]:
-    """Table `ev`: the validated events with their events.csv text; returns the reference's
-    validation counts."""
-    files = ", ".join(f"'{p}'" for p in stage)
+    """View `ev`: the validated events with their events.csv text; returns the reference's
+    validation counts. One pass materialises the kept subjects' rows (table `j`, spilled to
+    disk beyond the memory limit) with a status per row; everything after reads it."""
     st = stays[["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "INTIME", "OUTTIME"]].copy()
     con.register("stays_df", st)
     con.execute("""CREATE OR REPLACE TEMP TABLE stays AS SELECT SUBJECT_ID::BIGINT AS sid,
         HADM_ID::VARCHAR AS hadm, ICUSTAY_ID::VARCHAR AS icu,
         INTIME::TIMESTAMP AS intime, OUTTIME::TIMESTAMP AS outtime FROM stays_df""")
     con.unregister("stays_df")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE raw AS
-        SELECT parse_filename(filename, true) AS tbl, file_row_number AS rn,
-               SUBJECT_ID::BIGINT AS sid, {_na('HADM_ID')} AS hadm, {_na('ICUSTAY_ID')} AS icu,
-               CHARTTIME AS charttime, ITEMID::BIGINT AS itemid, {_na('VALUE')} AS value,
-               {_na('VALUEUOM')} AS uom
-        FROM read_parquet([{files}], filename = true, file_row_number = true)
-        WHERE SUBJECT_ID::BIGINT IN (SELECT sid FROM stays)""")
-    # how pandas typed the VALUE column of the subject's events.csv before validation
+    raw = " UNION ALL ".join(
+        f"""SELECT {k} AS tbl, file_row_number AS rn, SUBJECT_ID::BIGINT AS sid,
+                   {_na('HADM_ID')} AS hadm, {_na('ICUSTAY_ID')} AS icu, CHARTTIME AS charttime,
+                   ITEMID::BIGINT AS itemid, {_na('VALUE')} AS value, {_na('VALUEUOM')} AS uom
+            FROM read_parquet('{p}', file_row_number = true)
+            WHERE SUBJECT_ID::BIGINT IN (SELECT sid FROM stays)"""
+        for k, p in enumerate(stage))
+    # status: 0 kept, 1 no admission, 2 admission not a kept stay's, 3 another ICU stay
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE j AS
+        SELECT r.tbl, r.rn, r.sid, r.hadm, r.icu IS NULL AS no_icu, s.icu AS stay_icu,
+               r.charttime, r.itemid, r.value, r.uom,
+               CASE WHEN r.hadm IS NULL THEN 1 WHEN s.icu IS NULL THEN 2
+                    WHEN r.icu IS NOT NULL AND r.icu <> s.icu THEN 3 ELSE 0 END::TINYINT
+                   AS status
+        FROM ({raw}) r LEFT JOIN stays s ON r.sid = s.sid AND r.hadm = s.hadm""")
+    # how pandas typed the VALUE column of each subject's events.csv before validation
     con.execute("""CREATE OR REPLACE TEMP TABLE pre AS SELECT sid,
         bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) AS numeric,
         bool_and(value IS NOT NULL AND regexp_full_match(value, '[+-]?[0-9]+')) AS integer
-        FROM raw GROUP BY sid""")
-    counts = con.execute("""SELECT count(*), count(*) FILTER (hadm IS NULL) FROM raw""").fetchone()
-    con.execute("""CREATE OR REPLACE TEMP TABLE joined AS
-        SELECT r.*, s.icu AS stay_icu, s.hadm IS NOT NULL AS has_stay
-        FROM raw r LEFT JOIN stays s ON r.sid = s.sid AND r.hadm = s.hadm
-        WHERE r.hadm IS NOT NULL""")
-    c2 = con.execute("""SELECT count(*) FILTER (NOT has_stay),
-        count(*) FILTER (has_stay AND icu IS NULL),
-        count(*) FILTER (has_stay AND icu IS NOT NULL AND icu <> stay_icu)
-        FROM joined""").fetchone()
-    con.execute("""CREATE OR REPLACE TEMP TABLE ev AS
-        SELECT j.tbl, j.rn, j.sid, j.hadm, stay_icu AS icu, j.charttime, j.itemid, j.uom,
+        FROM j GROUP BY sid""")
+    c = con.execute("""SELECT count(*), count(*) FILTER (status = 1),
+        count(*) FILTER (status = 2), count(*) FILTER (status IN (0, 3) AND no_icu),
+        count(*) FILTER (status = 3) FROM j""").fetchone()
+    assert c is not None
+    con.execute("""CREATE OR REPLACE TEMP VIEW ev AS
+        SELECT j.tbl, j.rn, j.sid, j.hadm, j.stay_icu AS icu, j.charttime, j.itemid, j.uom,
                CASE WHEN p.integer THEN CAST(CAST(j.value AS BIGINT) AS VARCHAR)
                     WHEN p.numeric THEN CAST(CAST(j.value AS DOUBLE) AS VARCHAR)
                     ELSE j.value END AS value
-        FROM joined j JOIN pre p USING (sid)
-        WHERE has_stay AND (j.icu IS NULL OR j.icu = stay_icu)""")
-    con.execute("DROP TABLE raw; DROP TABLE joined")
-    return {"n_events": counts[0], "empty_hadm": counts[1], "no_hadm_in_stay": c2[0],
-            "no_icustay": c2[1], "recovered": c2[1], "could_not_recover": 0,
-            "icustay_missing_in_stays": c2[2]}
+        FROM j JOIN pre p USING (sid) WHERE j.status = 0""")
+    return {"n_events": c[0], "empty_hadm": c[1], "no_hadm_in_stay": c[2], "no_icustay": c[3],
+            "recovered": c[3], "could_not_recover": 0, "icustay_missing_in_stays": c[4]}
 
 
-def events_csv_lines(con: duckdb.DuckDBPyConnection, batch: int = 200_000
-                     ) -> Iterator[tuple[int, list[str]]]:
-    """(subject, lines of its events.csv) in subject order, the rows in source order."""
+def events_csv(con: duckdb.DuckDBPyConnection, batch: int = 500_000
+               ) -> Iterator[tuple[int, memoryview]]:
+    """(subject, bytes of its events.csv rows) in subject order, rows in source order; a
+    subject may come in several pieces. The text is made by DuckDB; Python only slices it."""
     line = " || ',' || ".join([
         "CAST(sid AS VARCHAR)", csv_field("hadm"), csv_field("icu"), csv_field("charttime"),
         "CAST(itemid AS VARCHAR)", csv_field("value"), csv_field("uom")])
-    return _grouped(con, f"SELECT sid, {line} AS line FROM ev ORDER BY sid, tbl, rn", batch)
-
-
-def _grouped(con: duckdb.DuckDBPyConnection, sql: str, batch: int
-             ) -> Iterator[tuple[int, list[str]]]:
-    reader = con.sql(sql).to_arrow_reader(batch)
-    cur: int | None = None
-    buf: list[str] = []
+    reader = con.sql(f"SELECT sid, {line} || chr(10) AS line FROM ev "
+                     "ORDER BY sid, tbl, rn").to_arrow_reader(batch)
     for rb in reader:
-        sids = rb.column(0).to_pylist()
-        lines = rb.column(1).to_pylist()
-        start = 0
-        for i in range(1, len(sids) + 1):
-            if i == len(sids) or sids[i] != sids[start]:
-                if sids[start] != cur:
-                    if cur is not None:
-                        yield cur, buf
-                    cur, buf = sids[start], []
-                buf.extend(lines[start:i])
-                start = i
-    if cur is not None:
-        yield cur, buf
+        sids = rb.column(0).to_numpy()
+        data, offsets = _text(rb.column(1))
+        cuts = [0, *(np.flatnonzero(sids[1:] != sids[:-1]) + 1).tolist(), len(sids)]
+        for a, b in itertools.pairwise(cuts):
+            yield int(sids[a]), data[offsets[a]:offsets[b]]
+
+
+def _text(col: pa.Array) -> tuple[memoryview, np.ndarray]:
+    """The character data and row offsets of an Arrow string column (no copy)."""
+    col = col.cast(pa.large_string()) if col.type == pa.string_view() else col
+    width = np.int64 if pa.types.is_large_string(col.type) else np.int32
+    _, off, data = col.buffers()
+    offsets = np.frombuffer(off, dtype=width)[col.offset:col.offset + len(col) + 1]
+    return memoryview(data), offsets.astype(np.int64)
 
 
 CLEAN_SQL = """
@@ -237,26 +238,45 @@ def create_timeseries(con: duckdb.DuckDBPyConnection, var_map: pd.DataFrame) -> 
     return variables
 
 
-def episode_rows(con: duckdb.DuckDBPyConnection, variables: list[str], batch: int = 200_000
-                 ) -> Iterator[tuple[int, list[tuple[str, float, str]]]]:
-    """(subject, [(icu stay, hours, line)]) per subject, rows by stay then hours."""
-    fields = " || ',' || ".join(csv_field(f'ts."{v}"') for v in variables)
+#: Rows of each ICU stay's episode: the subject's rows of that stay or charted between its in-
+#: and out-time (so a row may belong to two stays), hours since in-time as the reference
+#: computes them (seconds / 60 / 60).
+_EPISODE_ROWS = """
+    SELECT ts.*, st.icu AS stay,
+           date_diff('second', st.intime, ts.t) / 60.0::DOUBLE / 60.0::DOUBLE AS hours
+    FROM ts JOIN stays st ON ts.sid = st.sid
+         AND (ts.icu = st.icu OR ts.t BETWEEN st.intime AND st.outtime)"""
+
+
+def episodes(con: duckdb.DuckDBPyConnection, variables: list[str], batch: int = 500_000
+             ) -> Iterator[tuple[int, str, np.ndarray, memoryview, np.ndarray]]:
+    """Per subject and ICU stay (in subject order): the stay, the hours of its rows (ascending),
+    the bytes of its timeseries rows and their byte offsets (row k is
+    data[offsets[k]:offsets[k+1]]). A stay's rows may come in several pieces."""
+    fields = " || ',' || ".join(csv_field(f'e."{v}"') for v in variables)
     sql = f"""
-        SELECT ts.sid, st.icu, date_diff('second', st.intime, ts.t) / 60.0::DOUBLE / 60.0::DOUBLE
-               AS hours, {fields} AS line
-        FROM ts JOIN stays st ON ts.sid = st.sid
-                AND (ts.icu = st.icu OR ts.t BETWEEN st.intime AND st.outtime)
-        ORDER BY ts.sid, st.icu, hours"""
-    reader = con.sql(sql).to_arrow_reader(batch)
-    cur: int | None = None
-    buf: list[tuple[str, float, str]] = []
-    for rb in reader:
-        sids, icus, hours, lines = (rb.column(i).to_pylist() for i in range(4))
-        for sid, icu, h, line in zip(sids, icus, hours, lines, strict=True):
-            if sid != cur:
-                if cur is not None:
-                    yield cur, buf
-                cur, buf = sid, []
-            buf.append((icu, h, line))
-    if cur is not None:
-        yield cur, buf
+        WITH e AS ({_EPISODE_ROWS})
+        SELECT sid, stay, hours, CAST(hours AS VARCHAR) || ',' || {fields} || chr(10) AS line
+        FROM e ORDER BY sid, stay, hours"""
+    for rb in con.sql(sql).to_arrow_reader(batch):
+        sids = rb.column(0).to_numpy()
+        icus = rb.column(1).to_pylist()
+        hours = rb.column(2).to_numpy()
+        data, offsets = _text(rb.column(3))
+        change = (sids[1:] != sids[:-1]) | np.array([a != b for a, b in itertools.pairwise(icus)],
+                                                    dtype=bool)
+        cuts = [0, *(np.flatnonzero(change) + 1).tolist(), len(sids)]
+        for a, b in itertools.pairwise(cuts):
+            yield int(sids[a]), icus[a], hours[a:b], data, offsets[a:b + 1]
+
+
+def first_values(con: duckdb.DuckDBPyConnection, variables: tuple[str, ...]
+                 ) -> dict[str, dict[str, str]]:
+    """Per ICU stay, the first value (by hours) of each of `variables` in its episode, as the
+    reference's get_first_valid_from_timeseries (Weight, Height for the episode file)."""
+    cols = ", ".join(f'arg_min(e."{v}", hours) FILTER (e."{v}" IS NOT NULL) AS "{v}"'
+                     for v in variables)
+    rows = con.execute(f"""
+        WITH e AS ({_EPISODE_ROWS})
+        SELECT stay, {cols} FROM e GROUP BY stay""").fetchall()
+    return {r[0]: {v: r[k + 1] or "" for k, v in enumerate(variables)} for r in rows}

@@ -10,6 +10,7 @@ pandas does them; the event tables go through DuckDB (`events`).
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -147,13 +148,25 @@ def write_root_tables(cohort: Cohort, root: Path) -> None:
         root / "phenotype_labels.csv", index=False, quoting=csv.QUOTE_NONNUMERIC)
 
 
+def _rows_by_subject(df: pd.DataFrame) -> dict[int, str]:
+    """CSV text of `df`'s rows per subject (in `df`'s order), as pandas writes them."""
+    buf: dict[int, io.StringIO] = {}
+    values = df.astype(object).where(df.notna(), None)
+    for row in values.itertuples(index=False, name=None):
+        f = buf.get(row[0])
+        if f is None:
+            f = buf[row[0]] = io.StringIO()
+        csv.writer(f, lineterminator="\n").writerow(row)
+    return {int(k): v.getvalue() for k, v in buf.items()}
+
+
 def write_subject_tables(cohort: Cohort, subject_dirs: dict[int, Path]) -> None:
-    """`stays.csv` (by admission time) and `diagnoses.csv` (by stay, sequence) per subject."""
-    for sid, part in cohort.stays.groupby("SUBJECT_ID", sort=False):
-        d = subject_dirs[int(sid)]
+    """`stays.csv` (by admission time) and `diagnoses.csv` (by stay, sequence) per subject;
+    a subject with no coded diagnosis gets the header alone, as in the reference."""
+    stays, dx = cohort.stays, cohort.diagnoses  # both sorted by subject, then as written
+    stay_rows, dx_rows = _rows_by_subject(stays), _rows_by_subject(dx)
+    stay_head, dx_head = ",".join(stays.columns) + "\n", ",".join(dx.columns) + "\n"
+    for sid, d in subject_dirs.items():
         d.mkdir(parents=True, exist_ok=True)
-        part.sort_values("INTIME", kind="stable").to_csv(d / "stays.csv", index=False)
-    by_subject = dict(iter(cohort.diagnoses.groupby("SUBJECT_ID", sort=False)))
-    empty = cohort.diagnoses.iloc[:0]
-    for sid, d in subject_dirs.items():  # header only where a subject has no coded diagnosis
-        by_subject.get(sid, empty).to_csv(d / "diagnoses.csv", index=False)
+        (d / "stays.csv").write_text(stay_head + stay_rows.get(sid, ""))
+        (d / "diagnoses.csv").write_text(dx_head + dx_rows.get(sid, ""))

@@ -1,4 +1,4 @@
-"""`scehr data extract-mimic3` and `scehr data compare-mimic3`."""
+"""`scehr data extract-mimic3`, `compare-mimic3` and `convert-meds`."""
 
 from __future__ import annotations
 
@@ -36,6 +36,20 @@ def register(sub: Any) -> None:
     p.add_argument("reference", type=Path, help="the reference's data folder (root, tasks)")
     p.set_defaults(func=_compare)
 
+    p = sub.add_parser("convert-meds",
+                       help="MEDS dataset + label table -> in-hospital-mortality layout",
+                       description="A MEDS dataset (data/**/*.parquet, "
+                       "metadata/subject_splits.parquet) and a MEDS label table (one row per "
+                       "stay: subject_id, prediction_time, boolean_value) -> "
+                       "OUT/in-hospital-mortality, the 48 h before each prediction time.")
+    p.add_argument("meds_dir", type=Path, help="MEDS dataset root")
+    p.add_argument("labels", type=Path, help="label table (parquet, meds LabelSchema)")
+    p.add_argument("out", type=Path, help="output folder")
+    p.add_argument("--code-map", type=Path, default=None,
+                   help="CSV code,variable (variable id or benchmark name); default: the "
+                        "catalog's LOINC codes as LOINC/<code>")
+    p.set_defaults(func=_meds)
+
 
 def _extract(args: argparse.Namespace) -> int:
     from training.data.mimic3.pipeline import extract
@@ -59,3 +73,15 @@ def _compare(args: argparse.Namespace) -> int:
     report = compare_trees(args.ours, args.reference)
     print(report.summary())
     return 0 if report.equal else 1
+
+
+def _meds(args: argparse.Namespace) -> int:
+    from training.data.meds_input import convert_meds, read_code_map
+
+    cmap = read_code_map(args.code_map) if args.code_map else None
+    counts = convert_meds(args.meds_dir, args.labels, args.out, code_map=cmap)
+    ignored = counts["codes_ignored"]
+    print(f"{counts['labels']} stays, {counts['events_used']} events in their windows; "
+          f"{sum(ignored.values())} events of {len(ignored)} codes not in the code map ignored")
+    print(f"wrote {args.out}")
+    return 0

@@ -28,7 +28,21 @@ def register(sub: Any) -> None:
                    help="DuckDB memory limit; larger intermediates spill to OUT/.mimic3-work "
                         "(default 2GB)")
     p.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: all)")
-    p.set_defaults(func=_extract)
+    p.set_defaults(func=_extract, schema="mimic3")
+
+    p = sub.add_parser(
+        "extract-mimic4",
+        help="MIMIC-IV v2+ (hosp/, icu/) -> the same layout (ICD-9 phenotypes only)",
+        description="MIMIC-IV v2+ tables (hosp/ and icu/ modules, CSV or CSV.gz) -> OUT/root, "
+                    "OUT/in-hospital-mortality, OUT/phenotyping with extract-mimic3's rules. "
+                    "Phenotype labels use ICD-9 codes only; stays of admissions coded in "
+                    "ICD-10 are left out of phenotyping (docs/mimic.md).")
+    p.add_argument("mimic_dir", type=Path, help="MIMIC-IV root folder (holding hosp/ and icu/)")
+    p.add_argument("out", type=Path, help="output folder")
+    p.add_argument("--resources", type=Path, default=None, help="as for extract-mimic3")
+    p.add_argument("--memory-limit", default="2GB", help="DuckDB memory limit (default 2GB)")
+    p.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: all)")
+    p.set_defaults(func=_extract, schema="mimic4")
 
     p = sub.add_parser("compare-mimic3",
                        help="compare an extraction with mimic3-benchmarks' output, file by file")
@@ -58,7 +72,8 @@ def _extract(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     res = Resources.from_dir(args.resources)
     prov = extract(args.mimic_dir, args.out, resources=res, memory_limit=args.memory_limit,
-                   threads=args.threads, progress=lambda s: print(s, flush=True))
+                   threads=args.threads, schema=args.schema,
+                   progress=lambda s: print(s, flush=True))
     for step, c in prov["cohort"].items():
         print(f"{step:<24} {c['icu_stays']:>7} ICU stays {c['admissions']:>7} admissions "
               f"{c['subjects']:>7} subjects")

@@ -81,15 +81,18 @@ class TaskWriter:
     """Task files per episode and the listfile rows of both tasks (nothing else is kept)."""
 
     def __init__(self, out: Path, cohort: Any, definitions: dict[str, Any],
-                 test_set: set[str]) -> None:
+                 test_set: set[str], *, no_phenotypes: set[int] | None = None) -> None:
         self.groups = list(benchmark_groups(definitions))
         code_group = code_to_group(definitions)
         self.pheno: dict[int, set[str]] = {}
         dx = cohort.diagnoses
         for icu, code, use in zip(dx.ICUSTAY_ID, dx.ICD9_CODE, dx.USE_IN_BENCHMARK, strict=True):
-            if use is pd.NA or use:  # the reference tests `if row['USE_IN_BENCHMARK']`
+            # the reference tests `if row['USE_IN_BENCHMARK']` (NA is true there); a code of
+            # no CCS group (only MIMIC-IV's ICD10: codes) would stop it: skipped here
+            if (use is pd.NA or use) and code in code_group:
                 self.pheno.setdefault(int(icu), set()).add(code_group[code])
         self.out, self.test_set = out, test_set
+        self.no_phenotypes = no_phenotypes or set()  # admissions (MIMIC-IV coded in ICD-10)
         self.ihm: dict[str, list[str]] = {"train": [], "test": []}
         self.ph: dict[str, list[tuple[str, float, list[int]]]] = {"train": [], "test": []}
         for d in ("in-hospital-mortality", "phenotyping"):
@@ -113,7 +116,7 @@ class TaskWriter:
                     head + rows[starts[lo]:starts[hi]])
                 self.ihm[split].append(f"{name},{int(stay.MORTALITY):d}")
         hi = int(np.searchsorted(hours, los + EPS, side="left"))
-        if hi > lo:
+        if hi > lo and int(stay.HADM_ID) not in self.no_phenotypes:
             (self.out / "phenotyping" / split / name).write_bytes(
                 head + rows[starts[lo]:starts[hi]])
             have = self.pheno.get(int(icu), set())

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from training.data.mimic3.sources import PANDAS1_NA, header, table_path
+from training.data.mimic3.sources import PANDAS1_NA, header
 
 EVENT_TABLES: tuple[str, ...] = ("CHARTEVENTS", "LABEVENTS", "OUTPUTEVENTS")
 EVENT_COLUMNS = ["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "CHARTTIME", "ITEMID", "VALUE", "VALUEUOM"]
@@ -58,19 +58,21 @@ def _na(col: str) -> str:
     return f"CASE WHEN {col} IN ({_sql_list(PANDAS1_NA)}) THEN NULL ELSE {col} END"
 
 
-def scan_table(con: duckdb.DuckDBPyConnection, mimic_dir: Path, table: str, out: Path) -> None:
+def scan_table(con: duckdb.DuckDBPyConnection, path: Path, out: Path,
+               icu_column: str | None = "ICUSTAY_ID") -> None:
     """One event table's columns the benchmark reads -> `out` (parquet, text, file order).
 
     No filter here: a filtering join may reorder rows, and the reference writes each subject's
     events in file order. Parquet keeps the order (`file_row_number`) and is a fraction of the
-    CSV's size; the kept subjects are selected when it is read.
+    CSV's size; the kept subjects are selected when it is read. `icu_column` names the ICU
+    stay column (MIMIC-IV: STAY_ID; None where the table has none).
     """
-    path = table_path(mimic_dir, table)
     cols = header(path)
     missing = [c for c in EVENT_COLUMNS if c not in cols and c != "ICUSTAY_ID"]
     if missing:
         raise ValueError(f"{path}: column(s) {', '.join(missing)} missing")
-    icu = "ICUSTAY_ID" if "ICUSTAY_ID" in cols else "NULL::VARCHAR AS ICUSTAY_ID"
+    icu = (f"{icu_column} AS ICUSTAY_ID" if icu_column in cols
+           else "NULL::VARCHAR AS ICUSTAY_ID")
     tmp = out.with_suffix(".partial")
     con.execute(f"""
         COPY (SELECT SUBJECT_ID, HADM_ID, {icu}, CHARTTIME, ITEMID, VALUE, VALUEUOM

@@ -18,16 +18,8 @@ def register(sub: Any) -> None:
                     "OUT/root, OUT/in-hospital-mortality, OUT/phenotyping, as mimic3-benchmarks' "
                     "scripts write them. The scan of the event tables is kept in "
                     "OUT/.mimic3-work and reused by a rerun; delete it to rescan.")
-    p.add_argument("mimic_dir", type=Path, help="folder with PATIENTS, ADMISSIONS, ICUSTAYS, "
-                   "DIAGNOSES_ICD, D_ICD_DIAGNOSES, CHARTEVENTS, LABEVENTS, OUTPUTEVENTS")
-    p.add_argument("out", type=Path, help="output folder")
-    p.add_argument("--resources", type=Path, default=None,
-                   help="mimic3-benchmarks checkout or copy of its resource files (default: "
-                        "mimic3-benchmarks-resources in SCEHR_DATA_DIR)")
-    p.add_argument("--memory-limit", default="2GB",
-                   help="DuckDB memory limit; larger intermediates spill to OUT/.mimic3-work "
-                        "(default 2GB)")
-    p.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: all)")
+    _extract_args(p, "folder with PATIENTS, ADMISSIONS, ICUSTAYS, DIAGNOSES_ICD, "
+                     "D_ICD_DIAGNOSES, CHARTEVENTS, LABEVENTS, OUTPUTEVENTS")
     p.set_defaults(func=_extract, schema="mimic3")
 
     p = sub.add_parser(
@@ -37,11 +29,7 @@ def register(sub: Any) -> None:
                     "OUT/in-hospital-mortality, OUT/phenotyping with extract-mimic3's rules. "
                     "Phenotype labels use ICD-9 codes only; stays of admissions coded in "
                     "ICD-10 are left out of phenotyping (docs/mimic.md).")
-    p.add_argument("mimic_dir", type=Path, help="MIMIC-IV root folder (holding hosp/ and icu/)")
-    p.add_argument("out", type=Path, help="output folder")
-    p.add_argument("--resources", type=Path, default=None, help="as for extract-mimic3")
-    p.add_argument("--memory-limit", default="2GB", help="DuckDB memory limit (default 2GB)")
-    p.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: all)")
+    _extract_args(p, "MIMIC-IV root folder (holding hosp/ and icu/)")
     p.set_defaults(func=_extract, schema="mimic4")
 
     p = sub.add_parser("compare-mimic3",
@@ -63,6 +51,18 @@ def register(sub: Any) -> None:
                    help="CSV code,variable (variable id or benchmark name); default: the "
                         "catalog's LOINC codes as LOINC/<code>")
     p.set_defaults(func=_meds)
+
+
+def _extract_args(p: argparse.ArgumentParser, source_help: str) -> None:
+    p.add_argument("mimic_dir", type=Path, help=source_help)
+    p.add_argument("out", type=Path, help="output folder")
+    p.add_argument("--resources", type=Path, default=None,
+                   help="mimic3-benchmarks checkout or copy of its resource files (default: "
+                        "mimic3-benchmarks-resources in SCEHR_DATA_DIR)")
+    p.add_argument("--memory-limit", default="2GB",
+                   help="DuckDB memory limit; larger intermediates spill to OUT/.mimic3-work "
+                        "(default 2GB)")
+    p.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: all)")
 
 
 def _extract(args: argparse.Namespace) -> int:

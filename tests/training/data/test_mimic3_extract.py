@@ -251,3 +251,10 @@ def test_demo_output_reads_with_the_project_reader(demo_out: Path) -> None:
     eye = [v.benchmark_name for v in fs.variables].index("Glascow coma scale eye opening")
     none = fs.variables[eye].category_index("None")
     assert ((obs.channel == eye) & (obs.value == none)).any()  # "None" read as a category
+
+
+def test_paths_with_quotes(fixture_out: Path, tmp_path: Path) -> None:
+    raw = write_raw(tmp_path / "raw data's copy", lower_gz=False)
+    out = tmp_path / "o'brien"
+    extract(raw, out, memory_limit="512MB", threads=1, progress=QUIET)
+    assert compare_trees(out, fixture_out).equal

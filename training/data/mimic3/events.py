@@ -42,16 +42,21 @@ def connect(work: Path, memory_limit: str, threads: int | None, *,
     (work / "tmp").mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
     con.execute(f"SET enable_progress_bar = {str(progress_bar).lower()}")
-    con.execute(f"SET memory_limit = '{memory_limit}'")
-    con.execute(f"SET temp_directory = '{work / 'tmp'}'")
+    con.execute(f"SET memory_limit = {_quote(memory_limit)}")
+    con.execute(f"SET temp_directory = {_quote(work / 'tmp')}")
     con.execute("SET preserve_insertion_order = true")  # the scan keeps each table's row order
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     return con
 
 
+def _quote(value: object) -> str:
+    """A SQL string literal (paths and settings may hold quotes)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 def _sql_list(items: list[str] | tuple[str, ...]) -> str:
-    return ", ".join("'" + s.replace("'", "''") + "'" for s in items)
+    return ", ".join(_quote(s) for s in items)
 
 
 def _na(col: str) -> str:
@@ -76,9 +81,9 @@ def scan_table(con: duckdb.DuckDBPyConnection, path: Path, out: Path,
     tmp = out.with_suffix(".partial")
     con.execute(f"""
         COPY (SELECT SUBJECT_ID, HADM_ID, {icu}, CHARTTIME, ITEMID, VALUE, VALUEUOM
-              FROM read_csv('{path}', header = true, all_varchar = true, names = {cols!r},
+              FROM read_csv({_quote(path)}, header = true, all_varchar = true, names = {cols!r},
                             quote = '"', escape = '"'))
-        TO '{tmp}' (FORMAT parquet, COMPRESSION zstd)""")
+        TO {_quote(tmp)} (FORMAT parquet, COMPRESSION zstd)""")
     tmp.replace(out)
 
 
@@ -103,7 +108,7 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
         f"""SELECT {k} AS tbl, file_row_number AS rn, SUBJECT_ID::BIGINT AS sid,
                    {_na('HADM_ID')} AS hadm, {_na('ICUSTAY_ID')} AS icu, CHARTTIME AS charttime,
                    ITEMID::BIGINT AS itemid, {_na('VALUE')} AS value, {_na('VALUEUOM')} AS uom
-            FROM read_parquet('{p}', file_row_number = true)
+            FROM read_parquet({_quote(p)}, file_row_number = true)
             WHERE SUBJECT_ID::BIGINT IN (SELECT sid FROM stays)"""
         for k, p in enumerate(stage))
     # status: 0 kept, 1 no admission, 2 admission not a kept stay's, 3 another ICU stay

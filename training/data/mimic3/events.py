@@ -89,7 +89,8 @@ def scan_table(con: duckdb.DuckDBPyConnection, path: Path, out: Path,
 
 def csv_field(expr: str) -> str:
     """SQL for a CSV field as Python's csv writer quotes it (QUOTE_MINIMAL); NULL -> empty."""
-    return (f"CASE WHEN {expr} IS NULL THEN '' WHEN regexp_matches({expr}, '[,\"\\r\\n]') "
+    special = " OR ".join(f"contains({expr}, {c})" for c in ("','", "'\"'", "chr(10)", "chr(13)"))
+    return (f"CASE WHEN {expr} IS NULL THEN '' WHEN {special} "
             f"THEN '\"' || replace({expr}, '\"', '\"\"') || '\"' ELSE {expr} END")
 
 

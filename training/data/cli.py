@@ -66,6 +66,10 @@ def register(subparsers: Any) -> None:
                    "names, else the task's)")
     p.set_defaults(func=_inspect)
 
+    from training.data.mimic3.cli import register as register_mimic3
+
+    register_mimic3(sub)
+
 
 def _feature_set_arg(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--feature-set", dest="feature_set", choices=list(FEATURE_SETS),

@@ -61,8 +61,9 @@ def load_ccs_definitions(path: str | Path | None = None) -> dict[str, dict[str, 
             f"HCUP CCS definitions not found: {path} (expected mimic3-benchmarks' "
             "mimic3benchmark/resources/hcup_ccs_2015_definitions.yaml; set SCEHR_DATA_DIR)"
         )
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~20x faster, same result
     with open(path) as f:
-        return yaml.safe_load(f)
+        return yaml.load(f, Loader=loader)
 
 
 def benchmark_groups(definitions: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:

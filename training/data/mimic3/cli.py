@@ -1,0 +1,102 @@
+"""`scehr data extract-mimic3`, `compare-mimic3` and `convert-meds`."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add the MIMIC subcommands to `scehr data`."""
+    p = sub.add_parser(
+        "extract-mimic3",
+        help="raw MIMIC-III tables -> mimic3-benchmarks layout (root, in-hospital-mortality, "
+             "phenotyping)",
+        description="Raw MIMIC-III v1.4 tables (CSV or CSV.gz, upper- or lower-case headers) -> "
+                    "OUT/root, OUT/in-hospital-mortality, OUT/phenotyping, as mimic3-benchmarks' "
+                    "scripts write them. The scan of the event tables is kept in "
+                    "OUT/.mimic3-work and reused by a rerun; delete it to rescan.")
+    _extract_args(p, "folder with PATIENTS, ADMISSIONS, ICUSTAYS, DIAGNOSES_ICD, "
+                     "D_ICD_DIAGNOSES, CHARTEVENTS, LABEVENTS, OUTPUTEVENTS")
+    p.set_defaults(func=_extract, schema="mimic3")
+
+    p = sub.add_parser(
+        "extract-mimic4",
+        help="MIMIC-IV v2+ (hosp/, icu/) -> the same layout (ICD-9 phenotypes only)",
+        description="MIMIC-IV v2+ tables (hosp/ and icu/ modules, CSV or CSV.gz) -> OUT/root, "
+                    "OUT/in-hospital-mortality, OUT/phenotyping with extract-mimic3's rules. "
+                    "Phenotype labels use ICD-9 codes only; stays of admissions coded in "
+                    "ICD-10 are left out of phenotyping (docs/mimic.md).")
+    _extract_args(p, "MIMIC-IV root folder (holding hosp/ and icu/)")
+    p.set_defaults(func=_extract, schema="mimic4")
+
+    p = sub.add_parser("compare-mimic3",
+                       help="compare an extraction with mimic3-benchmarks' output, file by file")
+    p.add_argument("ours", type=Path, help="output of extract-mimic3")
+    p.add_argument("reference", type=Path, help="the reference's data folder (root, tasks)")
+    p.set_defaults(func=_compare)
+
+    p = sub.add_parser("convert-meds",
+                       help="MEDS dataset + label table -> in-hospital-mortality layout",
+                       description="A MEDS dataset (data/**/*.parquet, "
+                       "metadata/subject_splits.parquet) and a MEDS label table (one row per "
+                       "stay: subject_id, prediction_time, boolean_value) -> "
+                       "OUT/in-hospital-mortality, the 48 h before each prediction time.")
+    p.add_argument("meds_dir", type=Path, help="MEDS dataset root")
+    p.add_argument("labels", type=Path, help="label table (parquet, meds LabelSchema)")
+    p.add_argument("out", type=Path, help="output folder")
+    p.add_argument("--code-map", type=Path, default=None,
+                   help="CSV code,variable (variable id or benchmark name); default: the "
+                        "catalog's LOINC codes as LOINC/<code>")
+    p.set_defaults(func=_meds)
+
+
+def _extract_args(p: argparse.ArgumentParser, source_help: str) -> None:
+    p.add_argument("mimic_dir", type=Path, help=source_help)
+    p.add_argument("out", type=Path, help="output folder")
+    p.add_argument("--resources", type=Path, default=None,
+                   help="mimic3-benchmarks checkout or copy of its resource files (default: "
+                        "mimic3-benchmarks-resources in SCEHR_DATA_DIR)")
+    p.add_argument("--memory-limit", default="2GB",
+                   help="DuckDB memory limit; larger intermediates spill to OUT/.mimic3-work "
+                        "(default 2GB)")
+    p.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: all)")
+
+
+def _extract(args: argparse.Namespace) -> int:
+    from training.data.mimic3.pipeline import extract
+    from training.data.mimic3.sources import Resources
+
+    t0 = time.perf_counter()
+    res = Resources.from_dir(args.resources)
+    prov = extract(args.mimic_dir, args.out, resources=res, memory_limit=args.memory_limit,
+                   threads=args.threads, schema=args.schema,
+                   progress=lambda s: print(s, flush=True))
+    for step, c in prov["cohort"].items():
+        print(f"{step:<24} {c['icu_stays']:>7} ICU stays {c['admissions']:>7} admissions "
+              f"{c['subjects']:>7} subjects")
+    print("validation: " + ", ".join(f"{k} {v}" for k, v in prov["validation"].items()))
+    print(f"wrote {args.out} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from training.data.mimic3.compare import compare_trees
+
+    report = compare_trees(args.ours, args.reference)
+    print(report.summary())
+    return 0 if report.equal else 1
+
+
+def _meds(args: argparse.Namespace) -> int:
+    from training.data.meds_input import convert_meds, read_code_map
+
+    cmap = read_code_map(args.code_map) if args.code_map else None
+    counts = convert_meds(args.meds_dir, args.labels, args.out, code_map=cmap)
+    ignored = counts["codes_ignored"]
+    print(f"{counts['labels']} stays, {counts['events_used']} events in their windows; "
+          f"{sum(ignored.values())} events of {len(ignored)} codes not in the code map ignored")
+    print(f"wrote {args.out}")
+    return 0

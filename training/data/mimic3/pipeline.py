@@ -1,0 +1,121 @@
+"""`extract`: raw MIMIC-III -> `OUT/root`, `OUT/in-hospital-mortality`, `OUT/phenotyping`.
+
+Steps are idempotent: each run rewrites its outputs from scratch, and the one expensive step,
+the scan of the event tables, is kept in `OUT/.mimic3-work/` (one parquet file per table,
+written under a temporary name and renamed when complete) so that a run that was stopped
+resumes after the tables it had finished. Delete that folder to rescan.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from training.data.mimic3 import events as ev
+from training.data.mimic3 import mimic4
+from training.data.mimic3.episodes import TaskWriter, write_episodes
+from training.data.mimic3.mimic4 import table_file, write_mimic3_view
+from training.data.mimic3.sources import Resources, read_subject_set, table_path
+from training.data.mimic3.subjects import read_cohort, write_root_tables, write_subject_tables
+from training.data.phenotypes import load_ccs_definitions
+
+WORK_DIR = ".mimic3-work"
+Progress = Callable[[str], None]
+
+
+def read_itemid_map(path: Path) -> pd.DataFrame:
+    """The benchmark's itemid -> variable rows in use (LEVEL2 set, COUNT > 0, STATUS ready)."""
+    m = pd.read_csv(path, dtype=str, keep_default_na=False)
+    m = m[(m.LEVEL2 != "") & (m.COUNT.astype(int) > 0) & (m.STATUS == "ready")]
+    return pd.DataFrame({"ITEMID": m.ITEMID.astype(int), "VARIABLE": m.LEVEL2,
+                         "MIMIC_LABEL": m["MIMIC LABEL"]})
+
+
+def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
+            memory_limit: str = "2GB", threads: int | None = None, schema: str = "mimic3",
+            progress: Progress = print) -> dict[str, Any]:
+    """Run every step; returns counts (also written to `OUT/provenance.json`).
+
+    `schema` "mimic4": `mimic_dir` is a MIMIC-IV root (hosp/, icu/), see `mimic4`.
+    """
+    t0 = time.perf_counter()
+    res = resources or Resources.from_dir()
+    mimic_dir, out = Path(mimic_dir), Path(out)
+    root = out / "root"
+    work = out / WORK_DIR
+    for d in (root, out / "in-hospital-mortality", out / "phenotyping"):
+        shutil.rmtree(d, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+
+    small, no_phenotypes = mimic_dir, set()
+    if schema == "mimic3":
+        events: dict[str, tuple[Path, str | None]] = {
+            t: (table_path(mimic_dir, t), "ICUSTAY_ID") for t in ev.EVENT_TABLES}
+    elif schema == "mimic4":
+        progress("MIMIC-IV: hosp/ and icu/ tables in MIMIC-III's shape")
+        small = work / "mimic4-as-mimic3"
+        no_phenotypes = write_mimic3_view(mimic_dir, small)
+        events = {t: (table_file(mimic_dir, f), icu)
+                  for t, (f, icu) in mimic4.EVENT_FILES.items()}
+    else:
+        raise ValueError(f"schema must be mimic3 or mimic4, not {schema!r}")
+    progress("cohort: stays, admissions, patients, diagnoses")
+    definitions = load_ccs_definitions(res.ccs_definitions)
+    cohort = read_cohort(small, definitions)
+    write_root_tables(cohort, root)
+    test_set = read_subject_set(res.testset)
+    subjects = [int(s) for s in cohort.stays.SUBJECT_ID.unique()]
+    subject_dirs = {s: root / ("test" if str(s) in test_set else "train") / str(s)
+                    for s in subjects}
+    write_subject_tables(cohort, subject_dirs)
+
+    con = ev.connect(work, memory_limit, threads, progress_bar=sys.stderr.isatty())
+    stage = []
+    for table in ev.EVENT_TABLES:
+        path = work / f"{table.lower()}.parquet"
+        if path.is_file():
+            progress(f"scan {table}: reusing {path}")
+        else:
+            progress(f"scan {table} ...")
+            ts = time.perf_counter()
+            ev.scan_table(con, events[table][0], path, events[table][1])
+            progress(f"scan {table}: {time.perf_counter() - ts:.1f} s")
+        stage.append(path)
+
+    progress("validate events")
+    validation = ev.create_validated(con, stage, cohort.stays)
+    header = ",".join(ev.EVENT_COLUMNS) + "\n"
+    cur, f = None, None
+    for sid, data in ev.events_csv(con):
+        if sid != cur:
+            if f is not None:
+                f.close()
+            cur, f = sid, open(subject_dirs[sid] / "events.csv", "wb")  # noqa: SIM115
+            f.write(header.encode())
+        f.write(data)
+    if f is not None:
+        f.close()
+    for d in subject_dirs.values():
+        if not (d / "events.csv").exists():
+            (d / "events.csv").write_text(header)
+
+    progress("episodes and tasks: clean, pivot, split by ICU stay")
+    variables = ev.create_timeseries(con, read_itemid_map(res.itemid_map))
+    tasks = TaskWriter(out, cohort, definitions, test_set, no_phenotypes=no_phenotypes)
+    n_episodes = write_episodes(con, cohort, variables, subject_dirs, tasks)
+    summary = tasks.finish(read_subject_set(res.valset))
+    progress(f"{n_episodes} episodes; " + "; ".join(
+        f"{t}: {v['train']} train, {v['test']} test stays" for t, v in summary.items()))
+    prov = {"source": str(mimic_dir), "schema": schema,
+            "admissions_left_out_of_phenotyping_icd10": len(no_phenotypes),
+            "cohort": cohort.counts, "validation": validation,
+            "episodes": n_episodes, "tasks": summary, "wall_seconds": time.perf_counter() - t0}
+    (out / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
+    return prov

@@ -22,7 +22,7 @@ SKIP_DIRS = ("models/",)
 _ISSUE = r"\bissues?\s*#?\s*\d+"
 _ROUND = r"\b(?:round|stop)s?\s+#?\d+\b"
 _BRANCH = r"\bbranch tip\b|\b(?:main|house|scorer|edges|mimic|deploy|architecture)\s+branch\b"
-_PATH = r"(?<![\w.])/(?:work|root)/"
+_PATH = r"(?<![\w.}/])/(?:work|root)/"  # an absolute path, not a folder named root
 FORBIDDEN = re.compile("|".join([_ISSUE, _ROUND, _BRANCH, _PATH]), re.IGNORECASE)
 
 

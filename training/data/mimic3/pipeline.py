@@ -21,6 +21,7 @@ import pandas as pd
 from training.data.mimic3 import events as ev
 from training.data.mimic3 import mimic4
 from training.data.mimic3.episodes import TaskWriter, write_episodes
+from training.data.mimic3.filewriter import FileWriter
 from training.data.mimic3.mimic4 import table_file, write_mimic3_view
 from training.data.mimic3.sources import Resources, read_subject_set, table_path
 from training.data.mimic3.subjects import read_cohort, write_root_tables, write_subject_tables
@@ -91,25 +92,28 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
 
     progress("validate events")
     validation = ev.create_validated(con, stage, cohort.stays)
-    header = ",".join(ev.EVENT_COLUMNS) + "\n"
-    cur, f = None, None
-    for sid, data in ev.events_csv(con):
-        if sid != cur:
-            if f is not None:
-                f.close()
-            cur, f = sid, open(subject_dirs[sid] / "events.csv", "wb")  # noqa: SIM115
-            f.write(header.encode())
-        f.write(data)
-    if f is not None:
-        f.close()
-    for d in subject_dirs.values():
-        if not (d / "events.csv").exists():
-            (d / "events.csv").write_text(header)
+    header = (",".join(ev.EVENT_COLUMNS) + "\n").encode()
+    with FileWriter() as files:
+        cur, pieces, done = None, [], set()
+        for sid, data in ev.events_csv(con):
+            if sid != cur:
+                if cur is not None:
+                    files.write(subject_dirs[cur] / "events.csv", header, *pieces)
+                    done.add(cur)
+                cur, pieces = sid, []
+            pieces.append(data)
+        if cur is not None:
+            files.write(subject_dirs[cur] / "events.csv", header, *pieces)
+            done.add(cur)
+        for sid, d in subject_dirs.items():
+            if sid not in done:
+                files.write(d / "events.csv", header)
 
-    progress("episodes and tasks: clean, pivot, split by ICU stay")
-    variables = ev.create_timeseries(con, read_itemid_map(res.itemid_map))
-    tasks = TaskWriter(out, cohort, definitions, test_set, no_phenotypes=no_phenotypes)
-    n_episodes = write_episodes(con, cohort, variables, subject_dirs, tasks)
+        progress("episodes and tasks: clean, pivot, split by ICU stay")
+        variables = ev.create_timeseries(con, read_itemid_map(res.itemid_map))
+        tasks = TaskWriter(out, cohort, definitions, test_set, files,
+                           no_phenotypes=no_phenotypes)
+        n_episodes = write_episodes(con, cohort, variables, subject_dirs, tasks)
     summary = tasks.finish(read_subject_set(res.valset))
     progress(f"{n_episodes} episodes; " + "; ".join(
         f"{t}: {v['train']} train, {v['test']} test stays" for t, v in summary.items()))

@@ -41,6 +41,10 @@ class FileWriter:
             self._pending += size
         self._pool.submit(self._write, path, chunks, size)
 
+    def mkdirs(self, paths: list[Path]) -> None:
+        """Create folders (and parents) on the worker threads; returns when all exist."""
+        list(self._pool.map(lambda p: p.mkdir(parents=True, exist_ok=True), paths))
+
     def _write(self, path: Path, chunks: tuple[Chunk, ...], size: int) -> None:
         try:
             fd = os.open(path, _FLAGS, 0o644)

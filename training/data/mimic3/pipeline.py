@@ -75,40 +75,13 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
     subjects = [int(s) for s in cohort.stays.SUBJECT_ID.unique()]
     subject_dirs = {s: root / ("test" if str(s) in test_set else "train") / str(s)
                     for s in subjects}
-    write_subject_tables(cohort, subject_dirs)
-
-    con = ev.connect(work, memory_limit, threads, progress_bar=sys.stderr.isatty())
-    stage = []
-    for table in ev.EVENT_TABLES:
-        path = work / f"{table.lower()}.parquet"
-        if path.is_file():
-            progress(f"scan {table}: reusing {path}")
-        else:
-            progress(f"scan {table} ...")
-            ts = time.perf_counter()
-            ev.scan_table(con, events[table][0], path, events[table][1])
-            progress(f"scan {table}: {time.perf_counter() - ts:.1f} s")
-        stage.append(path)
-
-    progress("validate events")
-    validation = ev.create_validated(con, stage, cohort.stays)
-    header = (",".join(ev.EVENT_COLUMNS) + "\n").encode()
     with FileWriter() as files:
-        cur, pieces, done = None, [], set()
-        for sid, data in ev.events_csv(con):
-            if sid != cur:
-                if cur is not None:
-                    files.write(subject_dirs[cur] / "events.csv", header, *pieces)
-                    done.add(cur)
-                cur, pieces = sid, []
-            pieces.append(data)
-        if cur is not None:
-            files.write(subject_dirs[cur] / "events.csv", header, *pieces)
-            done.add(cur)
-        for sid, d in subject_dirs.items():
-            if sid not in done:
-                files.write(d / "events.csv", header)
-
+        write_subject_tables(cohort, subject_dirs, files)
+        con = ev.connect(work, memory_limit, threads, progress_bar=sys.stderr.isatty())
+        stage = [_scan(con, table, *events[table], work, progress) for table in ev.EVENT_TABLES]
+        progress("validate events")
+        validation = ev.create_validated(con, stage, cohort.stays)
+        _write_events(con, subject_dirs, files)
         progress("episodes and tasks: clean, pivot, split by ICU stay")
         variables = ev.create_timeseries(con, read_itemid_map(res.itemid_map))
         tasks = TaskWriter(out, cohort, definitions, test_set, files,
@@ -123,3 +96,38 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
             "episodes": n_episodes, "tasks": summary, "wall_seconds": time.perf_counter() - t0}
     (out / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
     return prov
+
+
+def _scan(con: Any, table: str, source: Path, icu_column: str | None, work: Path,
+          progress: Progress) -> Path:
+    """The staging parquet of one event table, reused when a previous run completed it."""
+    path = work / f"{table.lower()}.parquet"
+    if path.is_file():
+        progress(f"scan {table}: reusing {path}")
+        return path
+    progress(f"scan {table} ...")
+    ts = time.perf_counter()
+    ev.scan_table(con, source, path, icu_column)
+    progress(f"scan {table}: {time.perf_counter() - ts:.1f} s")
+    return path
+
+
+def _write_events(con: Any, subject_dirs: dict[int, Path], files: FileWriter) -> None:
+    """Each subject's `events.csv` (the header alone for a subject without events)."""
+    header = (",".join(ev.EVENT_COLUMNS) + "\n").encode()
+    cur: int | None = None
+    pieces: list[memoryview] = []
+    done: set[int] = set()
+    for sid, data in ev.events_csv(con):
+        if sid != cur:
+            if cur is not None:
+                files.write(subject_dirs[cur] / "events.csv", header, *pieces)
+                done.add(cur)
+            cur, pieces = sid, []
+        pieces.append(data)
+    if cur is not None:
+        files.write(subject_dirs[cur] / "events.csv", header, *pieces)
+        done.add(cur)
+    for sid, d in subject_dirs.items():
+        if sid not in done:
+            files.write(d / "events.csv", header)

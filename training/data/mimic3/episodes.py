@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from training.data.mimic3 import events as ev
+from training.data.mimic3.filewriter import FileWriter
 from training.data.phenotypes import benchmark_groups, code_to_group
 
 IHM_HOURS = 48.0
@@ -81,7 +82,9 @@ class TaskWriter:
     """Task files per episode and the listfile rows of both tasks (nothing else is kept)."""
 
     def __init__(self, out: Path, cohort: Any, definitions: dict[str, Any],
-                 test_set: set[str], *, no_phenotypes: set[int] | None = None) -> None:
+                 test_set: set[str], files: FileWriter, *,
+                 no_phenotypes: set[int] | None = None) -> None:
+        self.files = files  # the task files are written on its threads
         self.groups = list(benchmark_groups(definitions))
         code_group = code_to_group(definitions)
         self.pheno: dict[int, set[str]] = {}
@@ -112,13 +115,13 @@ class TaskWriter:
         if los >= IHM_HOURS - EPS:
             hi = int(np.searchsorted(hours, IHM_HOURS + EPS, side="left"))
             if hi > lo:
-                (self.out / "in-hospital-mortality" / split / name).write_bytes(
-                    head + rows[starts[lo]:starts[hi]])
+                self.files.write(self.out / "in-hospital-mortality" / split / name, head,
+                                 rows[starts[lo]:starts[hi]])
                 self.ihm[split].append(f"{name},{int(stay.MORTALITY):d}")
         hi = int(np.searchsorted(hours, los + EPS, side="left"))
         if hi > lo and int(stay.HADM_ID) not in self.no_phenotypes:
-            (self.out / "phenotyping" / split / name).write_bytes(
-                head + rows[starts[lo]:starts[hi]])
+            self.files.write(self.out / "phenotyping" / split / name, head,
+                             rows[starts[lo]:starts[hi]])
             have = self.pheno.get(int(icu), set())
             self.ph[split].append((name, los, [int(g in have) for g in self.groups]))
 
@@ -176,7 +179,7 @@ def write_episodes(con: Any, cohort: Any, variables: list[str], subject_dirs: di
         starts = np.concatenate([[0], np.cumsum(np.concatenate([ln for _, _, ln in pieces]))])
         i = order[icu]
         d = subject_dirs[sid]
-        (d / f"episode{i}_timeseries.csv").write_bytes(head + rows)
+        tasks.files.write(d / f"episode{i}_timeseries.csv", head, rows)
         n += 1
         s = by_icu.loc[icu]
         labels = None
@@ -187,8 +190,8 @@ def write_episodes(con: Any, cohort: Any, variables: list[str], subject_dirs: di
                       str(int(s.MORTALITY))]
             labels += ["1" if c in dx else "0" for c in DIAGNOSIS_LABELS]
             tasks.add(sid, icu, s, f"episode{i}_timeseries.csv", head, hours, rows, starts)
-        _write(d / f"episode{i}.csv", _episode_header() + "\n",
-               [",".join(labels)] if labels else [])
+        text = _episode_header() + "\n" + (",".join(labels) + "\n" if labels else "")
+        tasks.files.write(d / f"episode{i}.csv", text.encode())
 
     for sid, icu, hours, data, offsets in ev.episodes(con, variables):
         if (sid, icu) != cur:

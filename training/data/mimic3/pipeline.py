@@ -21,6 +21,7 @@ import pandas as pd
 from training.data.mimic3 import events as ev
 from training.data.mimic3 import mimic4
 from training.data.mimic3.episodes import TaskWriter, write_episodes
+from training.data.mimic3.filewriter import FileWriter
 from training.data.mimic3.mimic4 import table_file, write_mimic3_view
 from training.data.mimic3.sources import Resources, read_subject_set, table_path
 from training.data.mimic3.subjects import read_cohort, write_root_tables, write_subject_tables
@@ -74,42 +75,18 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
     subjects = [int(s) for s in cohort.stays.SUBJECT_ID.unique()]
     subject_dirs = {s: root / ("test" if str(s) in test_set else "train") / str(s)
                     for s in subjects}
-    write_subject_tables(cohort, subject_dirs)
-
-    con = ev.connect(work, memory_limit, threads, progress_bar=sys.stderr.isatty())
-    stage = []
-    for table in ev.EVENT_TABLES:
-        path = work / f"{table.lower()}.parquet"
-        if path.is_file():
-            progress(f"scan {table}: reusing {path}")
-        else:
-            progress(f"scan {table} ...")
-            ts = time.perf_counter()
-            ev.scan_table(con, events[table][0], path, events[table][1])
-            progress(f"scan {table}: {time.perf_counter() - ts:.1f} s")
-        stage.append(path)
-
-    progress("validate events")
-    validation = ev.create_validated(con, stage, cohort.stays)
-    header = ",".join(ev.EVENT_COLUMNS) + "\n"
-    cur, f = None, None
-    for sid, data in ev.events_csv(con):
-        if sid != cur:
-            if f is not None:
-                f.close()
-            cur, f = sid, open(subject_dirs[sid] / "events.csv", "wb")  # noqa: SIM115
-            f.write(header.encode())
-        f.write(data)
-    if f is not None:
-        f.close()
-    for d in subject_dirs.values():
-        if not (d / "events.csv").exists():
-            (d / "events.csv").write_text(header)
-
-    progress("episodes and tasks: clean, pivot, split by ICU stay")
-    variables = ev.create_timeseries(con, read_itemid_map(res.itemid_map))
-    tasks = TaskWriter(out, cohort, definitions, test_set, no_phenotypes=no_phenotypes)
-    n_episodes = write_episodes(con, cohort, variables, subject_dirs, tasks)
+    with FileWriter() as files:
+        write_subject_tables(cohort, subject_dirs, files)
+        con = ev.connect(work, memory_limit, threads, progress_bar=sys.stderr.isatty())
+        stage = [_scan(con, table, *events[table], work, progress) for table in ev.EVENT_TABLES]
+        progress("validate events")
+        validation = ev.create_validated(con, stage, cohort.stays)
+        _write_events(con, subject_dirs, files)
+        progress("episodes and tasks: clean, pivot, split by ICU stay")
+        variables = ev.create_timeseries(con, read_itemid_map(res.itemid_map))
+        tasks = TaskWriter(out, cohort, definitions, test_set, files,
+                           no_phenotypes=no_phenotypes)
+        n_episodes = write_episodes(con, cohort, variables, subject_dirs, tasks)
     summary = tasks.finish(read_subject_set(res.valset))
     progress(f"{n_episodes} episodes; " + "; ".join(
         f"{t}: {v['train']} train, {v['test']} test stays" for t, v in summary.items()))
@@ -119,3 +96,38 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
             "episodes": n_episodes, "tasks": summary, "wall_seconds": time.perf_counter() - t0}
     (out / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
     return prov
+
+
+def _scan(con: Any, table: str, source: Path, icu_column: str | None, work: Path,
+          progress: Progress) -> Path:
+    """The staging parquet of one event table, reused when a previous run completed it."""
+    path = work / f"{table.lower()}.parquet"
+    if path.is_file():
+        progress(f"scan {table}: reusing {path}")
+        return path
+    progress(f"scan {table} ...")
+    ts = time.perf_counter()
+    ev.scan_table(con, source, path, icu_column)
+    progress(f"scan {table}: {time.perf_counter() - ts:.1f} s")
+    return path
+
+
+def _write_events(con: Any, subject_dirs: dict[int, Path], files: FileWriter) -> None:
+    """Each subject's `events.csv` (the header alone for a subject without events)."""
+    header = (",".join(ev.EVENT_COLUMNS) + "\n").encode()
+    cur: int | None = None
+    pieces: list[memoryview] = []
+    done: set[int] = set()
+    for sid, data in ev.events_csv(con):
+        if sid != cur:
+            if cur is not None:
+                files.write(subject_dirs[cur] / "events.csv", header, *pieces)
+                done.add(cur)
+            cur, pieces = sid, []
+        pieces.append(data)
+    if cur is not None:
+        files.write(subject_dirs[cur] / "events.csv", header, *pieces)
+        done.add(cur)
+    for sid, d in subject_dirs.items():
+        if sid not in done:
+            files.write(d / "events.csv", header)

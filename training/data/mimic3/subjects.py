@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from training.data.mimic3.filewriter import FileWriter
 from training.data.mimic3.sources import read_small
 
 STAY_COLUMNS = ["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "LAST_CAREUNIT", "DBSOURCE", "INTIME",
@@ -160,13 +161,14 @@ def _rows_by_subject(df: pd.DataFrame) -> dict[int, str]:
     return {int(k): v.getvalue() for k, v in buf.items()}
 
 
-def write_subject_tables(cohort: Cohort, subject_dirs: dict[int, Path]) -> None:
+def write_subject_tables(cohort: Cohort, subject_dirs: dict[int, Path],
+                         files: FileWriter) -> None:
     """`stays.csv` (by admission time) and `diagnoses.csv` (by stay, sequence) per subject;
     a subject with no coded diagnosis gets the header alone, as in the reference."""
     stays, dx = cohort.stays, cohort.diagnoses  # both sorted by subject, then as written
     stay_rows, dx_rows = _rows_by_subject(stays), _rows_by_subject(dx)
     stay_head, dx_head = ",".join(stays.columns) + "\n", ",".join(dx.columns) + "\n"
+    files.mkdirs(list(subject_dirs.values()))
     for sid, d in subject_dirs.items():
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "stays.csv").write_text(stay_head + stay_rows.get(sid, ""))
-        (d / "diagnoses.csv").write_text(dx_head + dx_rows.get(sid, ""))
+        files.write(d / "stays.csv", (stay_head + stay_rows.get(sid, "")).encode())
+        files.write(d / "diagnoses.csv", (dx_head + dx_rows.get(sid, "")).encode())

@@ -43,16 +43,27 @@ class JsonFormatter(logging.Formatter):
 _HANDLER_FLAG = "_scehr_handler"
 
 
+#: Python warnings (numpy's RuntimeWarning, library deprecations) go to this logger once
+#: captured, so that they reach the log stream as JSON lines instead of plain text.
+WARNINGS_LOGGER = "py.warnings"
+
+
 def configure_logging(level: str) -> None:
-    """JSON handler on the `scehr` logger (idempotent; leaves the root logger alone)."""
-    logger = logging.getLogger("scehr")
-    logger.setLevel(level)
-    if not any(getattr(h, _HANDLER_FLAG, False) for h in logger.handlers):
-        handler = logging.StreamHandler()
-        handler.setFormatter(JsonFormatter())
-        setattr(handler, _HANDLER_FLAG, True)
-        logger.addHandler(handler)
-    logger.propagate = False
+    """JSON handler on the `scehr` and Python-warnings loggers (idempotent; root left alone).
+
+    Warnings are captured because a plain-text line in a JSON log stream breaks every log
+    shipper that parses it; Python shows each warning once per code location, so they stay few.
+    """
+    for name in ("scehr", WARNINGS_LOGGER):
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        if not any(getattr(h, _HANDLER_FLAG, False) for h in logger.handlers):
+            handler = logging.StreamHandler()
+            handler.setFormatter(JsonFormatter())
+            setattr(handler, _HANDLER_FLAG, True)
+            logger.addHandler(handler)
+        logger.propagate = False
+    logging.captureWarnings(True)
 
 
 def uvicorn_log_config(level: str) -> dict[str, Any]:
@@ -66,5 +77,6 @@ def uvicorn_log_config(level: str) -> dict[str, Any]:
         "loggers": {
             "uvicorn": {"handlers": ["default"], "level": level, "propagate": False},
             "uvicorn.error": {"level": level},
+            WARNINGS_LOGGER: {"handlers": ["default"], "level": level, "propagate": False},
         },
     }

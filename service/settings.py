@@ -136,6 +136,11 @@ class Settings(BaseSettings):
         1000, ge=10, le=100_000, description="Drift monitoring: the last N scored stays per "
         "model (and worker) the gauges and GET /models/{task}/monitoring summarize; memory is "
         "fixed by N, whatever the traffic")
+    public_base_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="The service's address as clients reach it (e.g. https://scehr.example.org"
+        "); CDS cards link to the model card under it. Unset: cards carry no link, since a "
+        "request's own Host header is the client's word, not the service's address")
 
     @field_validator("tasks", mode="before")
     @classmethod

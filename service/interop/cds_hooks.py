@@ -221,7 +221,7 @@ def _summary(label: str, risk: float, level: Level) -> str:
     return name + tail
 
 
-def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str) -> Card:
+def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | None) -> Card:
     level = level_of(r, manifest)
     top = top_contributions(r)
     lines = [rationale(r, manifest), ""]
@@ -242,13 +242,18 @@ def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str) ->
         source=Source(label=f"scehr {pred.model.name} {pred.model.version}", url=card_url,
                       topic=None if c is None else Coding(system=c.system, code=c.code,
                                                           display=c.display)),
-        links=[Link(label="Model card", url=card_url)],
+        links=[] if card_url is None else [Link(label="Model card", url=card_url)],
         extension={EXTENSION: {"label": r.label, "risk": risk_of(r), "score": score_of(r),
                                "level": level, "model": pred.model.name,
                                "version": pred.model.version}})
 
 
-def insufficient_card(pred: Prediction, card_url: str) -> Card:
+def model_card_url(public_base_url: str | None, task: str) -> str | None:
+    """The model card's absolute address under the configured base, or None when unset."""
+    return None if public_base_url is None else f"{public_base_url.rstrip('/')}/models/{task}/card"
+
+
+def insufficient_card(pred: Prediction, card_url: str | None) -> Card:
     """The info card of a stay below the model's data minimum: no risk, what is missing."""
     reasons = pred.sufficiency.reasons if pred.sufficiency is not None else []
     m = pred.model
@@ -258,12 +263,12 @@ def insufficient_card(pred: Prediction, card_url: str) -> Card:
         + "\n".join(f"- {w}" for w in reasons)
         + "\n\nResearch software: not for clinical use without local validation.",
         indicator="info", source=Source(label=f"scehr {m.name} {m.version}", url=card_url),
-        links=[Link(label="Model card", url=card_url)],
+        links=[] if card_url is None else [Link(label="Model card", url=card_url)],
         extension={EXTENSION: {"status": pred.status, "model": m.name, "version": m.version,
                                "reasons": reasons}})
 
 
-def cards(pred: Prediction, manifest: Manifest, card_url: str) -> CdsResponse:
+def cards(pred: Prediction, manifest: Manifest, card_url: str | None) -> CdsResponse:
     """Classes at warning or critical, highest risk first (at most MAX_CARDS); when none
     is, one info card for the highest-risk class, so the clinician sees the model ran. A
     stay below the data minimum gets one info card saying what is missing."""

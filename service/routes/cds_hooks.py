@@ -20,6 +20,7 @@ from service.interop.cds_hooks import (
     CdsResponse,
     cards,
     discovery,
+    model_card_url,
     read_prefetch,
 )
 from service.registry import ModelNotReady, Registry
@@ -69,8 +70,7 @@ async def cds_service(service_id: str, request: Request,
         return CdsResponse(cards=[])
     pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain="full"),
                                    locate=stay.locate)
-    url = str(request.url_for("model_card", task=task))
-    return cards(pred, handle.model.spec.manifest, url)
+    return cards(pred, handle.model.spec.manifest, model_card_url(settings.public_base_url, task))
 
 
 @router.get("/models/{task}/card", response_class=PlainTextResponse, name="model_card",

@@ -18,6 +18,7 @@ import tritonclient.http as triton
 import tritonclient.utils as triton_utils
 from fhir.resources.R4B.bundle import Bundle
 from fhir.resources.R4B.riskassessment import RiskAssessment
+from pydantic import ValidationError
 
 from schemas.featureset import BENCHMARK_48H, FEATURE_SETS
 from schemas.outcomes import MORTALITY, PHENOTYPE_CCS, outcome_coding
@@ -326,8 +327,27 @@ async def test_cds_discovery_and_cards_follow_the_spec(client: httpx.AsyncClient
         assert 1 <= len(cards) <= 5
         for c in cards:
             assert len(c["summary"]) < 140
-            assert c["links"][0]["url"].endswith(f"/models/{sid.split('-')[1]}/card")
+            assert c["links"] == []  # no public base URL configured: no link to guess
             assert "Top contributing variables" in c["detail"]
+
+
+async def test_cds_card_links_use_the_configured_address_not_the_host_header(
+        make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(public_base_url="https://scehr.hospital.example/api/")
+    async with serve(settings) as c:
+        r = await c.post("/cds-services/scehr-mortality", json=cds_request(fhir_bundle()),
+                         headers={"host": "evil.example.com"})
+    assert r.status_code == 200, r.text
+    for card in r.json()["cards"]:
+        assert card["links"][0]["url"] == \
+            "https://scehr.hospital.example/api/models/mortality/card"
+        assert card["source"]["url"] == card["links"][0]["url"]
+        assert "evil" not in json.dumps(card)
+
+
+def test_public_base_url_must_be_an_http_address() -> None:
+    with pytest.raises(ValidationError, match="public_base_url"):
+        Settings(public_base_url="evil.example.com/x")
 
 
 async def test_cds_indicator_follows_the_operating_points(client: httpx.AsyncClient) -> None:

@@ -90,6 +90,18 @@ def test_json_formatter_one_object_per_line() -> None:
     assert out["msg"] == "hello w" and out["task"] == "mortality" and out["level"] == "INFO"
 
 
+def test_python_warnings_reach_the_log_stream_as_json() -> None:
+    """A numpy RuntimeWarning raised while serving is a JSON log line, not plain text."""
+    code = ("from service.logs import configure_logging; configure_logging('INFO'); "
+            "import numpy as np; np.log(np.zeros(1))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, check=True)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert lines, "the warning was not emitted at all"
+    records = [json.loads(ln) for ln in lines]  # fails on a plain-text warning line
+    assert any(r["logger"] == "py.warnings" and "RuntimeWarning" in r["msg"] for r in records)
+
+
 async def test_metric_names_and_labels(client) -> None:
     scored = (await client.post("/predict/mortality", json=secret_stay())).json()
     unobserved = sum(w["code"] == "channel_not_observed" for w in scored["warnings"])

@@ -28,6 +28,9 @@ from service.routes.predict import ERRORS, as_body_parameter
 from service.scorer import ScoreOptions
 
 router = APIRouter(tags=["cds-hooks"])
+#: The model card tells the served version, its checksums and metrics: served with /models
+#: (closed by `SCEHR_OPEN_MODELS=false`, like them).
+card_router = APIRouter(tags=["cds-hooks"])
 
 
 @router.get("/cds-services", response_model=CdsDiscovery,
@@ -70,10 +73,11 @@ async def cds_service(service_id: str, request: Request,
         return CdsResponse(cards=[])
     pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain="full"),
                                    locate=stay.locate)
-    return cards(pred, handle.model.spec.manifest, model_card_url(settings.public_base_url, task))
+    return cards(pred, handle.model.spec.manifest, model_card_url(
+        settings.public_base_url if settings.open_models else None, task))
 
 
-@router.get("/models/{task}/card", response_class=PlainTextResponse, name="model_card",
+@card_router.get("/models/{task}/card", response_class=PlainTextResponse, name="model_card",
             responses={200: {"content": {"text/markdown": {}}},
                        404: {"content": {"application/json": {
                            "schema": {"$ref": "#/components/schemas/ErrorBody"}}}}},

@@ -38,6 +38,10 @@ from service.settings import Settings
 
 router = APIRouter(prefix="/v2", tags=["open-inference-protocol"], responses={
     code: {"model": V2Error} for code in (400, 404, 503)})
+#: Model metadata (versions served, tensors) is what `/models` tells: closed with it
+#: (`SCEHR_OPEN_MODELS=false`).
+metadata_router = APIRouter(prefix="/v2", tags=["open-inference-protocol"], responses={
+    code: {"model": V2Error} for code in (400, 404, 503)})
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -49,9 +53,9 @@ def _handle(registry: Registry, name: str, version: str | None) -> ModelHandle:
         return registry.get(name, version)
     except ModelNotReady as e:
         raise ApiError(503, f"model {name!r} is not ready ({e})") from None
-    except VersionNotServed as e:
-        raise ApiError(404, f"model {name!r} has no version {version!r} "
-                       f"(served: {', '.join(e.served)})") from None
+    except VersionNotServed:
+        # the served versions are /models' to tell (closable): not named here
+        raise ApiError(404, f"model {name!r} has no version {version!r} here") from None
     except KeyError:
         raise ApiError(404, f"unknown model {name!r}") from None
 
@@ -174,12 +178,12 @@ async def model_version_ready(name: str, version: str, registry: RegistryDep) ->
     return await _model_ready(name, registry, version)
 
 
-@router.get("/models/{name}", response_model=ModelMetadata, summary="Model metadata")
+@metadata_router.get("/models/{name}", response_model=ModelMetadata, summary="Model metadata")
 async def model_metadata(name: str, registry: RegistryDep) -> Response:
     return await _model_metadata(name, registry, None)
 
 
-@router.get("/models/{name}/versions/{version}", response_model=ModelMetadata,
+@metadata_router.get("/models/{name}/versions/{version}", response_model=ModelMetadata,
             summary="Model version metadata")
 async def model_version_metadata(name: str, version: str, registry: RegistryDep) -> Response:
     return await _model_metadata(name, registry, version)

@@ -1,0 +1,190 @@
+"""Hostile clients against the new surface, bounded for CI: stalled bodies on a real server
+process, interop inputs that must be refused before their expensive parse or that used to end
+in a 500."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from schemas.payloads import StayPayload
+from service.pipeline import prepare
+from service.settings import Settings
+from tests.service.conftest import serve, stay
+from tests.service.test_svc_process import REPO, free_port, scehr_command
+
+pytestmark = pytest.mark.anyio
+
+
+def _ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "server never became ready"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def one_worker(model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
+    """`scehr serve` with one worker and a 3 s body deadline: base URL, port, log file."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCEHR_")}
+    env.update(SCEHR_BODY_TIMEOUT_S="3", SCEHR_LOG_LEVEL="INFO",
+               PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prom"))
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*scehr_command(), "serve", "--port", str(port), "--model-dir",
+                                 str(model_dir), "--device", "cpu", "--workers", "1"],
+                                cwd=REPO, env=env, stdout=out, stderr=out)
+    try:
+        _ready(f"http://127.0.0.1:{port}", proc, log)
+        yield f"http://127.0.0.1:{port}", port, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _stall(port: int, path: str = "/predict/mortality") -> socket.socket:
+    """Headers announcing 100,000 bytes of body, then one byte, then nothing."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              "Content-Length: 100000\r\n\r\n{".encode())
+    return s
+
+
+@pytest.mark.slow
+def test_stalled_bodies_never_lock_other_clients_out(
+        one_worker: tuple[str, int, Path]) -> None:
+    """64 connections whose body stalls hold no admission slot: other clients are served at
+    once; each stalled one gets 408 `body_timeout` once the body deadline passes, and is
+    closed."""
+    base, port, log = one_worker
+    stalled = [_stall(port) for _ in range(64)]
+    try:
+        time.sleep(0.5)  # all 64 are past their headers, waiting for their bodies
+        with httpx.Client(base_url=base, timeout=10) as c:
+            for i in range(5):
+                r = c.post("/predict/mortality", json=stay(id=f"polite-{i}"))
+                assert r.status_code == 200, r.text
+        first = stalled[0]
+        first.settimeout(15)  # the body deadline is 3 s: the answer comes well before this
+        answer = b""
+        while b"\r\n\r\n" not in answer or b"}" not in answer.split(b"\r\n\r\n", 1)[1]:
+            chunk = first.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408"), answer[:300]
+        assert b"body_timeout" in body and b"connection: close" in head.lower()
+        assert first.recv(65536) == b""  # closed by the server
+    finally:
+        for s in stalled:
+            s.close()
+    assert "Traceback" not in log.read_text()
+
+
+# ------------------------------------------------------------------ V2 numbers and types
+
+
+def _v2_tensors(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    """A valid V2 tensor request's inputs for one stay, as plain JSON lists."""
+    spec = client.app.state.registry.get("mortality").model.spec  # type: ignore[attr-defined]
+    prep = prepare(spec, [StayPayload.model_validate(stay())])
+    assert prep.inputs is not None
+    out = []
+    for name, arr, dtype in (("x", prep.inputs.x, "FP32"), ("lengths", prep.inputs.lengths,
+                                                             "INT64"),
+                             ("static", prep.inputs.static, "FP32")):
+        if arr is not None:
+            out.append({"name": name, "shape": list(arr.shape), "datatype": dtype,
+                        "data": arr.ravel().tolist()})
+    return out
+
+
+def _with(inputs: list[dict[str, Any]], name: str, **change: Any) -> list[dict[str, Any]]:
+    out = copy.deepcopy(inputs)
+    t = next(t for t in out if t["name"] == name)
+    if "first" in change:
+        t["data"][0] = change.pop("first")
+    t.update(change)
+    return out
+
+
+async def test_v2_out_of_range_and_coerced_numbers_are_400_naming_the_input(
+        client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture) -> None:
+    """Integers beyond the tensor's type (or any float) and booleans or strings in number
+    data are refused with 400 naming the input, as the JSON route refuses them; no client
+    number reaches a log line."""
+    caplog.set_level(logging.DEBUG)
+    base = _v2_tensors(client)
+    ok = await client.post("/v2/models/mortality/infer", json={"inputs": base})
+    assert ok.status_code == 200, ok.text
+    cases = [
+        ("lengths", {"first": 2**63}),
+        ("lengths", {"first": 2**63 + 12345, "datatype": "INT32"}),
+        ("lengths", {"first": 1.5}),
+        ("lengths", {"first": True}),
+        ("x", {"first": True}),
+        ("x", {"first": "0.5"}),
+        ("x", {"first": 10**400}),
+        ("static", {"first": 10**400}),
+    ]
+    for name, change in cases:
+        value = change["first"]
+        body = json.dumps({"inputs": _with(base, name, **change)})
+        r = await client.post("/v2/models/mortality/infer", content=body,
+                              headers={"content-type": "application/json"})
+        assert r.status_code == 400, (name, change, r.text)
+        assert repr(name) in r.json()["error"], r.text
+        if isinstance(value, int) and not isinstance(value, bool) and value > 2**31:
+            assert str(value) not in caplog.text
+            assert str(value) not in r.text
+    # INT32 data beyond int32
+    ints = _with(base, "lengths", datatype="INT32", first=2**40)
+    r = await client.post("/v2/models/mortality/infer", json={"inputs": ints})
+    assert r.status_code == 400 and "'lengths'" in r.json()["error"], r.text
+    assert str(2**40) not in caplog.text
+
+
+async def test_v2_unknown_version_does_not_name_the_served_one(
+        client: httpx.AsyncClient) -> None:
+    served = client.app.state.registry.get("mortality").model.spec.manifest.version  # type: ignore[attr-defined]
+    for url in ("/v2/models/mortality/versions/9.9.9", "/v2/models/mortality/versions/9.9.9/ready",
+                "/v2/models/mortality/versions/9.9.9/infer"):
+        r = await (client.get(url) if not url.endswith("infer") else
+                   client.post(url, json={"inputs": _v2_tensors(client)}))
+        assert r.status_code == 404, (url, r.text)
+        assert served not in r.text, (url, r.text)
+
+
+async def test_closed_models_close_the_card_and_v2_metadata(
+        make_settings: Callable[..., Settings]) -> None:
+    """SCEHR_OPEN_MODELS=false closes every route that tells what is served (version,
+    checksums, metrics), not only /models; scoring and probes stay."""
+    async with serve(make_settings(open_models=False)) as c:
+        for url in ("/models", "/models/mortality", "/models/mortality/card",
+                    "/v2/models/mortality", "/v2/models/mortality/versions/1.0.0"):
+            r = await c.get(url)
+            assert r.status_code == 404, (url, r.status_code, r.text[:200])
+        assert (await c.get("/v2/models/mortality/ready")).status_code == 200
+        assert (await c.post("/predict/mortality", json=stay())).status_code == 200

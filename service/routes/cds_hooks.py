@@ -23,6 +23,7 @@ from service.interop.cds_hooks import (
     model_card_url,
     read_prefetch,
 )
+from service.interop.fhir_limits import FhirLimits, check_raw
 from service.registry import ModelNotReady, Registry
 from service.routes.predict import ERRORS, as_body_parameter
 from service.scorer import ScoreOptions
@@ -48,6 +49,12 @@ def _variables(registry: Registry, task: str) -> Sequence[Variable]:
         return CATALOG
 
 
+def _cds_request(raw: bytes, limits: FhirLimits) -> CdsRequest:
+    """The request, its size limits checked before FHIR validation (`fhir_limits`)."""
+    check_raw(raw, limits)
+    return as_body_parameter(CdsRequest, raw)
+
+
 @router.post("/cds-services/{service_id}", response_model=CdsResponse,
              response_model_exclude_none=True,
              responses={**ERRORS, 412: {"model": ErrorBody, "description":
@@ -67,7 +74,8 @@ async def cds_service(service_id: str, request: Request,
     handle = handle_for(registry, settings, task, version)
     request.state.model = task
     # Parsing and FHIR validation grow with the prefetch: off the event loop
-    body = await run_in_threadpool(as_body_parameter, CdsRequest, await request.body())
+    body = await run_in_threadpool(_cds_request, await request.body(),
+                                   FhirLimits(settings.max_observations))
     stay = await run_in_threadpool(read_prefetch, body, handle.model.spec.fs.variables)
     if stay is None:  # the client has no Observations: no decision support to give
         return CdsResponse(cards=[])

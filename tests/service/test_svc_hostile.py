@@ -22,6 +22,7 @@ from schemas.payloads import StayPayload
 from service.pipeline import prepare
 from service.settings import Settings
 from tests.service.conftest import serve, stay
+from tests.service.fhir_writer import example_bundle, example_cds_request
 from tests.service.test_svc_process import REPO, free_port, scehr_command
 
 pytestmark = pytest.mark.anyio
@@ -188,3 +189,93 @@ async def test_closed_models_close_the_card_and_v2_metadata(
             assert r.status_code == 404, (url, r.status_code, r.text[:200])
         assert (await c.get("/v2/models/mortality/ready")).status_code == 200
         assert (await c.post("/predict/mortality", json=stay())).status_code == 200
+
+
+# ------------------------------------------------------------------ FHIR before the parse
+
+
+def _observations(b: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e["resource"] for e in b["entry"] if e["resource"]["resourceType"] == "Observation"
+            and "valueQuantity" in e["resource"]]
+
+
+async def _fhir(client: httpx.AsyncClient, body: bytes | dict[str, Any],
+                content_type: str = "application/fhir+json") -> httpx.Response:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return await client.post("/fhir/predict/mortality", content=data,
+                             headers={"content-type": content_type})
+
+
+def _rules(r: httpx.Response) -> list[str]:
+    return [p["rule"] for p in r.json()["detail"]]
+
+
+async def test_fhir_over_a_limit_is_refused_before_fhir_validation(
+        make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Millions of empty entries, too many Observations, extensions 300 deep: each a 422
+    naming its rule, and FHIR validation never runs for them."""
+    import service.interop.fhir_in as fhir_in
+
+    calls: list[str] = []
+    real = fhir_in.validate
+
+    def spy(model: type, *a: Any, **kw: Any) -> Any:
+        calls.append(model.__name__)
+        return real(model, *a, **kw)
+
+    monkeypatch.setattr(fhir_in, "validate", spy)
+    async with serve(make_settings(max_observations=500)) as c:
+        empty = (b'{"resourceType":"Bundle","type":"collection","entry":['
+                 + b",".join([b"{}"] * 2_000_000) + b"]}")
+        r = await _fhir(c, empty)
+        assert r.status_code == 422 and _rules(r) == ["fhir_too_many_elements"], r.text[:300]
+
+        many = example_bundle()
+        obs = next(e for e in many["entry"] if e["resource"]["resourceType"] == "Observation")
+        many["entry"] += [copy.deepcopy(obs) for _ in range(400)]
+        r = await _fhir(c, many)
+        assert r.status_code == 422 and _rules(r) == ["fhir_too_many_observations"], r.text
+
+        deep = example_bundle()
+        ext: dict[str, Any] = {"url": "http://example.org/x", "valueString": "leaf"}
+        for _ in range(300):
+            ext = {"url": "http://example.org/x", "extension": [ext]}
+        deep["entry"][0]["resource"]["extension"] = [ext]
+        r = await _fhir(c, deep)
+        assert r.status_code == 422 and _rules(r) == ["fhir_too_deep"], r.text[:300]
+        cds = example_cds_request()
+        cds["prefetch"]["patient"]["extension"] = [ext]
+        r = await c.post("/cds-services/scehr-mortality", json=cds)
+        assert r.status_code == 422 and _rules(r) == ["fhir_too_deep"], r.text[:300]
+        assert calls == [], calls
+        ok = await _fhir(c, example_bundle())
+        assert ok.status_code == 200, ok.text[:300]
+
+
+async def test_fhir_inputs_that_used_to_500(client: httpx.AsyncClient) -> None:
+    """A 309-digit value names its element; XML is 415; a string valueQuantity names the
+    rule; a huge unmapped code is not echoed back whole."""
+    b = example_bundle()
+    _observations(b)[0]["valueQuantity"]["value"] = int("9" * 309)
+    r = await _fhir(client, b)
+    assert r.status_code == 422, r.text[:300]
+    [p] = r.json()["detail"]
+    assert "valueQuantity" in p["message"] and p["loc"][-1] == "value", p
+
+    r = await _fhir(client, b"<Bundle xmlns='http://hl7.org/fhir'/>", "application/fhir+xml")
+    assert r.status_code == 415 and "XML" in r.text, r.text
+    r = await _fhir(client, b"<Bundle xmlns='http://hl7.org/fhir'/>", "application/xml")
+    assert r.status_code == 415
+
+    b = example_bundle()
+    _observations(b)[0]["valueQuantity"] = "12 mmHg"
+    r = await _fhir(client, b)
+    assert r.status_code == 422, r.text[:300]
+    assert "trailing" not in r.text and "valueQuantity" in r.text
+    assert "Quantity" in r.json()["detail"][0]["message"].split(":", 1)[1], r.text
+
+    b = example_bundle()
+    _observations(b)[0]["code"]["coding"][0]["code"] = "7" * 2_000_000
+    r = await _fhir(client, b)
+    assert r.status_code == 200, r.text[:300]
+    assert len(r.content) < 100_000

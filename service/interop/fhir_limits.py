@@ -3,8 +3,9 @@
 FHIR validation costs about a millisecond per Observation and recurses once per nesting level,
 so a Bundle over a limit is refused from its raw bytes first: nesting depth, the number of
 JSON objects and the length of number literals come from a scan at C speed (bytes methods and
-one numpy cumulative sum over the brackets, never a Python loop over the body), then the entry
-and Observation counts from the plain JSON parse, all before `fhir.resources` sees a byte.
+one numpy cumulative sum over the brackets, a regular expression counting Observations; never a
+Python loop over the body), then the exact entry and Observation counts from the plain JSON
+parse, all before `fhir.resources` sees a byte.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _BRACKETS = bytes(range(256)).translate(None, b"{}[]")  # every byte but the bra
 _STEP = np.zeros(256, dtype=np.int8)
 _STEP[[ord("{"), ord("[")]] = 1
 _STEP[[ord("}"), ord("]")]] = -1
+_OBSERVATION = re.compile(rb'"resourceType"\s*:\s*"Observation"')
 _LONG_NUMBER = re.compile(rb"(?<![-+.0-9eE])[-+.0-9eE]{%d}" % (MAX_NUMBER_CHARS + 1))
 
 
@@ -65,8 +67,14 @@ def structure(raw: bytes) -> bytes:
 
 
 def check_raw(raw: bytes, limits: FhirLimits) -> None:
-    """Depth, object count and number length from the raw bytes; 422 `fhir_limit` naming the
-    rule when over. Malformed JSON passes here and is refused by the parser after."""
+    """Observation count, object count, depth and number length from the raw bytes; 422
+    `fhir_limit` naming the rule when over. Malformed JSON passes here and is refused by the
+    parser after."""
+    observations = len(_OBSERVATION.findall(raw))  # contained ones too: an upper bound
+    if observations > limits.max_observations:
+        raise _refuse("fhir_too_many_observations", f"the body holds {observations} "
+                      "Observations", f"<= {limits.max_observations} (the observations a "
+                      "stay may have)")
     outside = structure(raw)
     objects = outside.count(b"{")
     if objects > limits.max_objects:

@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -158,6 +159,39 @@ def keyed_paths(routes: Sequence[BaseRoute]) -> tuple[re.Pattern[str], ...]:
                  if isinstance(r, Route) and route_needs_key(r))
 
 
+class RetryAdvice:
+    """The Retry-After each connection was last given, so that a client coming back sooner on
+    the same connection is refused only once that time has come: a client that ignores
+    Retry-After gets one refusal per Retry-After per connection, the wait costing the server
+    a sleeping coroutine, not a CPU-bound loop of refusals that starves admitted requests.
+    Keyed by the connection's (address, port), never the address alone (clients behind one
+    proxy share it); at most `size` connections remembered."""
+
+    def __init__(self, size: int = 10_000, max_hold_s: float = MAX_RETRY_AFTER_S) -> None:
+        self.size = size
+        self.max_hold_s = max_hold_s
+        self._due: dict[Any, float] = {}
+
+    async def hold(self, client: Any) -> None:
+        due = self._due.get(client) if client else None
+        if due is not None:
+            wait = due - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(min(wait, self.max_hold_s))
+
+    def tell(self, client: Any, retry_after_s: int) -> None:
+        if not client:
+            return
+        self._due.pop(client, None)
+        if len(self._due) >= self.size:
+            self._due.pop(next(iter(self._due)))  # the oldest advice
+        self._due[client] = time.monotonic() + retry_after_s
+
+    def forget(self, client: Any) -> None:
+        if client:
+            self._due.pop(client, None)
+
+
 class _BodyStalled(Exception):
     pass
 
@@ -208,19 +242,23 @@ class AdmissionMiddleware:
         self.timeout_s = timeout_s
         self.body_timeout_s = body_timeout_s
         self.api_keys = api_keys
+        self.told = RetryAdvice()
 
     async def _refuse(self, scope: Scope, send: Send, task: str) -> None:
         # The cheapest answer there is: pre-encoded, and logged at DEBUG only (the
         # scehr_overload_rejections_total counter has them), since under overload every
         # microsecond spent refusing is taken from the requests being served.
+        await self.told.hold(scope.get("client"))
         self.metrics.overload.labels(task).inc()
         scope["state"]["rejected"] = True
         rid = request_id_var.get() or ""
         body = _REFUSED % rid.encode()
+        advice = self.admission.refuse(task)
+        self.told.tell(scope.get("client"), advice)
         await send({"type": "http.response.start", "status": 503, "headers": [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
-            (b"retry-after", str(self.admission.refuse(task)).encode())]})
+            (b"retry-after", str(advice).encode())]})
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -260,6 +298,7 @@ class AdmissionMiddleware:
         if not self.admission.try_admit(task):
             await self._refuse(scope, send, task)
             return
+        self.told.forget(scope.get("client"))
         receive = replay(body, receive)
         del body
         status = 500

@@ -4,6 +4,7 @@ in a 500."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
@@ -19,9 +20,10 @@ import httpx
 import pytest
 
 from schemas.payloads import StayPayload
+from service.app import create_app
 from service.pipeline import prepare
 from service.settings import Settings
-from tests.service.conftest import serve, stay
+from tests.service.conftest import serve, stay, wait_ready
 from tests.service.fhir_writer import example_bundle, example_cds_request
 from tests.service.test_svc_process import REPO, free_port, scehr_command
 
@@ -279,3 +281,43 @@ async def test_fhir_inputs_that_used_to_500(client: httpx.AsyncClient) -> None:
     r = await _fhir(client, b)
     assert r.status_code == 200, r.text[:300]
     assert len(r.content) < 100_000
+
+
+# ------------------------------------------------------------------ clients ignoring Retry-After
+
+
+async def test_a_connection_back_before_its_retry_after_waits_for_it(
+        make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused connection that comes back at once is refused again only when its
+    Retry-After has come (a sleeping coroutine, not a loop of refusals); another connection,
+    and an admitted request, are never held."""
+    import service.admission as admission_module
+
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recording_sleep(seconds: float) -> None:
+        waits.append(seconds)
+        await real_sleep(0)
+
+    app = create_app(make_settings(max_queue_size=2, retry_after_s=3))
+    async with app.router.lifespan_context(app):
+        def connection(port: int) -> httpx.AsyncClient:
+            return httpx.AsyncClient(transport=httpx.ASGITransport(
+                app=app, client=("10.0.0.1", port)), base_url="http://test")
+
+        async with connection(1) as greedy, connection(2) as other:
+            await wait_ready(greedy)
+            monkeypatch.setattr(admission_module.asyncio, "sleep", recording_sleep)
+            app.state.admission.admitted["mortality"] = 2  # full
+            r = await greedy.post("/predict/mortality", json=stay())
+            assert r.status_code == 503 and waits == []
+            advice = int(r.headers["retry-after"])
+            r = await greedy.post("/predict/mortality", json=stay())  # at once: held
+            assert r.status_code == 503 and len(waits) == 1
+            assert 0 < waits[0] <= advice
+            r = await other.post("/predict/mortality", json=stay())  # another connection
+            assert r.status_code == 503 and len(waits) == 1
+            app.state.admission.admitted["mortality"] = 0
+            r = await greedy.post("/predict/mortality", json=stay())  # room: never held
+            assert r.status_code == 200 and len(waits) == 1

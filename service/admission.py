@@ -248,7 +248,6 @@ class AdmissionMiddleware:
         # The cheapest answer there is: pre-encoded, and logged at DEBUG only (the
         # scehr_overload_rejections_total counter has them), since under overload every
         # microsecond spent refusing is taken from the requests being served.
-        await self.told.hold(scope.get("client"))
         self.metrics.overload.labels(task).inc()
         scope["state"]["rejected"] = True
         rid = request_id_var.get() or ""
@@ -281,8 +280,12 @@ class AdmissionMiddleware:
             return
         scope.setdefault("state", {})["model"] = task
         if self.admission.full(task):
-            await self._refuse(scope, send, task)
-            return
+            # back before its Retry-After on this connection: answered when that time comes,
+            # by what the model can take then
+            await self.told.hold(scope.get("client"))
+            if self.admission.full(task):
+                await self._refuse(scope, send, task)
+                return
         try:
             body = await read_body(receive, self.body_timeout_s)
         except _Disconnected:

@@ -60,8 +60,12 @@ def _handle(registry: Registry, name: str, version: str | None) -> ModelHandle:
         raise ApiError(404, f"unknown model {name!r}") from None
 
 
-#: With API keys set, `infer` answers 401 (the service's error body) without a valid key.
-UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}}
+#: `infer` answers these in the service's error body, before the protocol's route runs: 401
+#: without a valid key (where keys are set), 408 for a body that stalls, 413 for one over the
+#: size limit; and 500 in the protocol's body when the model fails on the request's batch.
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody}, 408: {"model": ErrorBody}, 413: {"model": ErrorBody},
+    500: {"model": V2Error}}
 
 @router.get("/health/live", summary="Server live (200) or not")
 async def live() -> dict[str, bool]:

@@ -17,6 +17,7 @@ from schemas.contract import CONTRACT_VERSION
 from schemas.payloads import StayPayload
 from service import errors, readiness
 from service.admission import Admission, AdmissionMiddleware, keyed_paths
+from service.gc_pauses import tune_collector
 from service.interop.cds_hooks import CdsRequest
 from service.logs import configure_logging
 from service.metrics import Metrics
@@ -51,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.registry = registry
         registry.preflight()  # bad device, index, manifest or checksum: fail the start now
         registry.start()
+        tune_collector()
         log.info("started", extra={"tasks": list(registry.state),
                                    "max_batch_size": settings.max_batch_size})
         try:

@@ -321,3 +321,18 @@ async def test_a_connection_back_before_its_retry_after_waits_for_it(
             app.state.admission.admitted["mortality"] = 0
             r = await greedy.post("/predict/mortality", json=stay())  # room: never held
             assert r.status_code == 200 and len(waits) == 1
+
+
+# ------------------------------------------------------------------ liveness under heavy work
+
+
+async def test_serving_process_collects_young_objects_rarely(client: httpx.AsyncClient) -> None:
+    """Full collections walking a heavy request's millions of objects stalled the event loop
+    60-160 ms each (benchmarks/bench_livez.py): a started app raises the young threshold and
+    freezes its start-up objects."""
+    import gc
+
+    from service.gc_pauses import YOUNG_THRESHOLD
+
+    assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+    assert gc.get_freeze_count() > 0

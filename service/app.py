@@ -52,7 +52,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.registry = registry
         registry.preflight()  # bad device, index, manifest or checksum: fail the start now
         registry.start()
-        tune_collector()
         log.info("started", extra={"tasks": list(registry.state),
                                    "max_batch_size": settings.max_batch_size})
         try:
@@ -121,5 +120,8 @@ def openapi_components(app: FastAPI, *models: type[BaseModel]) -> None:
 
 
 def build_app() -> FastAPI:
-    """uvicorn factory (`service.app:build_app`): settings from SCEHR_* variables."""
-    return create_app(Settings())
+    """uvicorn factory (`service.app:build_app`): settings from SCEHR_* variables; the
+    worker process's collector tuned for short pauses (`service.gc_pauses`)."""
+    app = create_app(Settings())
+    tune_collector()
+    return app

@@ -7,7 +7,8 @@ their growth triggers full collections every ~0.2 s, each walking every live obj
 young generation every 100,000 allocations instead makes those full collections rare (and the
 request faster); the cycles it leaves for longer are few, since the service's objects are
 mostly acyclic (freed by reference counting at once). Objects alive at start-up (modules,
-models) are frozen out of every collection.
+the app) are frozen out of every collection. Set by the uvicorn factory (`build_app`) in each
+worker process, not by `create_app`, which tests and embedders call in processes of their own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ YOUNG_THRESHOLD = 100_000
 
 
 def tune_collector() -> None:
-    """Set the thresholds and freeze what exists now (call once the app is set up)."""
+    """Set the thresholds and freeze what exists now, garbage collected first (call once the
+    app is set up)."""
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, older, oldest)
+    gc.collect()
     gc.freeze()

@@ -49,9 +49,10 @@ def raise_fd_limit(n: int) -> None:
 
 async def closed_loop(port: int, clients: int, seconds: float, bodies: list[bytes],
                       path: str, cpu: Callable[[], float], settle: float = 0.0,
-                      ) -> dict[str, object]:
+                      greedy: bool = False) -> dict[str, object]:
     """Clients for `settle` + `seconds`; only answers in the last `seconds` count (the
-    first `settle` seconds hold the connection burst of a cold start)."""
+    first `settle` seconds hold the connection burst of a cold start). `greedy` clients
+    resend at once on a 503, ignoring Retry-After."""
     ok: list[float] = []
     busy: list[float] = []
     other: Counter[int] = Counter()
@@ -78,13 +79,15 @@ async def closed_loop(port: int, clients: int, seconds: float, bodies: list[byte
                 if now > stop:  # answered after the window: not counted
                     break
                 if now < start:  # still settling
-                    if status == 503:
+                    if status == 503 and not greedy:
                         await asyncio.sleep(retry)
                     continue
                 if status == 200:
                     ok.append(dt)
                 elif status == 503:
                     busy.append(dt)
+                    if greedy:
+                        continue
                     wait = retry * random.uniform(0.9, 1.1)  # Retry-After, within the window
                     await asyncio.sleep(max(0.0, min(wait, stop - time.perf_counter())))
                 else:

@@ -1,8 +1,11 @@
 """Admission control: a model's full pipeline refuses new requests before reading their body.
 
-A scoring request of any interface (JSON, FHIR, CDS Hooks, Open Inference) is admitted per
-model while fewer than its limit are in the pipeline (being parsed, queued or computed); its
-queue wait and compute then have a deadline (`SCEHR_REQUEST_TIMEOUT_S`) that the batcher
+A scoring request of any interface (JSON, FHIR, CDS Hooks, Open Inference) is refused at once
+when its model is full; otherwise its body is read under a deadline (`SCEHR_BODY_TIMEOUT_S`,
+408 and the connection closed when it stalls) and only then is it admitted, while fewer than
+the model's limit are in the pipeline (being parsed, queued or computed): a client that sends
+headers and then stalls holds a connection, never a place in the pipeline. Its queue wait and
+compute then have a deadline (`SCEHR_REQUEST_TIMEOUT_S`) that the batcher
 enforces. The limit follows Little's law: the model's recent completion rate times an eighth of
 the deadline, so an admitted request can expect to finish in time whatever the machine's speed
 (at least `floor`, for a cold start; at most `SCEHR_MAX_QUEUE_SIZE`). Refused requests cost a
@@ -13,12 +16,14 @@ the throughput limit.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -98,6 +103,10 @@ class Admission:
         return max(low, min(self.limit, int(self.rate(task, now) * self.timeout_s
                                             / DEADLINE_SHARE)))
 
+    def full(self, task: str) -> bool:
+        """Whether a request of `task` would be refused now."""
+        return self.admitted.get(task, 0) >= self.capacity(task)
+
     def try_admit(self, task: str) -> bool:
         n = self.admitted.get(task, 0)
         if n >= self.capacity(task):
@@ -150,19 +159,106 @@ def keyed_paths(routes: Sequence[BaseRoute]) -> tuple[re.Pattern[str], ...]:
                  if isinstance(r, Route) and route_needs_key(r))
 
 
+class RetryAdvice:
+    """The Retry-After each connection was last given, so that a client coming back sooner on
+    the same connection is refused only once that time has come: a client that ignores
+    Retry-After gets one refusal per Retry-After per connection, the wait costing the server
+    a sleeping coroutine, not a CPU-bound loop of refusals that starves admitted requests.
+    Keyed by the connection's (address, port), never the address alone (clients behind one
+    proxy share it); at most `size` connections remembered."""
+
+    def __init__(self, size: int = 10_000, max_hold_s: float = MAX_RETRY_AFTER_S) -> None:
+        self.size = size
+        self.max_hold_s = max_hold_s
+        self._due: dict[Any, float] = {}
+
+    async def hold(self, client: Any) -> None:
+        due = self._due.get(client) if client else None
+        if due is not None:
+            wait = due - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(min(wait, self.max_hold_s))
+
+    def tell(self, client: Any, retry_after_s: int) -> None:
+        if not client:
+            return
+        self._due.pop(client, None)
+        if len(self._due) >= self.size:
+            self._due.pop(next(iter(self._due)))  # the oldest advice
+        self._due[client] = time.monotonic() + retry_after_s
+
+    def forget(self, client: Any) -> None:
+        if client:
+            self._due.pop(client, None)
+
+
+class _BodyStalled(Exception):
+    pass
+
+
+class _Disconnected(Exception):
+    pass
+
+
+async def read_body(receive: Receive, timeout_s: float) -> bytes:
+    """The whole request body, within `timeout_s` of the first wait for it."""
+    chunks: list[bytes] = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _Disconnected
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+    except TimeoutError:
+        raise _BodyStalled from None
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives the app the body already read, then the connection's own
+    messages (a disconnect)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive_again() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return receive_again
+
+
 class AdmissionMiddleware:
     """Before any body is read: 401 without a valid API key (where keys are set) on the routes
-    that need one, then 503 + Retry-After when the model is full."""
+    that need one, then 503 + Retry-After when the model is full. Then the body, under its
+    deadline (408 when it stalls), and admission (503 if the model filled meanwhile)."""
 
     def __init__(self, app: ASGIApp, admission: Admission, metrics: Metrics,
                  timeout_s: float, api_keys: list[str],
-                 keyed: Sequence[re.Pattern[str]] = ()) -> None:
+                 keyed: Sequence[re.Pattern[str]] = (), body_timeout_s: float = 10.0) -> None:
         self.app = app
         self.keyed = tuple(keyed)
         self.admission = admission
         self.metrics = metrics
         self.timeout_s = timeout_s
+        self.body_timeout_s = body_timeout_s
         self.api_keys = api_keys
+        self.told = RetryAdvice()
+
+    async def _refuse(self, scope: Scope, send: Send, task: str) -> None:
+        # The cheapest answer there is: pre-encoded, and logged at DEBUG only (the
+        # scehr_overload_rejections_total counter has them), since under overload every
+        # microsecond spent refusing is taken from the requests being served.
+        self.metrics.overload.labels(task).inc()
+        scope["state"]["rejected"] = True
+        rid = request_id_var.get() or ""
+        body = _REFUSED % rid.encode()
+        advice = self.admission.refuse(task)
+        self.told.tell(scope.get("client"), advice)
+        await send({"type": "http.response.start", "status": 503, "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", str(advice).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -183,20 +279,31 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         scope.setdefault("state", {})["model"] = task
-        if not self.admission.try_admit(task):
-            # The cheapest answer there is: pre-encoded, and logged at DEBUG only (the
-            # scehr_overload_rejections_total counter has them), since under overload every
-            # microsecond spent refusing is taken from the requests being served.
-            self.metrics.overload.labels(task).inc()
-            scope["state"]["rejected"] = True
-            rid = request_id_var.get() or ""
-            body = _REFUSED % rid.encode()
-            await send({"type": "http.response.start", "status": 503, "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(self.admission.refuse(task)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+        if self.admission.full(task):
+            # back before its Retry-After on this connection: answered when that time comes,
+            # by what the model can take then
+            await self.told.hold(scope.get("client"))
+            if self.admission.full(task):
+                await self._refuse(scope, send, task)
+                return
+        try:
+            body = await read_body(receive, self.body_timeout_s)
+        except _Disconnected:
             return
+        except _BodyStalled:
+            await send_error(send, 408, ErrorBody(
+                error="body_timeout", request_id=request_id_var.get(), detail=[Problem(
+                    loc=["body"], rule="body_timeout",
+                    message="the request body did not arrive in time",
+                    allowed=f"the whole body within {self.body_timeout_s:g} s of the headers")]),
+                [(b"connection", b"close")])
+            return
+        if not self.admission.try_admit(task):
+            await self._refuse(scope, send, task)
+            return
+        self.told.forget(scope.get("client"))
+        receive = replay(body, receive)
+        del body
         status = 500
 
         async def send_status(message: Message) -> None:

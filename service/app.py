@@ -17,6 +17,7 @@ from schemas.contract import CONTRACT_VERSION
 from schemas.payloads import StayPayload
 from service import errors, readiness
 from service.admission import Admission, AdmissionMiddleware, keyed_paths
+from service.gc_pauses import tune_collector
 from service.interop.cds_hooks import CdsRequest
 from service.logs import configure_logging
 from service.metrics import Metrics
@@ -79,18 +80,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.scorer = Scorer(settings, metrics, monitoring, served=lambda task: [
         h.model.spec for h in app.state.registry.loaded(task)])
     errors.install(app)
-    routers = [predict.router, *([models.router] if settings.open_models else []),
+    closable_models = [models.router, cds_hooks.card_router, oip.metadata_router]
+    routers = [predict.router, *(closable_models if settings.open_models else []),
                health.router, *([health.metrics_router] if settings.open_metrics else []),
                fhir.router, cds_hooks.router, oip.router,
                *([admin.router] if settings.api_keys else [])]
     for router in routers:
         app.include_router(router)
     openapi_components(app, StayPayload, CdsRequest)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Outermost last: request context, then the body-size limit (it also bounds the body that
+    # admission reads), then keys, admission and the body deadline.
     app.add_middleware(AdmissionMiddleware, admission=admission, metrics=metrics,
                        timeout_s=settings.request_timeout_s,
                        api_keys=[k.get_secret_value() for k in settings.api_keys],
-                       keyed=keyed_paths([r for rt in routers for r in rt.routes]))
+                       keyed=keyed_paths([r for rt in routers for r in rt.routes]),
+                       body_timeout_s=settings.body_timeout_s)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
 
@@ -115,5 +120,8 @@ def openapi_components(app: FastAPI, *models: type[BaseModel]) -> None:
 
 
 def build_app() -> FastAPI:
-    """uvicorn factory (`service.app:build_app`): settings from SCEHR_* variables."""
-    return create_app(Settings())
+    """uvicorn factory (`service.app:build_app`): settings from SCEHR_* variables; the
+    worker process's collector tuned for short pauses (`service.gc_pauses`)."""
+    app = create_app(Settings())
+    tune_collector()
+    return app

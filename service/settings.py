@@ -114,12 +114,18 @@ class Settings(BaseSettings):
         "on the event loop's thread, without the hand-off to the ORT thread)")
     max_queue_size: int = Field(
         256, ge=1, description="Requests admitted per model (being parsed, queued or computed) "
-        "before new ones are refused with 503 + Retry-After, before their body is read")
+        "before new ones are refused with 503 + Retry-After (before their body is read when the "
+        "model is already full; a request is admitted once its body has arrived)")
     request_timeout_s: float = Field(
         5.0, gt=0, description="Deadline per scoring request (any interface), per ORT run it "
         "needs, from the arrival of its body (decoding, preprocessing, queue wait and compute): "
         "503 + Retry-After if it has not reached the model or is still queued then, 504 if "
         "computing")
+    body_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a scoring request's body may take to arrive once its "
+        "headers have: a body still incomplete then gets 408 and its connection is closed. "
+        "Requests count against the model's admission limit only once their body is in, so "
+        "stalled uploads never lock other clients out")
     retry_after_s: int = Field(1, ge=0, description="Retry-After sent with overload 503s")
     offload_bytes: int = Field(
         32 * 1024, ge=0, description="Bodies larger than this (and every explain=full request) "
@@ -132,7 +138,9 @@ class Settings(BaseSettings):
         "predict and admin routes need one; admin routes exist only when set")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     open_docs: bool = Field(True, description="Serve /docs, /redoc and /openapi.json")
-    open_models: bool = Field(True, description="Serve /models and /models/{task}")
+    open_models: bool = Field(
+        True, description="Serve /models, /models/{task}, the model card (/models/{task}/card) "
+        "and V2 model metadata (/v2/models/{name}): what is served, its checksums and metrics")
     open_metrics: bool = Field(True, description="Serve /metrics")
     monitor_window: int = Field(
         1000, ge=10, le=100_000, description="Drift monitoring: the last N scored stays per "

@@ -11,6 +11,7 @@ naming the FHIR path. The payload then goes through exactly the scoring path of
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,14 @@ SKIPPED_STATUS = ("entered-in-error", "cancelled")
 #: The longest performedPeriod expanded into hourly values (ten days, the longest window).
 MAX_PERIOD_HOURS = 240
 Loc = list[str | int]
+
+
+def shown(text: str | None, limit: int = 64) -> str | None:
+    """A client's code as echoed in a warning: at most `limit` characters (a 7 MB code is
+    not sent back whole)."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
 
 
 def fhir_path(loc: Loc) -> str:
@@ -141,6 +150,14 @@ def problems_of(err: ValidationError, prefix: Loc, root: str) -> list[Problem]:
     for e in err.errors(include_input=False)[:50]:
         loc = [*prefix, *e.get("loc", ())]
         path = fhir_path([root, *e.get("loc", ())])
+        if e.get("type") == "json_invalid":  # a string where an element (object) belongs:
+            # the library tried it as JSON text; say what the element is instead
+            name = str(loc[-1]) if loc else ""
+            kind = name[5:] if name.startswith("value") and name[5:6].isupper() else "complex"
+            out.append(Problem(loc=loc, rule="fhir_object_expected",
+                               message=f"{path}: a FHIR {kind} element is a JSON object, "
+                               "not a string", allowed=f"a {kind} object"))
+            continue
         out.append(Problem(loc=loc, rule=f"fhir_{e.get('type', 'invalid')}",
                            message=f"{path}: {e.get('msg', 'invalid')}",
                            allowed="a valid FHIR R4 element"))
@@ -331,7 +348,7 @@ class StayBuilder:
         if var is None and not obs.component:
             what = "a panel without components" if code in LOINC_PANELS else \
                 "not a variable of this model"
-            self._warn("unmapped_code", f"{ref}: code {code or 'without a LOINC coding'} is "
+            self._warn("unmapped_code", f"{ref}: code {shown(code) or 'without a LOINC coding'} is "
                        f"{what}; not used", item, [*item.loc, "code"])
             return
         used = False
@@ -343,11 +360,17 @@ class StayBuilder:
     def _add_value(self, item: Located, ref: str, holder: Any, loc: Loc, code: str | None,
                    var: Variable | None, when: datetime) -> bool:
         if var is None:
-            self._warn("unmapped_code", f"{ref}: code {code or 'without a LOINC coding'} at "
+            self._warn("unmapped_code", f"{ref}: code {shown(code) or 'without a LOINC coding'} at "
                        f"{fhir_path(loc)} is not a variable of this model; not used", item,
                        [*loc, "code"])
             return False
         value, unit, kind = _value(holder)
+        if isinstance(value, float) and not math.isfinite(value):  # > 308 digits: inf
+            at = [*loc, kind, "value"]
+            raise ApiError(422, "invalid_fhir", [Problem(
+                loc=at, rule="fhir_value_out_of_range",
+                message=f"{ref}: {expression(at)} is beyond the range of a number",
+                allowed="a finite decimal (|value| < 1.8e308)")])
         if value is None:
             self._warn("no_value", f"{ref}: {kind} for {var.id}; not used", item, loc)
             return False

@@ -8,6 +8,7 @@ way the service's one scorer (`service.scorer`) runs and reads them, so `risk` i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from math import prod
 from typing import Any, Literal
 
@@ -119,13 +120,37 @@ def metadata(task: str, spec: ModelSpec, versions: list[str] | None = None) -> M
                          platform="onnxruntime_onnx", inputs=inputs, outputs=outputs)
 
 
+#: The JSON value types each datatype takes: integers for integer tensors (1.5 is refused,
+#: not truncated), numbers for float tensors, true/false for BOOL.
+_KINDS: dict[str, tuple[type, ...]] = {"BOOL": (bool,), "INT32": (int,), "INT64": (int,),
+                                       "FP32": (int, float), "FP64": (int, float)}
+_KIND_WORDS = {"BOOL": "true or false", "INT32": "integers", "INT64": "integers",
+               "FP32": "numbers", "FP64": "numbers"}
+
+
+def _flat(data: list[Any], depth: int = 0) -> Iterator[Any]:
+    """The elements of row-major data, flat or nested (at most 4 levels, the shape's limit)."""
+    for v in data:
+        if type(v) is list and depth < 3:
+            yield from _flat(v, depth + 1)
+        else:
+            yield v
+
+
 def _array(t: TensorIn, datatype: str, ndim: int) -> np.ndarray:
     if t.datatype != datatype and not (datatype == "INT64" and t.datatype == "INT32"):
         raise OipError(f"input {t.name!r}: datatype {t.datatype}, expected {datatype}")
     if len(t.shape) != ndim or any(d < 1 for d in t.shape):
         raise OipError(f"input {t.name!r}: shape {t.shape}, expected {ndim} positive dims")
+    kinds = _KINDS[t.datatype]
+    if not all(type(v) in kinds for v in _flat(t.data)):  # type(), not isinstance: bool is int
+        raise OipError(f"input {t.name!r}: data must hold {t.datatype} numbers only "
+                       f"({_KIND_WORDS[t.datatype]}; no booleans, strings or null), as on the "
+                       "JSON route")
     try:
         a = np.asarray(t.data, dtype=DTYPES[t.datatype])
+    except OverflowError:  # the message would quote the client's number: never echoed
+        raise OipError(f"input {t.name!r}: a value is out of the {t.datatype} range") from None
     except (TypeError, ValueError):
         raise OipError(f"input {t.name!r}: data is not a list of {t.datatype} numbers") \
             from None

@@ -24,11 +24,15 @@ from service.interop.cds_hooks import (
     model_card_url,
     read_prefetch,
 )
+from service.interop.fhir_limits import FhirLimits, check_raw
 from service.registry import ModelNotReady, Registry
 from service.routes.predict import ERRORS, as_body_parameter
 from service.scorer import ScoreOptions
 
 router = APIRouter(tags=["cds-hooks"])
+#: The model card tells the served version, its checksums and metrics: served with /models
+#: (closed by `SCEHR_OPEN_MODELS=false`, like them).
+card_router = APIRouter(tags=["cds-hooks"])
 
 
 @router.get("/cds-services", response_model=CdsDiscovery,
@@ -44,6 +48,12 @@ def _variables(registry: Registry, task: str) -> Sequence[Variable]:
         return registry.get(task).model.spec.fs.variables
     except (KeyError, ModelNotReady):
         return CATALOG
+
+
+def _cds_request(raw: bytes, limits: FhirLimits) -> CdsRequest:
+    """The request, its size limits checked before FHIR validation (`fhir_limits`)."""
+    check_raw(raw, limits)
+    return as_body_parameter(CdsRequest, raw)
 
 
 @router.post("/cds-services/{service_id}", response_model=CdsResponse,
@@ -67,16 +77,17 @@ async def cds_service(service_id: str, request: Request,
     # Parsing and FHIR validation grow with the prefetch: off the event loop
     raw = await request.body()
     since = time.perf_counter()
-    body = await run_in_threadpool(as_body_parameter, CdsRequest, raw)
+    body = await run_in_threadpool(_cds_request, raw, FhirLimits(settings.max_observations))
     stay = await run_in_threadpool(read_prefetch, body, handle.model.spec.fs.variables)
     if stay is None:  # the client has no Observations: no decision support to give
         return CdsResponse(cards=[])
     pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain="full"),
                                    locate=stay.locate, since=since)
-    return cards(pred, handle.model.spec.manifest, model_card_url(settings.public_base_url, task))
+    return cards(pred, handle.model.spec.manifest, model_card_url(
+        settings.public_base_url if settings.open_models else None, task))
 
 
-@router.get("/models/{task}/card", response_class=PlainTextResponse, name="model_card",
+@card_router.get("/models/{task}/card", response_class=PlainTextResponse, name="model_card",
             responses={200: {"content": {"text/markdown": {}}},
                        404: {"content": {"application/json": {
                            "schema": {"$ref": "#/components/schemas/ErrorBody"}}}}},

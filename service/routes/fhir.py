@@ -11,9 +11,12 @@ from fastapi.responses import Response
 from pydantic import RootModel
 from starlette.concurrency import run_in_threadpool
 
+from schemas.payloads import ErrorBody, Problem
 from service.auth import ApiKey
 from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
+from service.errors import ApiError
 from service.interop.fhir_in import read_bundle
+from service.interop.fhir_limits import FhirLimits, check_bundle, check_raw
 from service.interop.fhir_out import FHIR_JSON, risk_bundle, to_json
 from service.routes.predict import (
     ERRORS,
@@ -35,12 +38,28 @@ class _Body(RootModel[dict[str, Any]]):
     """The request body: a JSON object (the Bundle, validated resource by resource later)."""
 
 
-def _bundle(raw: bytes) -> dict[str, Any]:
-    return as_body_parameter(_Body, raw).root
+def reject_xml(content_type: str | None, raw: bytes) -> None:
+    """415 for FHIR XML (by its content type, or a body that starts like XML): only FHIR's
+    JSON format is read."""
+    kind = (content_type or "").split(";")[0].strip().lower()
+    if kind.endswith("xml") or kind.endswith("+xml") or raw.lstrip()[:1] == b"<":
+        raise ApiError(415, "unsupported_media_type", [Problem(
+            loc=["header", "content-type"], rule="fhir_json_only",
+            message="FHIR XML is not supported: send the Bundle in FHIR's JSON format",
+            allowed=f"{FHIR_JSON} or application/json")])
+
+
+def _bundle(raw: bytes, limits: FhirLimits) -> dict[str, Any]:
+    """The body's Bundle as plain JSON, its size limits checked before FHIR validation."""
+    check_raw(raw, limits)
+    bundle = as_body_parameter(_Body, raw).root
+    check_bundle(bundle, limits)
+    return bundle
 
 
 @router.post(
-    "/fhir/predict/{task}", responses={**ERRORS, 200: {
+    "/fhir/predict/{task}", responses={**ERRORS, 415: {
+        "model": ErrorBody, "description": "FHIR XML: only FHIR's JSON format is read"}, 200: {
         "content": {FHIR_JSON: {}},
         "description": "A collection Bundle: one RiskAssessment per class, and an "
                        "OperationOutcome listing warnings (codes not mapped, units not "
@@ -69,7 +88,8 @@ async def fhir_predict(
     # event loop, like the rest of the request's CPU work
     raw = await request.body()
     since = time.perf_counter()
-    bundle = await run_in_threadpool(_bundle, raw)
+    reject_xml(request.headers.get("content-type"), raw)
+    bundle = await run_in_threadpool(_bundle, raw, FhirLimits(settings.max_observations))
     stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
                                    end_hours=end_hours, variables=handle.model.spec.fs.variables)
     choice = choose_point(handle.model.spec, None, None, allow_insufficient)

@@ -39,6 +39,10 @@ from service.settings import Settings
 
 router = APIRouter(prefix="/v2", tags=["open-inference-protocol"], responses={
     code: {"model": V2Error} for code in (400, 404, 503)})
+#: Model metadata (versions served, tensors) is what `/models` tells: closed with it
+#: (`SCEHR_OPEN_MODELS=false`).
+metadata_router = APIRouter(prefix="/v2", tags=["open-inference-protocol"], responses={
+    code: {"model": V2Error} for code in (400, 404, 503)})
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -50,15 +54,19 @@ def _handle(registry: Registry, name: str, version: str | None) -> ModelHandle:
         return registry.get(name, version)
     except ModelNotReady as e:
         raise ApiError(503, f"model {name!r} is not ready ({e})") from None
-    except VersionNotServed as e:
-        raise ApiError(404, f"model {name!r} has no version {version!r} "
-                       f"(served: {', '.join(e.served)})") from None
+    except VersionNotServed:
+        # the served versions are /models' to tell (closable): not named here
+        raise ApiError(404, f"model {name!r} has no version {version!r} here") from None
     except KeyError:
         raise ApiError(404, f"unknown model {name!r}") from None
 
 
-#: With API keys set, `infer` answers 401 (the service's error body) without a valid key.
-UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}}
+#: `infer` answers these in the service's error body, before the protocol's route runs: 401
+#: without a valid key (where keys are set), 408 for a body that stalls, 413 for one over the
+#: size limit; and 500 in the protocol's body when the model fails on the request's batch.
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody}, 408: {"model": ErrorBody}, 413: {"model": ErrorBody},
+    500: {"model": V2Error}}
 
 @router.get("/health/live", summary="Server live (200) or not")
 async def live() -> dict[str, bool]:
@@ -177,12 +185,12 @@ async def model_version_ready(name: str, version: str, registry: RegistryDep) ->
     return await _model_ready(name, registry, version)
 
 
-@router.get("/models/{name}", response_model=ModelMetadata, summary="Model metadata")
+@metadata_router.get("/models/{name}", response_model=ModelMetadata, summary="Model metadata")
 async def model_metadata(name: str, registry: RegistryDep) -> Response:
     return await _model_metadata(name, registry, None)
 
 
-@router.get("/models/{name}/versions/{version}", response_model=ModelMetadata,
+@metadata_router.get("/models/{name}/versions/{version}", response_model=ModelMetadata,
             summary="Model version metadata")
 async def model_version_metadata(name: str, version: str, registry: RegistryDep) -> Response:
     return await _model_metadata(name, registry, version)

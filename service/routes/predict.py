@@ -67,6 +67,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
           "numbers or nesting beyond the parser's limits)"},
     401: {"model": ErrorBody, "description": "Missing or invalid X-API-Key"},
     404: {"model": ErrorBody, "description": "Task not served"},
+    408: {"model": ErrorBody, "description": "The body did not arrive within "
+          "SCEHR_BODY_TIMEOUT_S (the connection is closed)"},
     413: {"model": ErrorBody, "description": "Body over the size limit"},
     422: {"model": ErrorBody, "description": "Every problem: field path, rule, allowed range"},
     500: {"model": ErrorBody, "description": "The model failed (to load, or on this batch); "

@@ -1,0 +1,113 @@
+"""Limits on a FHIR (or CDS Hooks) body checked before its expensive parse.
+
+FHIR validation costs about a millisecond per Observation and recurses once per nesting level,
+so a Bundle over a limit is refused from its raw bytes first: nesting depth, the number of
+JSON objects and the length of number literals come from a scan at C speed (bytes methods and
+one numpy cumulative sum over the brackets, a regular expression counting Observations; never a
+Python loop over the body), then the exact entry and Observation counts from the plain JSON
+parse, all before `fhir.resources` sees a byte.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from schemas.payloads import Problem
+from service.errors import ApiError
+
+#: Deepest JSON nesting accepted: FHIR resources nest ~12 levels (Bundle.entry.resource.
+#: component.code.coding.extension...); extensions inside extensions need a few more.
+MAX_DEPTH = 64
+#: Longest number literal accepted (characters): a float64 needs 25 at most.
+MAX_NUMBER_CHARS = 400
+#: JSON objects per entry allowed, on average: an Observation has ~8 (entry, resource, code,
+#: coding, subject, valueQuantity, effectivePeriod, meta).
+OBJECTS_PER_ENTRY = 16
+#: Entries besides the Observations (Patient, Encounter, Location, Procedures...).
+OTHER_ENTRIES = 1_000
+
+_BRACKETS = bytes(range(256)).translate(None, b"{}[]")  # every byte but the brackets
+_STEP = np.zeros(256, dtype=np.int8)
+_STEP[[ord("{"), ord("[")]] = 1
+_STEP[[ord("}"), ord("]")]] = -1
+_OBSERVATION = re.compile(rb'"resourceType"\s*:\s*"Observation"')
+_LONG_NUMBER = re.compile(rb"(?<![-+.0-9eE])[-+.0-9eE]{%d}" % (MAX_NUMBER_CHARS + 1))
+
+
+@dataclass(frozen=True)
+class FhirLimits:
+    """Per request: at most `max_observations` Observations (the stay limit of every route)."""
+
+    max_observations: int
+
+    @property
+    def max_entries(self) -> int:
+        return self.max_observations + OTHER_ENTRIES
+
+    @property
+    def max_objects(self) -> int:
+        return OBJECTS_PER_ENTRY * self.max_entries
+
+
+def _refuse(rule: str, message: str, allowed: str, loc: list[str | int] | None = None
+            ) -> ApiError:
+    return ApiError(422, "fhir_limit", [Problem(loc=loc or ["body"], rule=rule,
+                                                message=message, allowed=allowed)])
+
+
+def structure(raw: bytes) -> bytes:
+    """The body without its string literals (escapes first, so every quote left delimits a
+    string): what is left is brackets, separators, numbers and literals."""
+    plain = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return b"".join(plain.split(b'"')[0::2])
+
+
+def check_raw(raw: bytes, limits: FhirLimits) -> None:
+    """Observation count, object count, depth and number length from the raw bytes; 422
+    `fhir_limit` naming the rule when over. Malformed JSON passes here and is refused by the
+    parser after."""
+    observations = len(_OBSERVATION.findall(raw))  # contained ones too: an upper bound
+    if observations > limits.max_observations:
+        raise _refuse("fhir_too_many_observations", f"the body holds {observations} "
+                      "Observations", f"<= {limits.max_observations} (the observations a "
+                      "stay may have)")
+    outside = structure(raw)
+    objects = outside.count(b"{")
+    if objects > limits.max_objects:
+        raise _refuse("fhir_too_many_elements", f"the body holds {objects} JSON objects",
+                      f"<= {limits.max_objects} ({OBJECTS_PER_ENTRY} per entry, "
+                      f"{limits.max_entries} entries)")
+    brackets = outside.translate(None, _BRACKETS)
+    if brackets:
+        depth = int(np.cumsum(_STEP[np.frombuffer(brackets, dtype=np.uint8)],
+                              dtype=np.int32).max())
+        if depth > MAX_DEPTH:
+            raise _refuse("fhir_too_deep", f"the body nests {depth} levels deep (e.g. "
+                          "extensions inside extensions)", f"<= {MAX_DEPTH} levels")
+    if _LONG_NUMBER.search(outside):
+        raise _refuse("fhir_number_too_long", "a number literal is longer than "
+                      f"{MAX_NUMBER_CHARS} characters", f"<= {MAX_NUMBER_CHARS} characters "
+                      "(a float64 needs 25)")
+
+
+def check_bundle(bundle: Any, limits: FhirLimits, root: list[str | int] | None = None,
+                 name: str = "Bundle") -> None:
+    """Entry and Observation counts of a parsed (not yet validated) Bundle."""
+    root = root or ["body"]
+    entries = bundle.get("entry") if isinstance(bundle, dict) else None
+    if not isinstance(entries, list):
+        return  # FHIR validation names what is wrong
+    if len(entries) > limits.max_entries:
+        raise _refuse("fhir_too_many_entries", f"{name}.entry has {len(entries)} entries",
+                      f"<= {limits.max_entries}", [*root, "entry"])
+    observations = sum(1 for e in entries if isinstance(e, dict)
+                       and isinstance(r := e.get("resource"), dict)
+                       and r.get("resourceType") == "Observation")
+    if observations > limits.max_observations:
+        raise _refuse("fhir_too_many_observations", f"{name} holds {observations} "
+                      "Observations", f"<= {limits.max_observations} (the observations a "
+                      "stay may have)", [*root, "entry"])

@@ -1,7 +1,9 @@
 """How much data does a phenotypes stay need? The shipped model on eICU validation stays.
 
     .venv/bin/python -m benchmarks.sufficiency_phenotypes [--model models/phenotypes/1.1.1]
-        [--data <eicu-demo converted by `scehr data`>] [--out docs/sufficiency-phenotypes]
+        --data data/eicu-benchmark/phenotyping [--out docs/sufficiency-phenotypes]
+
+(after `scehr data convert-eicu-demo ../shared/data/eicu-demo data/eicu-benchmark`)
 
 The data folder is the eICU demo converted as the model's provenance says
 (`training.data.eicu_demo`, seed 0, split by patient); the validation and test stays are the

@@ -83,9 +83,13 @@ class Model:
                                             providers=["CPUExecutionProvider"])
 
     def risk(self, obs: Observations, static_raw: np.ndarray) -> np.ndarray:
-        """Class-0 risk per stay."""
-        obs = obs.take(~self.neutral[obs.channel])
+        """Class-0 risk per stay, each stay's window ending where the feature set's does."""
         end = np.full(obs.n_stays, float(self.fs.window_hours or self.fs.max_hours))
+        return self.risks(obs, static_raw, end)[:, 0]
+
+    def risks(self, obs: Observations, static_raw: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """[stays, classes] calibrated risks, stay i's window ending at `end[i]` hours."""
+        obs = obs.take(~self.neutral[obs.channel])
         x, lengths = discretize(obs, self.fs, end)
         x = self.normalizer.transform(x, lengths)
         probs, margins = [], []
@@ -94,11 +98,12 @@ class Model:
             if self.static is not None:
                 feed[INPUT_STATIC] = self.static.transform(static_raw[a:a + 256])
             logits, p = self.session.run([OUTPUT_ANCHOR_LOGITS, OUTPUT_PROBABILITY], feed)
-            probs.append(p[:, 0])
-            margins.append(logits[:, 0, 0] - logits[:, 0, 1])
+            probs.append(p)
+            margins.append(logits[:, :, 0] - logits[:, :, 1])
         p = np.concatenate(probs).astype(np.float64)
         mg = np.concatenate(margins).astype(np.float64)
-        return self.m.classes[0].calibration.apply(p, mg)
+        return np.stack([c.calibration.apply(p[:, k], mg[:, k])
+                         for k, c in enumerate(self.m.classes)], axis=1)
 
 
 def load(src: Path, fs: FeatureSet) -> dict[str, tuple[Observations, np.ndarray, np.ndarray]]:

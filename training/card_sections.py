@@ -42,11 +42,14 @@ def data_minimum_lines(m: Manifest) -> list[str]:
            ]
     if d.max_hours_since_last is not None:
         out.append(f"- the last one within {d.max_hours_since_last:g} h of the window's end")
+    # a multi-label model's study pools its classes: micro-AUROC, ECE over stay x class risks
+    auroc, ece = ("micro-AUROC", "micro-ECE") if len(m.classes) > 1 else ("AUROC", "ECE")
     out += [f"- chosen by: {d.rule}", "",
-            "| split | stays | kept | AUROC kept | ECE kept | AUROC all | outcome rate kept | "
-            "outcome rate below minimum |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            f"| split | stays | kept | {auroc} kept | {ece} kept | {auroc} all | outcome rate "
+            "kept | outcome rate below minimum |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, f in (("validation", d.validation), ("test", d.test)):
         if f is not None:
-            out.append(f"| {name} | {f.n} | {f.kept} | {f.auroc} | {f.ece} | {f.auroc_all} | "
-                       f"{f.outcome_rate_kept} | {f.outcome_rate_abstained} |")
+            cells = (f.auroc, f.ece, f.auroc_all, f.outcome_rate_kept, f.outcome_rate_abstained)
+            out.append(f"| {name} | {f.n} | {f.kept} | "
+                       + " | ".join("—" if v is None else f"{v}" for v in cells) + " |")
     return out

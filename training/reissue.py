@@ -34,8 +34,13 @@ def validation_positives(m: Manifest, c: int) -> int:
 
 
 def rescreen(card: ClassCard, positives: int) -> ClassCard:
-    """One class card with its points screened, its default and levels set."""
+    """One class card with its points screened, its default and levels set.
+
+    A point an earlier issue already withheld keeps that reason: re-issuing a re-issued
+    model must not turn "at the risk floor" into "cannot be met"."""
     kept, withheld = screen(card.named_points, positives)
+    earlier = {w.name: w for w in card.withheld_points}
+    withheld = [earlier.get(w.name, w) for w in withheld]
     default = default_point(kept, card.default_operating_point)
     return card.model_copy(update={"named_points": kept, "withheld_points": withheld,
                                    "default_operating_point": default,

@@ -185,6 +185,25 @@ def _one_heart_rate() -> dict[str, Any]:
     return {"observations": [{"variable": "heart_rate", "time": 3.0, "value": 80}]}
 
 
+async def _fhir_and_cds_abstain_on_one_heart_rate(client: httpx.AsyncClient, task: str) -> None:
+    """A Bundle with one heart-rate value gets no RiskAssessment, and the same data as a CDS
+    Hooks prefetch gets one info card."""
+    _, fhir = both_forms([(0.0, "Age", 70.0), (3.0, "HR", 80.0)])
+    f = await client.post(f"/fhir/predict/{task}", json=fhir, headers=FHIR)
+    assert f.status_code == 200, f.text
+    kinds = [e.resource.get_resource_type() for e in Bundle.model_validate(f.json()).entry]
+    assert "RiskAssessment" not in kinds and "insufficient_data" in f.text
+    req = {"hook": "patient-view", "hookInstance": "x", "context": {"patientId": "pn"},
+           "prefetch": {"patient": fhir["entry"][0]["resource"],
+                        "encounter": fhir["entry"][1]["resource"],
+                        "observations": {"resourceType": "Bundle", "type": "searchset",
+                                         "entry": fhir["entry"][2:]}}}
+    c = await client.post(f"/cds-services/scehr-{task}", json=req)
+    assert c.status_code == 200, c.text
+    [card] = c.json()["cards"]
+    assert card["indicator"] == "info" and card["summary"].startswith("Not enough data")
+
+
 async def test_below_the_minimum_every_interface_abstains_naming_what_is_missing() -> None:
     async with serve(default_settings()) as client:
         client: httpx.AsyncClient
@@ -205,20 +224,7 @@ async def test_below_the_minimum_every_interface_abstains_naming_what_is_missing
         b = (await client.post("/predict/mortality/batch",
                                json={"stays": [_one_heart_rate()]})).json()
         assert b["items"][0]["prediction"]["status"] == "insufficient_data"
-        _, fhir = both_forms([(0.0, "Age", 70.0), (3.0, "HR", 80.0)])
-        f = await client.post("/fhir/predict/mortality", json=fhir, headers=FHIR)
-        assert f.status_code == 200, f.text
-        kinds = [e.resource.get_resource_type() for e in Bundle.model_validate(f.json()).entry]
-        assert "RiskAssessment" not in kinds and "insufficient_data" in f.text
-        req = {"hook": "patient-view", "hookInstance": "x", "context": {"patientId": "pn"},
-               "prefetch": {"patient": fhir["entry"][0]["resource"],
-                            "encounter": fhir["entry"][1]["resource"],
-                            "observations": {"resourceType": "Bundle", "type": "searchset",
-                                             "entry": fhir["entry"][2:]}}}
-        c = await client.post("/cds-services/scehr-mortality", json=req)
-        assert c.status_code == 200, c.text
-        [card] = c.json()["cards"]
-        assert card["indicator"] == "info" and card["summary"].startswith("Not enough data")
+        await _fhir_and_cds_abstain_on_one_heart_rate(client, "mortality")
         metrics = (await client.get("/metrics")).text
         assert 'code="insufficient_data"' in metrics
         v2 = await client.post("/v2/models/mortality/infer", json={
@@ -279,7 +285,7 @@ async def test_words_speak_of_the_risk_and_its_named_points() -> None:
 
 
 async def test_a_withheld_default_point_falls_back_without_a_warning_per_request() -> None:
-    """Phenotypes 1.1.1 withholds `balanced` for classes validation cannot support: at the
+    """Phenotypes 1.1.1 and 1.1.2 withhold `balanced` for classes validation cannot support: at the
     model's default (a point per class) the class's point is shown in its result, not warned
     on every request; a client who asks for `balanced` by name gets no alert for those classes,
     with the reason."""
@@ -295,3 +301,25 @@ async def test_a_withheld_default_point_falls_back_without_a_warning_per_request
     assert "operating_point_unavailable" not in {w["code"] for w in default["warnings"]}
     held = [r for r in asked["results"] if r["operating_point"]["threshold"] is None]
     assert held and all(r["operating_point"]["withheld"] and r["alert"] is False for r in held)
+
+
+async def test_a_phenotypes_stay_with_one_value_abstains_and_the_example_does_not() -> None:
+    """The default phenotypes model declares its minimum too: one heart-rate value gets no
+    risk on JSON, FHIR or CDS Hooks; the shipped example, above the minimum, is scored."""
+    index = read_index(MODELS)
+    from schemas.manifest import load_manifest
+
+    m = load_manifest(MODELS / index.entry("phenotypes", index.defaults["phenotypes"]).path
+                      / "manifest.json")
+    assert m.data_minimum is not None and m.data_minimum.min_observations > 1
+    stay = json.loads((REPO / "examples" / "phenotypes_stay.json").read_text())
+    async with serve(default_settings()) as client:
+        client: httpx.AsyncClient
+        r = (await client.post("/predict/phenotypes", json=_one_heart_rate())).json()
+        assert r["status"] == "insufficient_data" and r["results"] == []
+        assert any("1 observation(s) inside the window" in w
+                   for w in r["sufficiency"]["reasons"])
+        ok = (await client.post("/predict/phenotypes", json=stay)).json()
+        assert ok["status"] == "scored" and len(ok["results"]) == 25
+        assert ok["sufficiency"]["meets_minimum"]
+        await _fhir_and_cds_abstain_on_one_heart_rate(client, "phenotypes")

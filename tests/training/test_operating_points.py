@@ -32,6 +32,12 @@ def test_the_shipped_floor_thresholds_are_withheld_with_their_reason() -> None:
     assert all("validation stay(s) with the outcome" in w.reason for w in rare.withheld_points)
 
 
+def test_re_screening_a_re_issued_model_changes_no_class_card() -> None:
+    m = load_manifest(MODELS / "phenotypes" / "1.1.1" / "manifest.json")
+    for i, card in enumerate(m.classes):
+        assert rescreen(card, validation_positives(m, i)) == card, card.label
+
+
 def test_kept_points_keep_their_threshold_and_levels_are_named_points_on_the_risk() -> None:
     m = load_manifest(MODELS / "mortality" / "1.2.0" / "manifest.json")
     card = rescreen(m.classes[0], validation_positives(m, 0))

@@ -101,7 +101,7 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
     disk beyond the memory limit) with a status per row; everything after reads it."""
     st = stays[["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "INTIME", "OUTTIME"]].copy()
     con.register("stays_df", st)
-    con.execute("""CREATE OR REPLACE TEMP TABLE stays AS SELECT SUBJECT_ID::BIGINT AS sid,
+    con.execute("""CREATE OR REPLACE TABLE stays AS SELECT SUBJECT_ID::BIGINT AS sid,
         HADM_ID::VARCHAR AS hadm, ICUSTAY_ID::VARCHAR AS icu,
         INTIME::TIMESTAMP AS intime, OUTTIME::TIMESTAMP AS outtime FROM stays_df""")
     con.unregister("stays_df")
@@ -113,7 +113,7 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
             WHERE SUBJECT_ID::BIGINT IN (SELECT sid FROM stays)"""
         for k, p in enumerate(stage))
     # status: 0 kept, 1 no admission, 2 admission not a kept stay's, 3 another ICU stay
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE j AS
+    con.execute(f"""CREATE OR REPLACE TABLE j AS
         SELECT r.tbl, r.rn, r.sid, r.hadm, r.icu IS NULL AS no_icu, s.icu AS stay_icu,
                r.charttime, r.itemid, r.value, r.uom,
                CASE WHEN r.hadm IS NULL THEN 1 WHEN s.icu IS NULL THEN 2
@@ -121,7 +121,7 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
                    AS status
         FROM ({raw}) r LEFT JOIN stays s ON r.sid = s.sid AND r.hadm = s.hadm""")
     # how pandas typed the VALUE column of each subject's events.csv before validation
-    con.execute("""CREATE OR REPLACE TEMP TABLE pre AS SELECT sid,
+    con.execute("""CREATE OR REPLACE TABLE pre AS SELECT sid,
         bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) AS numeric,
         bool_and(value IS NOT NULL AND regexp_full_match(value, '[+-]?[0-9]+')) AS integer
         FROM j GROUP BY sid""")
@@ -129,7 +129,7 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
         count(*) FILTER (status = 2), count(*) FILTER (status IN (0, 3) AND no_icu),
         count(*) FILTER (status = 3) FROM j""").fetchone()
     assert c is not None
-    con.execute("""CREATE OR REPLACE TEMP VIEW ev AS
+    con.execute("""CREATE OR REPLACE VIEW ev AS
         SELECT j.tbl, j.rn, j.sid, j.hadm, j.stay_icu AS icu, j.charttime, j.itemid, j.uom,
                CASE WHEN p.integer THEN CAST(CAST(j.value AS BIGINT) AS VARCHAR)
                     WHEN p.numeric THEN CAST(CAST(j.value AS DOUBLE) AS VARCHAR)
@@ -208,17 +208,17 @@ def create_timeseries(con: duckdb.DuckDBPyConnection, var_map: pd.DataFrame) -> 
     """Table `ts`: one row per subject and chart time (and ICU stay), a text column per
     variable; returns the variables in file column order."""
     con.register("var_map_df", var_map)
-    con.execute("""CREATE OR REPLACE TEMP TABLE var_map AS
+    con.execute("""CREATE OR REPLACE TABLE var_map AS
         SELECT ITEMID::BIGINT AS itemid, VARIABLE AS variable, MIMIC_LABEL AS label
         FROM var_map_df""")
     con.unregister("var_map_df")
     variables = sorted(var_map.VARIABLE.unique())
     # how pandas typed VALUE when the episode step re-read the validated events.csv
-    con.execute("""CREATE OR REPLACE TEMP TABLE post AS SELECT sid,
+    con.execute("""CREATE OR REPLACE TABLE post AS SELECT sid,
         bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) AS numeric
         FROM ev GROUP BY sid""")
     cleaned = _sql_list(CLEANED)
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE clean AS
+    con.execute(f"""CREATE OR REPLACE TABLE clean AS
         WITH m AS (
             SELECT e.sid, e.icu, e.charttime::TIMESTAMP AS t, m.variable, m.label, e.uom,
                    e.value AS s, TRY_CAST(e.value AS DOUBLE) AS d, p.numeric
@@ -233,7 +233,7 @@ def create_timeseries(con: duckdb.DuckDBPyConnection, var_map: pd.DataFrame) -> 
         SELECT * FROM c WHERE num IS NOT NULL OR str IS NOT NULL""")
     pivot = ",\n".join(
         f"max(txt) FILTER (variable = '{v}') AS \"{v}\"" for v in variables)
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE ts AS
+    con.execute(f"""CREATE OR REPLACE TABLE ts AS
         WITH last AS (
             SELECT sid, t, variable, coalesce(str, CAST(num AS VARCHAR)) AS txt,
                    row_number() OVER (PARTITION BY sid, t, variable

@@ -87,9 +87,19 @@ def scan_table(con: duckdb.DuckDBPyConnection, path: Path, out: Path,
     tmp.replace(out)
 
 
-def csv_field(expr: str) -> str:
-    """SQL for a CSV field as Python's csv writer quotes it (QUOTE_MINIMAL); NULL -> empty."""
-    special = " OR ".join(f"contains({expr}, {c})" for c in ("','", "'\"'", "chr(10)", "chr(13)"))
+def _special(expr: str) -> str:
+    """SQL: does `expr` hold a character that makes Python's csv writer quote the field."""
+    return "(" + " OR ".join(
+        f"contains({expr}, {c})" for c in ("','", "'\"'", "chr(10)", "chr(13)")) + ")"
+
+
+def csv_field(expr: str, *, plain: bool = False) -> str:
+    """SQL for a CSV field as Python's csv writer quotes it (QUOTE_MINIMAL); NULL -> empty.
+
+    `plain`: the caller knows no value of the column needs quoting, so none is checked."""
+    if plain:
+        return f"coalesce({expr}, '')"
+    special = _special(expr)
     return (f"CASE WHEN {expr} IS NULL THEN '' WHEN {special} "
             f"THEN '\"' || replace({expr}, '\"', '\"\"') || '\"' ELSE {expr} END")
 
@@ -121,9 +131,10 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
                    AS status
         FROM ({raw}) r LEFT JOIN stays s ON r.sid = s.sid AND r.hadm = s.hadm""")
     # how pandas typed the VALUE column of each subject's events.csv before validation
-    con.execute("""CREATE OR REPLACE TABLE pre AS SELECT sid,
+    con.execute(f"""CREATE OR REPLACE TABLE pre AS SELECT sid,
         bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) AS numeric,
-        bool_and(value IS NOT NULL AND regexp_full_match(value, '[+-]?[0-9]+')) AS integer
+        bool_and(value IS NOT NULL AND regexp_full_match(value, '[+-]?[0-9]+')) AS integer,
+        bool_or({_special('charttime')}) AS quoted_time
         FROM j GROUP BY sid""")
     c = con.execute("""SELECT count(*), count(*) FILTER (status = 1),
         count(*) FILTER (status = 2), count(*) FILTER (status IN (0, 3) AND no_icu),
@@ -142,9 +153,17 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
 def events_csv(con: duckdb.DuckDBPyConnection, batch: int = 500_000
                ) -> Iterator[tuple[int, memoryview]]:
     """(subject, bytes of its events.csv rows) in subject order, rows in source order; a
-    subject may come in several pieces. The text is made by DuckDB; Python only slices it."""
+    subject may come in several pieces. The text is made by DuckDB; Python only slices it.
+
+    A kept row's admission and ICU stay are its stay's, so whether they need quoting is
+    decided once from the small `stays` table, and for chart times from the per-subject
+    summary `pre`: the per-row check remains only for VALUE and VALUEUOM."""
+    ids = con.execute(f"SELECT coalesce(bool_or({_special('hadm')} OR {_special('icu')}), false) "
+                      "FROM stays").fetchall()[0]
+    times = con.execute("SELECT coalesce(bool_or(quoted_time), false) FROM pre").fetchall()[0]
     line = " || ',' || ".join([
-        "CAST(sid AS VARCHAR)", csv_field("hadm"), csv_field("icu"), csv_field("charttime"),
+        "CAST(sid AS VARCHAR)", csv_field("hadm", plain=not ids[0]),
+        csv_field("icu", plain=not ids[0]), csv_field("charttime", plain=not times[0]),
         "CAST(itemid AS VARCHAR)", csv_field("value"), csv_field("uom")])
     reader = con.sql(f"SELECT sid, {line} || chr(10) AS line FROM ev "
                      "ORDER BY sid, tbl, rn").to_arrow_reader(batch)

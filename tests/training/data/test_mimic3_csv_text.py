@@ -1,5 +1,6 @@
 """events.csv text: fields are quoted exactly as Python's csv writer quotes them, also where the
-quoting of ids and times is decided once per run instead of per row."""
+quoting of ids and times is decided once per run instead of per row. The reference writes with
+pandas (line terminator "\\n"), whose csv writer leaves a lone carriage return unquoted."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def _python(rows: list[tuple]) -> str:
     ("100", "200", "2101-01-01, 10:00"),
 ])
 def test_events_csv_quotes_like_python(hadm: str, icu: str, time: str) -> None:
-    rows = [(hadm, icu, time, 5, "1,5", "mm\nHg"), (hadm, icu, "2101-01-01 11:00:00", 6,
-                                                      'a "b"', None), (hadm, icu, None, 7, "3", "")]
+    rows = [(hadm, icu, time, 5, "1,5", "mm\nHg"),
+            (hadm, icu, time, 8, "a\rb", "mm\rHg"),
+            (hadm, icu, "2101-01-01 11:00:00", 6, 'a "b"', None),
+            (hadm, icu, None, 7, "3", "")]
     assert _text(rows, [(hadm, icu)]) == _python(rows)

@@ -87,9 +87,22 @@ def scan_table(con: duckdb.DuckDBPyConnection, path: Path, out: Path,
     tmp.replace(out)
 
 
-def csv_field(expr: str) -> str:
-    """SQL for a CSV field as Python's csv writer quotes it (QUOTE_MINIMAL); NULL -> empty."""
-    special = " OR ".join(f"contains({expr}, {c})" for c in ("','", "'\"'", "chr(10)", "chr(13)"))
+def _special(expr: str) -> str:
+    """SQL: does `expr` hold a character that makes the reference's csv writer quote the field.
+
+    pandas writes with line terminator "\\n", and Python's writer quotes only the delimiter, the
+    quote and the terminator's characters: a carriage return alone is written unquoted."""
+    return "(" + " OR ".join(
+        f"contains({expr}, {c})" for c in ("','", "'\"'", "chr(10)")) + ")"
+
+
+def csv_field(expr: str, *, plain: bool = False) -> str:
+    """SQL for a CSV field as Python's csv writer quotes it (QUOTE_MINIMAL); NULL -> empty.
+
+    `plain`: the caller knows no value of the column needs quoting, so none is checked."""
+    if plain:
+        return f"coalesce({expr}, '')"
+    special = _special(expr)
     return (f"CASE WHEN {expr} IS NULL THEN '' WHEN {special} "
             f"THEN '\"' || replace({expr}, '\"', '\"\"') || '\"' ELSE {expr} END")
 
@@ -101,7 +114,7 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
     disk beyond the memory limit) with a status per row; everything after reads it."""
     st = stays[["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "INTIME", "OUTTIME"]].copy()
     con.register("stays_df", st)
-    con.execute("""CREATE OR REPLACE TEMP TABLE stays AS SELECT SUBJECT_ID::BIGINT AS sid,
+    con.execute("""CREATE OR REPLACE TABLE stays AS SELECT SUBJECT_ID::BIGINT AS sid,
         HADM_ID::VARCHAR AS hadm, ICUSTAY_ID::VARCHAR AS icu,
         INTIME::TIMESTAMP AS intime, OUTTIME::TIMESTAMP AS outtime FROM stays_df""")
     con.unregister("stays_df")
@@ -113,7 +126,7 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
             WHERE SUBJECT_ID::BIGINT IN (SELECT sid FROM stays)"""
         for k, p in enumerate(stage))
     # status: 0 kept, 1 no admission, 2 admission not a kept stay's, 3 another ICU stay
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE j AS
+    con.execute(f"""CREATE OR REPLACE TABLE j AS
         SELECT r.tbl, r.rn, r.sid, r.hadm, r.icu IS NULL AS no_icu, s.icu AS stay_icu,
                r.charttime, r.itemid, r.value, r.uom,
                CASE WHEN r.hadm IS NULL THEN 1 WHEN s.icu IS NULL THEN 2
@@ -121,15 +134,16 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
                    AS status
         FROM ({raw}) r LEFT JOIN stays s ON r.sid = s.sid AND r.hadm = s.hadm""")
     # how pandas typed the VALUE column of each subject's events.csv before validation
-    con.execute("""CREATE OR REPLACE TEMP TABLE pre AS SELECT sid,
+    con.execute(f"""CREATE OR REPLACE TABLE pre AS SELECT sid,
         bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) AS numeric,
-        bool_and(value IS NOT NULL AND regexp_full_match(value, '[+-]?[0-9]+')) AS integer
+        bool_and(value IS NOT NULL AND regexp_full_match(value, '[+-]?[0-9]+')) AS integer,
+        bool_or({_special('charttime')}) AS quoted_time
         FROM j GROUP BY sid""")
     c = con.execute("""SELECT count(*), count(*) FILTER (status = 1),
         count(*) FILTER (status = 2), count(*) FILTER (status IN (0, 3) AND no_icu),
         count(*) FILTER (status = 3) FROM j""").fetchone()
     assert c is not None
-    con.execute("""CREATE OR REPLACE TEMP VIEW ev AS
+    con.execute("""CREATE OR REPLACE VIEW ev AS
         SELECT j.tbl, j.rn, j.sid, j.hadm, j.stay_icu AS icu, j.charttime, j.itemid, j.uom,
                CASE WHEN p.integer THEN CAST(CAST(j.value AS BIGINT) AS VARCHAR)
                     WHEN p.numeric THEN CAST(CAST(j.value AS DOUBLE) AS VARCHAR)
@@ -142,9 +156,17 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
 def events_csv(con: duckdb.DuckDBPyConnection, batch: int = 500_000
                ) -> Iterator[tuple[int, memoryview]]:
     """(subject, bytes of its events.csv rows) in subject order, rows in source order; a
-    subject may come in several pieces. The text is made by DuckDB; Python only slices it."""
+    subject may come in several pieces. The text is made by DuckDB; Python only slices it.
+
+    A kept row's admission and ICU stay are its stay's, so whether they need quoting is
+    decided once from the small `stays` table, and for chart times from the per-subject
+    summary `pre`: the per-row check remains only for VALUE and VALUEUOM."""
+    ids = con.execute(f"SELECT coalesce(bool_or({_special('hadm')} OR {_special('icu')}), false) "
+                      "FROM stays").fetchall()[0]
+    times = con.execute("SELECT coalesce(bool_or(quoted_time), false) FROM pre").fetchall()[0]
     line = " || ',' || ".join([
-        "CAST(sid AS VARCHAR)", csv_field("hadm"), csv_field("icu"), csv_field("charttime"),
+        "CAST(sid AS VARCHAR)", csv_field("hadm", plain=not ids[0]),
+        csv_field("icu", plain=not ids[0]), csv_field("charttime", plain=not times[0]),
         "CAST(itemid AS VARCHAR)", csv_field("value"), csv_field("uom")])
     reader = con.sql(f"SELECT sid, {line} || chr(10) AS line FROM ev "
                      "ORDER BY sid, tbl, rn").to_arrow_reader(batch)
@@ -208,17 +230,17 @@ def create_timeseries(con: duckdb.DuckDBPyConnection, var_map: pd.DataFrame) -> 
     """Table `ts`: one row per subject and chart time (and ICU stay), a text column per
     variable; returns the variables in file column order."""
     con.register("var_map_df", var_map)
-    con.execute("""CREATE OR REPLACE TEMP TABLE var_map AS
+    con.execute("""CREATE OR REPLACE TABLE var_map AS
         SELECT ITEMID::BIGINT AS itemid, VARIABLE AS variable, MIMIC_LABEL AS label
         FROM var_map_df""")
     con.unregister("var_map_df")
     variables = sorted(var_map.VARIABLE.unique())
     # how pandas typed VALUE when the episode step re-read the validated events.csv
-    con.execute("""CREATE OR REPLACE TEMP TABLE post AS SELECT sid,
+    con.execute("""CREATE OR REPLACE TABLE post AS SELECT sid,
         bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) AS numeric
         FROM ev GROUP BY sid""")
     cleaned = _sql_list(CLEANED)
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE clean AS
+    con.execute(f"""CREATE OR REPLACE TABLE clean AS
         WITH m AS (
             SELECT e.sid, e.icu, e.charttime::TIMESTAMP AS t, m.variable, m.label, e.uom,
                    e.value AS s, TRY_CAST(e.value AS DOUBLE) AS d, p.numeric
@@ -233,7 +255,7 @@ def create_timeseries(con: duckdb.DuckDBPyConnection, var_map: pd.DataFrame) -> 
         SELECT * FROM c WHERE num IS NOT NULL OR str IS NOT NULL""")
     pivot = ",\n".join(
         f"max(txt) FILTER (variable = '{v}') AS \"{v}\"" for v in variables)
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE ts AS
+    con.execute(f"""CREATE OR REPLACE TABLE ts AS
         WITH last AS (
             SELECT sid, t, variable, coalesce(str, CAST(num AS VARCHAR)) AS txt,
                    row_number() OVER (PARTITION BY sid, t, variable

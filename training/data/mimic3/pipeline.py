@@ -13,6 +13,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +82,16 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
         stage = [_scan(con, table, *events[table], work, progress) for table in ev.EVENT_TABLES]
         progress("validate events")
         validation = ev.create_validated(con, stage, cohort.stays)
-        _write_events(con, subject_dirs, files)
-        progress("episodes and tasks: clean, pivot, split by ICU stay")
-        variables = ev.create_timeseries(con, read_itemid_map(res.itemid_map))
+        # The timeseries query needs only the validated rows, not the files: it runs on a
+        # second cursor while this thread streams events.csv text to the writer, so both
+        # cores work (each step alone keeps about one busy).
+        with ThreadPoolExecutor(1, thread_name_prefix="mimic3-timeseries") as pool:
+            timeseries = pool.submit(ev.create_timeseries, con.cursor(),
+                                     read_itemid_map(res.itemid_map))
+            progress("write events.csv; clean and pivot the timeseries alongside")
+            _write_events(con, subject_dirs, files)
+            variables = timeseries.result()
+        progress("episodes and tasks: split by ICU stay")
         tasks = TaskWriter(out, cohort, definitions, test_set, files,
                            no_phenotypes=no_phenotypes)
         n_episodes = write_episodes(con, cohort, variables, subject_dirs, tasks)

@@ -19,7 +19,6 @@ interval (200 resamples) for both, because 223 validation stays give wide interv
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.sufficiency_study import SEED, Model, degrade  # noqa: E402
+from benchmarks.sufficiency_study import SEED, Model, degrade, write_report  # noqa: E402
 from schemas.sufficiency import DataMinimum, SplitFigures, shortfalls, summarize  # noqa: E402
 from schemas.tensorize import Observations  # noqa: E402
 
@@ -105,10 +104,9 @@ def on_split(model: Model, minimum: DataMinimum, obs: Observations, static: np.n
              y: np.ndarray, end: np.ndarray) -> SplitFigures:
     risk = model.risks(obs, static, end)
     kept = np.array([not shortfalls(s, minimum) for s in summarize(obs, end, model.fs)])
-    return SplitFigures(n=len(y), kept=int(kept.sum()),
-                        auroc=round(figures(y[kept], risk[kept])["auroc"], 4),
-                        ece=round(figures(y[kept], risk[kept])["ece"], 4),
-                        auroc_all=round(figures(y, risk)["auroc"], 4))
+    f = figures(y[kept], risk[kept])
+    return SplitFigures(n=len(y), kept=int(kept.sum()), auroc=round(f["auroc"], 4),
+                        ece=round(f["ece"], 4), auroc_all=round(figures(y, risk)["auroc"], 4))
 
 
 def choose(res: dict[str, list[dict[str, float]]]) -> dict[str, float | None]:
@@ -157,12 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         study="docs/sufficiency.md")
     minimum.validation = on_split(model, minimum, *val)
     minimum.test = on_split(model, minimum, *load(args.data, model, "test"))
-    print("validation:", minimum.validation.model_dump(), flush=True)
-    print("test:", minimum.test.model_dump(), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{args.out}.json").write_text(json.dumps(
-        {"model": f"{model.m.name} {model.m.version}", "validation_study": res,
-         "chosen": pick, "data_minimum": minimum.model_dump()}, indent=1) + "\n")
+    write_report(model, res, pick, minimum, args.out)
     print(f"wrote {args.out}.json")
     return 0
 

@@ -237,6 +237,18 @@ def on_split(model: Model, minimum: DataMinimum, obs: Observations, static_raw: 
                         if (~kept).any() else None)
 
 
+def write_report(model: Model, res: dict[str, list[dict[str, float]]],
+                 pick: dict[str, float | None], minimum: DataMinimum, out: Path) -> None:
+    """Print the chosen minimum's validation and test figures and write `OUT.json` (the study,
+    the choice and the DataMinimum a reissued manifest takes)."""
+    print("validation:", minimum.validation.model_dump(), flush=True)
+    print("test:", minimum.test.model_dump(), flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{out}.json").write_text(json.dumps(
+        {"model": f"{model.m.name} {model.m.version}", "validation_study": res,
+         "chosen": pick, "data_minimum": minimum.model_dump()}, indent=1) + "\n")
+
+
 def plot(res: dict[str, list[dict[str, float]]], path: Path) -> None:
     import matplotlib
 
@@ -293,12 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         study="docs/sufficiency.md")
     minimum.validation = on_split(model, minimum, obs, static_raw, y)
     minimum.test = on_split(model, minimum, *splits["test"])
-    print("validation:", minimum.validation.model_dump(), flush=True)
-    print("test:", minimum.test.model_dump(), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{args.out}.json").write_text(json.dumps(
-        {"model": f"{model.m.name} {model.m.version}", "validation_study": res,
-         "chosen": pick, "data_minimum": minimum.model_dump()}, indent=1) + "\n")
+    write_report(model, res, pick, minimum, args.out)
     plot(res, Path(f"{args.out}.png"))
     print(f"wrote {args.out}.json and {args.out}.png")
     return 0

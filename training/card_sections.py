@@ -12,18 +12,22 @@ def withheld_lines(m: Manifest) -> list[str]:
               for c in m.classes if c.levels is not None]
     out: list[str] = []
     if rows:
-        out += ["", "## Operating points withheld", "",
-                "A class gets no alert at a point its validation data cannot support; a "
-                "request naming that point gets, for that class, no alert and this reason.", "",
-                "| class | point | reason |", "|---|---|---|"]
-        out += [f"| {label} | {name} | {why} |" for label, name, why in rows]
+        out += _table("Operating points withheld",
+                      "A class gets no alert at a point its validation data cannot support; a "
+                      "request naming that point gets, for that class, no alert and this reason.",
+                      ("class", "point", "reason"), rows)
     if levels:
-        out += ["", "## Levels (on the risk)", "",
-                "`warning` from the first point's threshold, `critical` from the second's; "
-                "`info` below (CDS Hooks card indicator, FHIR qualitative risk).", "",
-                "| class | warning at | critical at |", "|---|---|---|"]
-        out += [f"| {label} | {w} | {c} |" for label, w, c in levels]
+        out += _table("Levels (on the risk)",
+                      "`warning` from the first point's threshold, `critical` from the second's; "
+                      "`info` below (CDS Hooks card indicator, FHIR qualitative risk).",
+                      ("class", "warning at", "critical at"), levels)
     return out
+
+
+def _table(title: str, intro: str, header: tuple[str, ...], rows: list) -> list[str]:
+    """A card section: a heading, one paragraph, and a Markdown table of `rows`."""
+    return ["", f"## {title}", "", intro, "", "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header), *("| " + " | ".join(map(str, r)) + " |" for r in rows)]
 
 
 def data_minimum_lines(m: Manifest) -> list[str]:

@@ -77,6 +77,10 @@ def test_export_writes_a_valid_manifest_card_and_index(models: Path, task: str) 
         ref = c.margin_reference
         assert ref is not None and ref.percentiles[0] == 1 and ref.percentiles[-1] == 99
         assert ref.n_without + ref.n_with == m.provenance.splits["calib"].n
+        # contract 1.4: every class carries its uncertainty map, fitted on the held-out split
+        u = c.uncertainty
+        assert u is not None and u.n == m.provenance.splits["calib"].n
+        assert u.validation is not None and u.validation.n == m.provenance.splits["val"].n
     assert any(c.named_points for c in m.classes)
     assert "## Operating points (thresholds on the risk)" in card
     assert m.value_reference and all(

@@ -53,10 +53,7 @@ from training.serving_assets import (
     prototypes,
     threshold_points,
 )
-from training.uncertainty import fit_uncertainty
-
-UNCERTAINTY_WHERE = ("calibration split (held out of training and early stopping); level "
-                     "chosen on validation")
+from training.uncertainty import UNCERTAINTY_WHERE, fit_uncertainty
 
 
 def code_version() -> str:

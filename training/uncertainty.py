@@ -25,6 +25,10 @@ from sklearn.isotonic import IsotonicRegression
 
 from schemas.uncertainty import LEVELS, CoverageCheck, RiskUncertainty
 
+#: Where export fits the map (`RiskUncertainty.fitted_on`).
+UNCERTAINTY_WHERE = ("calibration split (held out of training and early stopping); level "
+                     "chosen on validation")
+
 #: The share of validation stays that must get a one-outcome set for a level to be chosen:
 #: above it, the set mostly says "either outcome", which a clinician cannot act on.
 MIN_SINGLE = 0.5

@@ -68,6 +68,8 @@ class RiskUncertainty(BaseModel):
     positives: int = Field(description="Of which with the outcome")
     validation: CoverageCheck | None = Field(
         None, description="Coverage at `level` on the validation split, which chose it")
+    test: CoverageCheck | None = Field(
+        None, description="Coverage on the test split (reported only; it chose nothing)")
 
     _arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = PrivateAttr(None)
 

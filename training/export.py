@@ -156,8 +156,8 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
                 yr, mr, "calibration split (held out of training and early stopping)"
                 if has_calib else "validation split"),
             risk_reference=risk_reference(val_risk[1]),
-            uncertainty=fit_uncertainty(risk(calib, "calib", c), val_risk, UNCERTAINTY_WHERE)
-            if has_calib else None))
+            uncertainty=fit_uncertainty(risk(calib, "calib", c), val_risk, UNCERTAINTY_WHERE,
+                                        test=risk(calib, "test", c)) if has_calib else None))
     prov = _provenance(Path(cfg["data"]), metrics, preds, data_description or "")
     data = prepared_data(cfg)
     audit = fairness_at_export(model, crit, data, preds, classes[0]) if spec.binary else None

@@ -79,7 +79,7 @@ def held_out_uncertainty(folder: Path, config: Path, data: Path) -> list[RiskUnc
     if "calib" not in prep.raw:
         raise SplitMismatch(f"{config} holds out no calibration split: nothing to fit on")
     risks = {}
-    for split in ("calib", "val"):
+    for split in ("calib", "val", "test"):
         a = prep.raw[split]
         rec = model.manifest.provenance.splits.get(split)
         got = np.round(a.y.mean(axis=0), 4)
@@ -90,10 +90,10 @@ def held_out_uncertainty(folder: Path, config: Path, data: Path) -> list[RiskUnc
                 f"that {folder} was exported with: give the model's own training config and "
                 "data")
         risks[split] = (a.y, model.risks(a))
-    (yc, rc), (yv, rv) = risks["calib"], risks["val"]
-    return [fit_uncertainty((yc[:, c], rc[:, c]), (yv[:, c], rv[:, c]),
-                            UNCERTAINTY_WHERE.replace("split", "split rebuilt from "
-                                                      f"{config.name}", 1))
+    (yc, rc), (yv, rv), (yt, rt) = risks["calib"], risks["val"], risks["test"]
+    where = UNCERTAINTY_WHERE.replace("split", f"split rebuilt from {config.name}", 1)
+    return [fit_uncertainty((yc[:, c], rc[:, c]), (yv[:, c], rv[:, c]), where,
+                            test=(yt[:, c], rt[:, c]))
             for c in range(len(model.manifest.classes))]
 
 

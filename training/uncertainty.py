@@ -96,12 +96,13 @@ def coverage(u: RiskUncertainty, y: np.ndarray, risk: np.ndarray, split: str
 
 
 def fit_uncertainty(calib: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
-                    where: str, levels: Sequence[float] = LEVELS) -> RiskUncertainty:
+                    where: str, levels: Sequence[float] = LEVELS,
+                    test: tuple[np.ndarray, np.ndarray] | None = None) -> RiskUncertainty:
     """The uncertainty map of one class from held-out (y, risk) pairs.
 
     Venn-Abers steps and conformal bounds are fitted on `calib`; the level is the highest of
     `levels` whose sets are one-outcome for at least MIN_SINGLE of the `val` stays (else the
-    lowest), and its validation coverage is stored with it."""
+    lowest), and its validation coverage is stored with it; `test` is only scored."""
     yc, rc = (np.asarray(a, dtype=np.float64) for a in calib)
     yv, rv = (np.asarray(a, dtype=np.float64) for a in val)
     cuts, p0, p1 = venn_abers_steps(rc, yc)
@@ -116,4 +117,6 @@ def fit_uncertainty(calib: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray,
         if check.single_outcome >= MIN_SINGLE:
             break
     assert chosen is not None, "levels must not be empty"
+    if test is not None:
+        chosen = chosen.model_copy(update={"test": coverage(chosen, *test, "test split")})
     return chosen

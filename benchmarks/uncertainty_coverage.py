@@ -29,6 +29,7 @@ from schemas.model_index import read_index
 from schemas.uncertainty import RiskUncertainty
 from training.data.splits import SplitArrays
 from training.external import ExportedModel
+from training.uncertainty import coverage
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,17 +50,14 @@ def _ci(hit: np.ndarray, n_boot: int, seed: int = 0) -> list[float]:
 
 def coverage_row(u: RiskUncertainty, y: np.ndarray, risk: np.ndarray, n_boot: int
                  ) -> dict[str, Any]:
+    """`training.uncertainty.coverage` of the stays, with bootstrap CIs of its coverages."""
     yy = y > 0.5
     hit = u.covered(yy, risk).astype(np.float64)
-    event, no_event = u.outcome_set(risk)
-    low, high = u.interval(risk)
-    row: dict[str, Any] = {"level": u.level, "n": len(y), "positives": int(yy.sum()),
-                           "coverage": float(hit.mean()), "coverage_ci": _ci(hit, n_boot)}
+    row: dict[str, Any] = {"level": u.level,
+                           **coverage(u, yy, risk, "").model_dump(exclude={"split"}),
+                           "coverage_ci": _ci(hit, n_boot)}
     for name, mask in (("with_outcome", yy), ("without_outcome", ~yy)):
-        row[f"coverage_{name}"] = float(hit[mask].mean()) if mask.any() else None
         row[f"coverage_{name}_ci"] = _ci(hit[mask], n_boot)
-    row["single_outcome"] = float((event != no_event).mean())
-    row["mean_width"] = float((high - low).mean())
     return row
 
 

@@ -198,7 +198,7 @@ class MicroBatcher:
             if alone() and self._idle():
                 # Nothing to batch with: run here, without the hand-off to a worker thread and
                 # back, which costs about as much as a small graph on a CPU (for a stay with
-                # its ~30 occlusion rows, explain=top, a third of the request's CPU). The loop
+                # its ~30 occlusion rows, explain=top, a quarter of the request's CPU). The loop
                 # waits at most one run of max_batch_size rows, and only when no other request
                 # is admitted. Under load requests are admitted and queue as before.
                 self._notify([0.0])

@@ -1,9 +1,12 @@
 """64 concurrent clients sending single-stay requests: micro-batcher on vs off.
 
     .venv/bin/python benchmarks/bench_batcher.py [--clients 64] [--seconds 8] [--task mortality]
-        [--device cpu]
+        [--device cpu] [--explain basic|top] [--sizes 32 1]
 
-Off = SCEHR_MAX_BATCH_SIZE=1, on = 32 (queue delay 0, the default, in both). Prints throughput
+Off = SCEHR_MAX_BATCH_SIZE=1, on = 32 (queue delay 0, the default, in both); `--sizes` runs
+other sizes, the ratio is the first's throughput over the last's. `--explain top` (the
+single-stay default) sends ~30 occlusion rows per stay, so a size below that splits every
+request over several runs and a size of 32 never lets two requests share one. Prints throughput
 and p50/p99 latency of both; where the server's time goes per request (from its own /metrics:
 validate+tensorize, queue, ORT compute, the rest = HTTP + FastAPI + pydantic + read-outs +
 response serialization) and its CPU time per request (from /proc); ORT time alone, in-process
@@ -101,7 +104,15 @@ def ort_alone(model, stays: list[dict], reps: int = 20) -> tuple[float, float, f
 
 
 def probabilities(reply: bytes) -> list[float]:
+    """The scores of a reply: none for a stay below the model's data minimum."""
     return [c["score"] for c in json.loads(reply)["results"]]
+
+
+def gap(a: list[float], b: list[float]) -> float:
+    """Largest score difference of two replies for one stay (inf if only one was scored)."""
+    if len(a) != len(b):
+        return float("inf")
+    return float(np.abs(np.subtract(a, b)).max()) if a else 0.0
 
 
 def main() -> None:
@@ -111,6 +122,9 @@ def main() -> None:
     ap.add_argument("--task", default="mortality")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
                     help="SCEHR_DEVICE of the server and of the in-process session")
+    ap.add_argument("--explain", default="basic", choices=["basic", "top"])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[32, 1],
+                    help="SCEHR_MAX_BATCH_SIZE of each server run, in order")
     args = ap.parse_args()
     load_before = loadavg()
     models, which = model_dir()
@@ -118,12 +132,14 @@ def main() -> None:
                        Settings(model_dir=models, device=args.device))
     stays, what = default_model_stays(args.task, 256, models)
     bodies = [dumps(s) for s in stays]
-    path = f"/predict/{args.task}?explain=basic"  # the 1.0 default: no occlusion rows
+    path = f"/predict/{args.task}?explain={args.explain}"
     print(f"models: {which}; {describe(model)}; {what}; {os.cpu_count()} cores; "
           f"load average before: {load_before}")
-    print(f"{args.clients} clients x {args.seconds:g} s; one stay per request")
+    print(f"{args.clients} clients x {args.seconds:g} s; one stay per request, "
+          f"explain={args.explain}")
     results, replies = {}, {}
-    for label, size in (("batcher on (max 32)", 32), ("batcher off (max 1)", 1)):
+    labels = [f"batcher max {n}" + (" (off)" if n == 1 else "") for n in args.sizes]
+    for label, size in zip(labels, args.sizes, strict=True):
         with server(models, device=args.device, max_batch_size=size, max_queue_size=1024) as srv:
             asyncio.run(load(srv.port, bodies, args.clients, 1.0, path))  # warm
             before = asyncio.run(scrape(srv.port))
@@ -156,15 +172,14 @@ def main() -> None:
         print(f"    CPU per request: server {(cpu1 - cpu0) / n * 1e3:.2f} ms "
               f"({(cpu1 - cpu0) / wall:.2f} cores busy), load generator "
               f"{(client1 - client0) / n * 1e3:.2f} ms ({(client1 - client0) / wall:.2f} cores)")
-    on, off = results["batcher on (max 32)"], results["batcher off (max 1)"]
-    print(f"throughput ratio on/off = {on / off:.2f} (target >= 1.5)")
+    on, off = results[labels[0]], results[labels[-1]]
+    print(f"throughput ratio {labels[0]} / {labels[-1]} = {on / off:.2f} (target >= 1.5)")
     b, one, diff = ort_alone(model, stays[:32])
     print(f"ORT alone per stay (in-process): batch of 32 {b:.3f} ms vs batch 1 {one:.3f} ms "
           f"({one / b:.1f}x); max |p(batch) - p(single)| = {diff:.1e}")
-    a, z = replies["batcher on (max 32)"], replies["batcher off (max 1)"]
+    a, z = replies[labels[0]], replies[labels[-1]]
     common = sorted(a.keys() & z.keys())
-    served = max(float(np.abs(np.subtract(probabilities(a[i]), probabilities(z[i]))).max())
-                 for i in common)
+    served = max(gap(probabilities(a[i]), probabilities(z[i])) for i in common)
     print(f"servers on vs off: max |p| difference over {len(common)} stays = {served:.1e}")
     if diff > TOL or served > TOL or not common:
         print(f"outputs differ by more than {TOL:g}")

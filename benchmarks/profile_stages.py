@@ -1,7 +1,7 @@
 """Where one single-stay request's CPU goes, stage by stage, in-process (no HTTP).
 
     .venv/bin/python benchmarks/profile_stages.py [--task mortality] [--stays 200] [--passes 3]
-        [--source DIR]
+        [--source DIR] [--explain basic|top|full]
 
 Real test stays (benchmarks/payloads.py; without the converted data, synthetic ones in the
 model's feature set), one at a time: parse + validate the bytes (json.loads + model_validate,
@@ -13,8 +13,11 @@ wall time, and with the wall clock; medians over stays, best of `--passes` passe
 DIR` runs the same stages on another checkout's code (e.g. `git archive <commit> | tar -x -C
 DIR`), for before/after figures. Then the whole app on the same bodies, in-process through ASGI
 (no sockets, no HTTP server): what the service adds around those stages (routing, middleware,
-admission, metrics, monitoring, access and audit logs; ORT inline as for a lone request).
-Only prints.
+admission, metrics, monitoring, access and audit logs; ORT inline as for a lone request), in
+the process's CPU time (`time.process_time`: ORT's threads and any worker thread included).
+`--explain` (default basic) profiles that explanation depth: `top`, the single-stay route's
+default, adds the occlusion rows to ingest + tensorize and ORT and the contributions to the
+read-outs. Only prints.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ if "--source" in sys.argv:  # before anything imports service/ or schemas/
     _src = sys.argv[sys.argv.index("--source") + 1]
     sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f)]
     sys.path.insert(0, _src)
+    # Bound to that checkout now: benchmarks/common.py puts this repository first on the path.
+    import schemas  # noqa: F401
+    import service  # noqa: F401
 
 import argparse
 import asyncio
@@ -44,10 +50,10 @@ from service.registry import load_model, read_index, resolve
 from service.settings import Settings
 
 STAGES = ("json.loads + model_validate", "model_validate_json", "ingest + tensorize",
-          "ORT batch 1 (1 thread)", "read-outs (predictions)", "response JSON")
+          "ORT, the stay's run (1 thread)", "read-outs (predictions)", "response JSON")
 
 
-def one_pass(m, bodies: list[bytes]) -> dict[str, tuple[float, float]]:
+def one_pass(m, bodies: list[bytes], explain: str) -> dict[str, tuple[float, float]]:
     cpu: dict[str, list[float]] = {k: [] for k in STAGES}
     wall: dict[str, list[float]] = {k: [] for k in STAGES}
     for b in bodies:
@@ -62,11 +68,11 @@ def one_pass(m, bodies: list[bytes]) -> dict[str, tuple[float, float]]:
         mark()
         stay = StayPayload.model_validate_json(b)
         mark()
-        prep = prepare(m.spec, [stay])
+        prep = prepare(m.spec, [stay], explain_full=explain != "basic")
         mark()
         out = m.run(prep.inputs)
         mark()
-        pred = predictions(m.spec, prep, out)[0]
+        pred = predictions(m.spec, prep, out, explain=explain)[0]
         mark()
         pred.model_dump_json()
         mark()
@@ -76,7 +82,8 @@ def one_pass(m, bodies: list[bytes]) -> dict[str, tuple[float, float]]:
     return {k: (float(np.median(cpu[k])), float(np.median(wall[k]))) for k in STAGES}
 
 
-async def asgi_cpu_ms(bodies: list[bytes], task: str, models: object, passes: int) -> float:
+async def asgi_cpu_ms(bodies: list[bytes], task: str, models: object, passes: int,
+                      explain: str) -> float:
     """CPU ms per request of the whole app called in-process (best of `passes`)."""
     from service.app import create_app
 
@@ -86,7 +93,7 @@ async def asgi_cpu_ms(bodies: list[bytes], task: str, models: object, passes: in
     async def call(body: bytes) -> None:
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
                  "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-                 "query_string": b"explain=basic", "root_path": "",
+                 "query_string": f"explain={explain}".encode(), "root_path": "",
                  "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
                              (b"content-length", str(len(body)).encode())],
                  "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
@@ -109,10 +116,10 @@ async def asgi_cpu_ms(bodies: list[bytes], task: str, models: object, passes: in
             await call(b)
         best = float("inf")
         for _ in range(passes):
-            t0 = time.thread_time()
+            t0 = time.process_time()
             for b in bodies:
                 await call(b)
-            best = min(best, (time.thread_time() - t0) / len(bodies) * 1e3)
+            best = min(best, (time.process_time() - t0) / len(bodies) * 1e3)
     return best
 
 
@@ -122,6 +129,7 @@ def main() -> None:
     ap.add_argument("--stays", type=int, default=200)
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--source", help="another checkout whose service/ and schemas/ to time")
+    ap.add_argument("--explain", default="basic", choices=["basic", "top", "full"])
     args = ap.parse_args()
     load_before = loadavg()
     models, which = model_dir()
@@ -134,10 +142,11 @@ def main() -> None:
     # garbage collections do not scan this harness's own heap.
     gc.collect()
     gc.freeze()
-    passes = [one_pass(m, bodies) for _ in range(args.passes)]
+    passes = [one_pass(m, bodies, args.explain) for _ in range(args.passes)]
     best = {k: (min(p[k][0] for p in passes), min(p[k][1] for p in passes)) for k in STAGES}
     code = args.source or "this checkout"
-    print(f"{which}; task {args.task}; {what}; code: {code}; load average before: "
+    print(f"{which}; task {args.task}; {what}; explain={args.explain}; code: {code}; "
+          f"load average before: "
           f"{load_before}, after: {loadavg()}")
     print(f"| stage | CPU ms (median, best of {args.passes}) | wall ms |")
     print("|---|---|---|")
@@ -148,7 +157,7 @@ def main() -> None:
         print(f"| total with {parse} | {sum(best[k][0] for k in [parse, *rest]):.3f} | "
               f"{sum(best[k][1] for k in [parse, *rest]):.3f} |")
     with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):  # its logs
-        whole = asyncio.run(asgi_cpu_ms(bodies, args.task, models, args.passes))
+        whole = asyncio.run(asgi_cpu_ms(bodies, args.task, models, args.passes, args.explain))
     print(f"| whole app in-process (ASGI, no sockets), per request | {whole:.3f} | – |")
 
 

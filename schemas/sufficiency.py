@@ -14,6 +14,7 @@ once at admission (ICU type, height) are not measurements over time and do not c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -76,9 +77,12 @@ class DataSummary:
                 else round(self.hours_since_last, 3)}
 
 
+@lru_cache(maxsize=32)
 def counted(fs: FeatureSet) -> np.ndarray:
-    """[channels] bool: the channels whose observations count as data."""
-    return np.array([v not in DESCRIPTORS for v in fs.variable_ids], dtype=bool)
+    """[channels] bool: the channels whose observations count as data (read-only: shared)."""
+    out = np.array([v not in DESCRIPTORS for v in fs.variable_ids], dtype=bool)
+    out.setflags(write=False)
+    return out
 
 
 def summarize(obs: Observations, end_hours: np.ndarray, fs: FeatureSet) -> list[DataSummary]:

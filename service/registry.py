@@ -325,7 +325,7 @@ class Registry:
                                max_queue_delay=s.max_queue_delay, max_queue_size=s.max_queue_size,
                                executor=self.executor, observe=self._observe_queue(task),
                                name=task,
-                               # a lone row runs at once on the CPU, unless told to wait
+                               # a lone request runs at once on the CPU, unless told to wait
                                inline_when_idle=model.provider == CPU and s.max_queue_delay == 0)
         batcher.start()
         m = model.spec.manifest

@@ -168,8 +168,9 @@ class Scorer:
                     since: float | None = None) -> ScoredStays:
         """Score `stays` on `handle`'s model: one `StayResult` per stay, in order.
 
-        `heavy` runs preparation and read-outs in a worker thread (off the event loop);
-        `alone` says when no other request would share the ONNX run (`MicroBatcher.submit`);
+        `heavy` runs preparation, the ONNX run and read-outs off the event loop; `alone` says
+        when no other request would share the ONNX run (`MicroBatcher.submit`: a light request
+        alone on an idle model runs it on the calling thread);
         `refused` are the problems of stays the adapter could not even decode (counted in the
         validation metrics with the others); `since` (`time.perf_counter()`) is when the
         request's body had arrived, where its deadline starts (default: now). Raises
@@ -183,7 +184,8 @@ class Scorer:
         self._count(task, prep, refused)
         if prep.inputs is None or (options.all_or_none and prep.problems):
             return ScoredStays(_results(prep, {}))
-        out = await self._run(handle, prep.inputs, alone, since)
+        # a heavy request keeps its ORT run off the event loop too, even alone
+        out = await self._run(handle, prep.inputs, None if heavy else alone, since)
         return await in_worker(heavy, self._finish, spec, prep, out, options, handle.default)
 
     def _prepare(self, spec: ModelSpec, stays: list[StayPayload],

@@ -202,6 +202,23 @@ async def test_a_lone_row_runs_on_the_caller_only_when_allowed_and_alone(
     assert (threads == [threading.get_ident()]) is on_caller, threads
 
 
+@pytest.mark.parametrize(("rows", "on_caller"), [(8, True), (9, False)])
+async def test_a_lone_request_of_up_to_one_run_of_rows_runs_on_the_caller(
+        rows: int, on_caller: bool) -> None:
+    """A stay with its occlusion rows (explain=top) is one request of many rows: alone on an
+    idle model it skips the hand-off to the worker thread too, up to one run's rows
+    (max_batch_size); a bigger request, which needs several runs, goes to the worker."""
+    threads: list[int] = []
+    with ThreadPoolExecutor(1) as ex:
+        b = MicroBatcher(threaded_model(threads), max_batch_size=8, max_queue_delay=0,
+                         max_queue_size=8, executor=ex, inline_when_idle=True)
+        b.start()
+        out = await b.submit(item(3, 0, rows=rows), alone=lambda: True)
+        await b.close()
+    np.testing.assert_array_equal(out.z, fake_model([])(item(3, 0, rows=rows)).z)
+    assert (threading.get_ident() in threads) is on_caller, threads
+
+
 async def test_a_busy_batcher_queues_even_a_lone_row() -> None:
     """While a batch computes, a row that says it is alone still waits for the model's
     worker thread: it never runs beside the batch on the event loop's thread."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import threading
 import time
 from collections.abc import Callable
 
@@ -85,3 +86,26 @@ async def test_overload_is_503_with_retry_after(make_settings: Callable[..., Set
         assert busy.headers["retry-after"] == "3" and busy.json()["error"] == "overloaded"
         metrics = (await c.get("/metrics")).text
     assert re.search(r'scehr_overload_rejections_total{model="mortality"} [1-9]', metrics)
+
+
+@pytest.mark.parametrize(("offload_bytes", "on_loop"), [(32 * 1024, True), (0, False)])
+async def test_a_lone_explain_top_request_runs_its_occlusion_rows_on_the_loop_unless_heavy(
+        make_settings: Callable[..., Settings], offload_bytes: int, on_loop: bool) -> None:
+    """A lone single-stay request at the default explain=top (the stay and its occlusion rows,
+    one run) skips the hand-off to the ORT thread; a heavy one (a body over
+    SCEHR_OFFLOAD_BYTES) keeps all of its work off the event loop."""
+    threads: list[tuple[int, int]] = []
+    async with serve(make_settings(offload_bytes=offload_bytes)) as c:
+        batcher = c.app.state.registry.get("mortality").batcher  # type: ignore[attr-defined]
+        run = batcher._run
+
+        def recorded(inputs):  # type: ignore[no-untyped-def]
+            threads.append((threading.get_ident(), inputs.rows))
+            return run(inputs)
+
+        batcher._run = recorded
+        r = await c.post("/predict/mortality", json=stay())
+    assert r.status_code == 200 and r.json()["results"][0]["contributions"]
+    [(thread, rows)] = threads
+    assert rows > 1  # the stay and its occlusion rows, in one run
+    assert (thread == threading.get_ident()) is on_loop

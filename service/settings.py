@@ -133,6 +133,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger bodies get 413")
     max_batch_stays: int = Field(256, ge=1, description="Stays per batch request")
     max_observations: int = Field(20_000, ge=1, description="Observations per stay")
+    fhir_validation: Literal["lean", "full"] = Field(
+        "lean", description="FHIR and CDS Hooks input: `lean` validates the elements the "
+        "adapter reads, with FHIR's rules (types, patterns, required elements, one value[x]); "
+        "`full` validates every element of every resource with `fhir.resources` (about 1 ms "
+        "more per Observation; refuses unknown elements and missing elements never read)")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Comma-separated keys for `X-API-Key`; when set, "
         "predict and admin routes need one; admin routes exist only when set")

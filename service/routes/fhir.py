@@ -91,7 +91,8 @@ async def fhir_predict(
     reject_xml(request.headers.get("content-type"), raw)
     bundle = await run_in_threadpool(_bundle, raw, FhirLimits(settings.max_observations))
     stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
-                                   end_hours=end_hours, variables=handle.model.spec.fs.variables)
+                                   end_hours=end_hours, variables=handle.model.spec.fs.variables,
+                                   full=settings.fhir_validation == "full")
     choice = choose_point(handle.model.spec, None, None, allow_insufficient)
     pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain, strict, choice),
                                    locate=stay.locate, since=since)

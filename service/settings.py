@@ -113,9 +113,11 @@ class Settings(BaseSettings):
         "previous one computes, and a lone request pays no wait (on the CPU it runs at once "
         "on the event loop's thread, without the hand-off to the ORT thread)")
     max_queue_size: int = Field(
-        256, ge=1, description="Requests admitted per model (being parsed, queued or computed) "
-        "before new ones are refused with 503 + Retry-After (before their body is read when the "
-        "model is already full; a request is admitted once its body has arrived)")
+        256, ge=1, description="Admission units per model (requests being parsed, queued or "
+        "computed; a request counts one unit per started 32 kB of body, at least one, so a "
+        "256-stay batch counts like its stays) before new ones are refused with 503 + "
+        "Retry-After (before their body is read when the model is already full; a request is "
+        "admitted once its body has arrived; one request alone is always admitted)")
     request_timeout_s: float = Field(
         5.0, gt=0, description="Deadline per scoring request (any interface), per ORT run it "
         "needs, from the arrival of its body (decoding, preprocessing, queue wait and compute): "

@@ -11,6 +11,7 @@ import string
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 import scehr_cli
+from service.admission import UNIT_BYTES, Admission, cost
 from service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model, write_model_dir
@@ -142,6 +144,44 @@ async def test_full_model_is_refused_before_the_body_is_read(
         assert (await c.post("/predict/mortality", json=stay())).status_code == 200
         metrics = (await c.get("/metrics")).text
         assert 'scehr_overload_rejections_total{model="mortality"} 2.0' in metrics
+
+
+def test_admission_counts_a_request_by_its_body_in_units() -> None:
+    assert [cost(n) for n in (0, 1, UNIT_BYTES, UNIT_BYTES + 1, 6_100_000)] == [1, 1, 1, 2, 187]
+    a = Admission(limit=64, floor=64)
+    assert a.try_admit("mortality", 1) and a.try_admit("mortality", 60)
+    assert not a.try_admit("mortality", 4)  # 65 > 64: a batch does not fit
+    assert a.try_admit("mortality", 3)  # single stays still do
+    a.release("mortality", True, 60)
+    a.release("mortality", True, 1)
+    assert a.admitted["mortality"] == 3 and a.try_admit("mortality", 61)
+    a.release("mortality", True, 61)
+    a.release("mortality", True, 3)
+    assert a.try_admit("mortality", 500)  # larger than the limit: admitted alone
+    assert not a.try_admit("mortality", 1)
+    a.release("mortality", True, 500)
+    assert a.admitted["mortality"] == 0 and a.rate("mortality", time.monotonic()) > 0
+
+
+async def test_a_large_batch_holds_the_places_of_its_stays_not_one(
+        make_settings: Callable[..., Settings]) -> None:
+    """Limit 8 units, one request admitted: a batch of ~10 units is refused (before, it held one
+    place like a single stay), a single stay is served; alone, the batch is served."""
+    hours = tuple(float(h) / 2 for h in range(2 * 47))
+    batch = {"stays": [stay(hours=hours, hr=80.0 + i) for i in range(12)]}
+    body = json.dumps(batch).encode()
+    size, json_type = len(body), {"content-type": "application/json"}
+    assert 8 * UNIT_BYTES < size < 16 * UNIT_BYTES, size
+    async with serve(make_settings(max_queue_size=8)) as c:
+        admission = c.app.state.admission  # type: ignore[attr-defined]
+        admission.admitted["mortality"] = 1  # one small request in the pipeline
+        r = await c.post("/predict/mortality/batch", content=body, headers=json_type)
+        assert r.status_code == 503 and r.headers["retry-after"], r.text[:200]
+        assert (await c.post("/predict/mortality", json=stay())).status_code == 200
+        admission.admitted["mortality"] = 0
+        r = await c.post("/predict/mortality/batch", content=body, headers=json_type)
+        assert r.status_code == 200 and len(r.json()["items"]) == 12, r.text[:200]
+        assert admission.peak["mortality"] >= cost(size) and admission.admitted["mortality"] == 0
 
 
 async def test_a_lone_request_runs_the_model_on_the_event_loop_only_when_alone(

@@ -128,6 +128,21 @@ def _audit(spec: ModelSpec, preds: Sequence[Prediction]) -> None:
             "status": p.status, "alerts": sum(r.alert for r in p.results)})
 
 
+#: Stays prepared, run and read out together: a larger request goes through in chunks of this
+#: many, so that no single numpy call of its preparation or read-out (a tensor of every stay's
+#: occlusion variants, ~130 MB for 256 phenotype stays) holds the GIL, and the event loop with
+#: it, for long; each chunk's deadline counts the model runs of the chunks before it.
+CHUNK_STAYS = 16
+
+
+def concat_outputs(parts: list[ModelOutputs]) -> ModelOutputs | None:
+    """The model's rows of consecutive chunks, in order."""
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return ModelOutputs(*(np.concatenate([getattr(p, f) for p in parts])
+                          for f in ("z", "anchor_logits", "probability")))
+
+
 def _results(prep: PreparedStays, preds: dict[int, Prediction]) -> list[StayResult]:
     return [StayResult(i, prep.ids[i], prediction=preds.get(i),
                        problems=prep.problems.get(i, [])) for i in range(prep.n)]
@@ -175,6 +190,27 @@ class Scorer:
         request's body had arrived, where its deadline starts (default: now). Raises
         `ApiError` 503/504 (overload, deadline) and 500 (the model failed)."""
         since = time.perf_counter() if since is None else since
+        if len(stays) <= CHUNK_STAYS:
+            return (await self._score_chunk(handle, stays, options, heavy, alone, refused,
+                                            since, 0))[0]
+        results: list[StayResult] = []
+        outputs: list[ModelOutputs] = []
+        rows = 0  # model rows of the chunks before: the deadline grows with them
+        for start in range(0, len(stays), CHUNK_STAYS):
+            part, rows = await self._score_chunk(
+                handle, stays[start:start + CHUNK_STAYS], options, heavy, None,
+                refused if start == 0 else (), since, rows)
+            results += [replace(r, index=r.index + start) for r in part.results]
+            if part.outputs is not None:
+                outputs.append(part.outputs)
+        return ScoredStays(results, concat_outputs(outputs))
+
+    async def _score_chunk(self, handle: ModelHandle, stays: list[StayPayload],
+                           options: ScoreOptions, heavy: bool,
+                           alone: Callable[[], bool] | None, refused: Sequence[list[Problem]],
+                           since: float, rows_before: int) -> tuple[ScoredStays, int]:
+        """`score` of up to CHUNK_STAYS stays; also the model rows so far (`rows_before` +
+        this chunk's)."""
         spec = handle.model.spec
         task = spec.task
         t0 = time.perf_counter()
@@ -182,9 +218,11 @@ class Scorer:
         self.metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
         self._count(task, prep, refused)
         if prep.inputs is None or (options.all_or_none and prep.problems):
-            return ScoredStays(_results(prep, {}))
-        out = await self._run(handle, prep.inputs, alone, since)
-        return await in_worker(heavy, self._finish, spec, prep, out, options, handle.default)
+            return ScoredStays(_results(prep, {})), rows_before
+        rows = rows_before + prep.inputs.rows
+        out = await self._run(handle, prep.inputs, alone, since, rows)
+        return await in_worker(heavy, self._finish, spec, prep, out, options,
+                               handle.default), rows
 
     def _prepare(self, spec: ModelSpec, stays: list[StayPayload],
                  options: ScoreOptions) -> PreparedStays:
@@ -223,19 +261,20 @@ class Scorer:
         spec = handle.model.spec
         since = time.perf_counter() if since is None else since
         prep = await in_worker(inputs.rows > 1, tensor_rows, spec, inputs)
-        out = await self._run(handle, inputs, None, since)
+        out = await self._run(handle, inputs, None, since, inputs.rows)
         return await in_worker(inputs.rows > 1, self._finish, spec, prep, out, options,
                                handle.default)
 
     async def _run(self, handle: ModelHandle, inputs: ModelInputs,
-                   alone: Callable[[], bool] | None, since: float) -> ModelOutputs:
-        """The model's outputs through its batcher, within the deadline."""
+                   alone: Callable[[], bool] | None, since: float, rows: int) -> ModelOutputs:
+        """The model's outputs through its batcher, within the deadline of the request's
+        `rows` so far (this run's and its earlier chunks')."""
         s, task = self.settings, handle.model.task
         retry = {"Retry-After": str(s.retry_after_s)}
         # The deadline covers decoding and preparation (from `since`), the queue wait and the
         # compute: SCEHR_REQUEST_TIMEOUT_S per ORT run the request needs (one for a stay, more
         # for a big batch or explain's variants). Past it already: never queued nor computed.
-        runs = -(-inputs.rows // handle.model.max_batch_size)
+        runs = -(-rows // handle.model.max_batch_size)
         deadline = since + s.request_timeout_s * runs
         if time.perf_counter() >= deadline:
             self.metrics.overload.labels(task).inc()

@@ -471,3 +471,33 @@ async def test_unparsable_manifest_on_reload_is_manifest_invalid(tmp_path: Path)
                          headers=KEY)
         assert r.status_code == 422 and r.json()["detail"][0]["rule"] == "manifest_invalid"
 
+
+
+async def test_a_large_request_scored_in_chunks_answers_as_in_one_piece(
+        make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+    """40 stays (two refused, in different chunks) with explain=full, as a JSON batch and as
+    Open Inference `stay` tensors: chunks of 7 and of 16 (the default) answer exactly what one
+    piece does, items and outputs in input order, the refusals at their own index."""
+    import service.scorer as scorer_module
+
+    stays = [stay(hr=70.0 + i) for i in range(40)]
+    stays[3]["observations"][0]["value"] = "not a number"
+    stays[30]["observations"] = "none"
+    v2 = {"inputs": [{"name": "stay", "shape": [40], "datatype": "BYTES",
+                      "data": [json.dumps(s) for s in stays]}]}
+    answers = []
+    for chunk in (10_000, 7, scorer_module.CHUNK_STAYS):
+        monkeypatch.setattr(scorer_module, "CHUNK_STAYS", chunk)
+        async with serve(make_settings()) as c:
+            batch = await c.post("/predict/mortality/batch", json={"stays": stays},
+                                 params={"explain": "full"})
+            oip = await c.post("/v2/models/mortality/infer", json=v2)
+        assert batch.status_code == 200, batch.text[:300]
+        items = batch.json()["items"]
+        assert [i["index"] for i in items] == list(range(40))
+        assert [i for i, item in enumerate(items) if item.get("errors")] == [3, 30]
+        for item in items:  # the request ids and times of each run differ
+            if item.get("prediction"):
+                item["prediction"].pop("audit", None)
+        answers.append((items, oip.status_code, oip.json()))
+    assert answers[0] == answers[1] == answers[2]

@@ -112,18 +112,22 @@ def main() -> None:
     ap.add_argument("--senders", type=int, default=2)
     ap.add_argument("--hours", type=int, default=48)
     ap.add_argument("--observations", type=int, default=2000)
+    ap.add_argument("--gil-switch-ms", type=float, default=None,
+                    help="SCEHR_GIL_SWITCH_MS of the server (default: the service's)")
     args = ap.parse_args()
+    settings = {} if args.gil_switch_ms is None else {"gil_switch_ms": args.gil_switch_ms}
     models, which = model_dir()
     print(f"models: {which}")
     for interface in (["json", "v2", "fhir"] if args.interface == "all" else [args.interface]):
         path, body, what = request(interface, args, models)
         load = loadavg()
-        with server(models) as srv:
+        with server(models, **settings) as srv:
             r = asyncio.run(run(srv.port, args.seconds, path, body, args.senders))
         probe, done = r["probe"], r["batches"]
         bad = Counter(s for s in r["statuses"] if s != 200)
         print(f"[{interface}] {args.senders} senders of {what} + /metrics every 0.5 s, "
-              f"{args.seconds:.0f} s; load average before: {load}, after: {loadavg()}")
+              f"{args.seconds:.0f} s {settings or ''}; load average before: {load}, after: "
+              f"{loadavg()}")
         print(f"[{interface}] requests done: {len(done)} (median {pct(done, 50):.2f} s each); "
               f"non-200 answers: {sum(bad.values())} {dict(bad) or ''}")
         p99 = pct(probe, 99) * 1e3

@@ -129,6 +129,10 @@ class Settings(BaseSettings):
         "Requests count against the model's admission limit only once their body is in, so "
         "stalled uploads never lock other clients out")
     retry_after_s: int = Field(1, ge=0, description="Retry-After sent with overload 503s")
+    gil_switch_ms: float = Field(
+        1.0, gt=0, le=100, description="The interpreter's switch interval in each worker "
+        "process (ms): the longest the event loop's thread waits for the GIL while a worker "
+        "thread runs a heavy request's Python, each time it needs it (Python's default: 5)")
     offload_bytes: int = Field(
         32 * 1024, ge=0, description="Bodies larger than this (and every explain=full request) "
         "are preprocessed and answered in a worker thread, off the event loop")

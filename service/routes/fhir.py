@@ -25,7 +25,7 @@ from service.routes.predict import (
     Strict,
     as_body_parameter,
 )
-from service.scorer import ScoreOptions, choose_point
+from service.scorer import ScoreOptions, choose_point, released
 
 router = APIRouter(tags=["fhir"])
 
@@ -98,4 +98,7 @@ async def fhir_predict(
                                    locate=stay.locate, since=since)
     text = await run_in_threadpool(
         lambda: to_json(risk_bundle(pred, handle.model.spec.manifest, stay)))
+    entries = bundle.get("entry")
+    await released(True, entries if isinstance(entries, list) else [],
+                   stay.payload.observations, stay.sources, stay.refs)
     return Response(text, media_type=FHIR_JSON)

@@ -501,3 +501,36 @@ async def test_a_large_request_scored_in_chunks_answers_as_in_one_piece(
                 item["prediction"].pop("audit", None)
         answers.append((items, oip.status_code, oip.json()))
     assert answers[0] == answers[1] == answers[2]
+
+
+async def test_a_heavy_requests_objects_are_freed_off_the_loop_one_at_a_time(
+        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropped at once on the event loop's thread when a route returns, a large batch's
+    payloads and predictions stalled `/livez` for 100-200 ms: each heavy route empties its
+    large lists in a worker thread instead (JSON batch, Open Inference stays, FHIR)."""
+    import service.scorer as scorer
+    from tests.service.test_svc_interop import fhir_bundle
+
+    loop_thread = threading.get_ident()
+    calls: list[tuple[int, list[int], list[list[Any]]]] = []
+    real = scorer.release
+
+    def spy(*heaps: list[Any]) -> None:
+        sizes = [len(h) for h in heaps]
+        real(*heaps)
+        calls.append((threading.get_ident(), sizes, list(heaps)))
+
+    monkeypatch.setattr(scorer, "release", spy)
+    stays = [stay(hours=tuple(float(h) for h in range(48)), hr=70.0 + i) for i in range(20)]
+    v2 = {"inputs": [{"name": "stay", "shape": [20], "datatype": "BYTES",
+                      "data": [json.dumps(s) for s in stays]}]}
+    assert len(json.dumps(v2)) > 32 * 1024  # heavy: over SCEHR_OFFLOAD_BYTES
+    for url, body, least in (("/predict/mortality/batch?explain=full", {"stays": stays}, 20),
+                             ("/v2/models/mortality/infer", v2, 20),
+                             ("/fhir/predict/mortality", fhir_bundle(), 10)):
+        calls.clear()
+        r = await client.post(url, json=body)
+        assert r.status_code == 200, r.text[:200]
+        [(thread, sizes, heaps)] = calls
+        assert thread != loop_thread and min(sizes) >= 1 and max(sizes) >= least, url
+        assert all(h == [] for h in heaps), url

@@ -102,10 +102,10 @@ class Admission:
     time, except one request alone (a request larger than the limit runs by itself).
 
     Refused callers are told (Retry-After) to come back once the model has had time to serve
-    four times as many requests as were refused before them during the current advice: a fair
-    queue kept by the clients, so refusals per second stay near a quarter of the completions
-    per second however many clients there are, and refusing costs only a small fraction of
-    serving.
+    four times as many units as requests were refused before them during the current advice
+    (one unit each, as a single stay): a fair queue kept by the clients, so refusals per
+    second stay near a quarter of the completions per second however many clients there are,
+    and refusing costs only a small fraction of serving.
     """
 
     limit: int

@@ -5,8 +5,11 @@
 Serves the shipped models (models/) through the app with httpx's ASGI transport and times
 `POST /predict/mortality` (JSON), `/fhir/predict/mortality` (the same stay as a FHIR Bundle:
 examples/fhir_bundle.json), `/cds-services/scehr-mortality` (the CDS Hooks example; it scores
-with explain=full) and `/v2/models/mortality/infer` (the JSON stay as a BYTES tensor). Prints
-the median and the 90th percentile in ms, side by side in one run. Only prints.
+with explain=full) and `/v2/models/mortality/infer` (the JSON stay as a BYTES tensor), and the
+FHIR route again on a second app with `fhir_validation="full"` (every element validated by
+`fhir.resources`). Prints the median and the 90th percentile in ms, side by side in one run,
+the FHIR / JSON ratio of medians beside its target (<= 3x), and the load average before and
+after. Only prints.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ sys.path.insert(0, str(REPO))
 from service.settings import Settings  # noqa: E402
 from tests.service.conftest import serve  # noqa: E402
 
+JSON = "JSON  POST /predict/mortality"
+FHIR = "FHIR  POST /fhir/predict/mortality"
+
 
 async def main(repeats: int) -> None:
     stay = json.loads((REPO / "examples" / "mortality_stay.json").read_text())
@@ -36,26 +42,34 @@ async def main(repeats: int) -> None:
     v2 = {"inputs": [{"name": "stay", "shape": [1], "datatype": "BYTES",
                       "data": [json.dumps(stay)]}], "outputs": [{"name": "risk"}]}
     calls = {
-        "JSON  POST /predict/mortality": ("/predict/mortality", stay),
-        "FHIR  POST /fhir/predict/mortality": ("/fhir/predict/mortality", fhir),
+        JSON: ("/predict/mortality", stay),
+        FHIR: ("/fhir/predict/mortality", fhir),
         "CDS   POST /cds-services/scehr-mortality": ("/cds-services/scehr-mortality", cds),
         "V2    POST /v2/models/mortality/infer": ("/v2/models/mortality/infer", v2),
     }
-    async with serve(Settings(model_dir=REPO / "models", device="cpu", log_level="WARNING")
-                     ) as client:
-        times: dict[str, list[float]] = {k: [] for k in calls}
+    full_name = "FHIR  POST /fhir/predict/mortality (full)"
+    observations = sum(e["resource"]["resourceType"] == "Observation" for e in fhir["entry"])
+    load_before = os.getloadavg()[0]
+    settings = Settings(model_dir=REPO / "models", device="cpu", log_level="WARNING")
+    async with serve(settings) as client, \
+            serve(settings.model_copy(update={"fhir_validation": "full"})) as full:
+        times: dict[str, list[float]] = {k: [] for k in [*calls, full_name]}
         for _ in range(repeats):  # interleaved, so load changes hit every interface alike
-            for name, (path, body) in calls.items():
+            for name, (path, body) in [*calls.items(), (full_name, calls[FHIR])]:
                 t0 = time.perf_counter()
-                r = await client.post(path, json=body)
+                r = await (full if name == full_name else client).post(path, json=body)
                 times[name].append((time.perf_counter() - t0) * 1000)
                 assert r.status_code == 200, r.text
-    print(f"{len(fhir['entry']) - 2} Observations, {repeats} calls each, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{observations} Observations, {repeats} calls each, load average "
+          f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     for name, ts in times.items():
         ts.sort()
         print(f"{name:45s} median {statistics.median(ts):7.1f} ms   "
               f"p90 {ts[int(0.9 * (len(ts) - 1))]:7.1f} ms")
+    ratio = statistics.median(times[FHIR]) / statistics.median(times[JSON])
+    print(f"FHIR / JSON (medians): {ratio:.1f}x (target <= 3x: "
+          f"{'met' if ratio <= 3 else 'missed'}); with full validation: "
+          f"{statistics.median(times[full_name]) / statistics.median(times[JSON]):.1f}x")
 
 
 if __name__ == "__main__":

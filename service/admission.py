@@ -4,7 +4,9 @@ A scoring request of any interface (JSON, FHIR, CDS Hooks, Open Inference) is re
 when its model is full; otherwise its body is read under a deadline (`SCEHR_BODY_TIMEOUT_S`,
 408 and the connection closed when it stalls) and only then is it admitted, while fewer than
 the model's limit are in the pipeline (being parsed, queued or computed): a client that sends
-headers and then stalls holds a connection, never a place in the pipeline. Its queue wait and
+headers and then stalls holds a connection, never a place in the pipeline. A request counts by
+its cost, in units of `UNIT_BYTES` of body (`cost`): a 256-stay batch holds as many places as
+the single stays it carries, not one. Its queue wait and
 compute then have a deadline (`SCEHR_REQUEST_TIMEOUT_S`) that the batcher
 enforces. The limit follows Little's law: the model's recent completion rate times an eighth of
 the deadline, so an admitted request can expect to finish in time whatever the machine's speed
@@ -53,6 +55,16 @@ WINDOW_S = 5.0
 MAX_RETRY_AFTER_S = 60
 #: Retry-After spreads refused clients so that about one refusal comes per this many completions.
 REFUSALS_PER_COMPLETION_INV = 4
+#: The unit of admission: a request costs one per started UNIT_BYTES of body, at least one. A
+#: full 48-hour stay in the JSON long form is ~24 kB (one unit), a 256-stay batch of them ~190
+#: units, a FHIR Bundle of 2,000 Observations ~25: parsing, validation and the rows computed
+#: grow with the body, and its size is known, at no cost, before any of them starts.
+UNIT_BYTES = 32 * 1024
+
+
+def cost(body_bytes: int) -> int:
+    """Admission units of a request whose body has `body_bytes` bytes."""
+    return max(1, -(-body_bytes // UNIT_BYTES))
 
 
 def _prune(q: deque[float], since: float) -> None:
@@ -66,15 +78,34 @@ def _push(q: deque[float], t: float) -> None:
         q.popleft()
 
 
+class _Completed:
+    """Units completed in the last WINDOW_S seconds (a running sum; bounded entries)."""
+
+    def __init__(self) -> None:
+        self._q: deque[tuple[float, int]] = deque()
+        self.units = 0
+
+    def prune(self, since: float) -> None:
+        while self._q and self._q[0][0] < since:
+            self.units -= self._q.popleft()[1]
+
+    def push(self, t: float, units: int) -> None:
+        self._q.append((t, units))
+        self.units += units
+        if len(self._q) > 100_000:
+            self.units -= self._q.popleft()[1]
+
+
 @dataclass
 class Admission:
-    """Requests admitted per model; never above `limit`, nor above what can finish in time.
+    """Units (`cost`) admitted per model; never above `limit`, nor above what can finish in
+    time, except one request alone (a request larger than the limit runs by itself).
 
     Refused callers are told (Retry-After) to come back once the model has had time to serve
-    four times as many requests as were refused before them during the current advice: a fair
-    queue kept by the clients, so refusals per second stay near a quarter of the completions
-    per second however many clients there are, and refusing costs only a small fraction of
-    serving.
+    four times as many units as requests were refused before them during the current advice
+    (one unit each, as a single stay): a fair queue kept by the clients, so refusals per
+    second stay near a quarter of the completions per second however many clients there are,
+    and refusing costs only a small fraction of serving.
     """
 
     limit: int
@@ -83,17 +114,17 @@ class Admission:
     base_retry_s: int = 1
     admitted: dict[str, int] = field(default_factory=dict)
     peak: dict[str, int] = field(default_factory=dict)
-    _done: dict[str, deque[float]] = field(default_factory=dict)
+    _done: dict[str, _Completed] = field(default_factory=dict)
     _refused: dict[str, deque[float]] = field(default_factory=dict)
     _retry: dict[str, int] = field(default_factory=dict)
 
     def rate(self, task: str, now: float) -> float:
-        """Requests of this model completed per second, recently."""
+        """Units of this model completed per second, recently."""
         done = self._done.get(task)
-        if not done:
+        if done is None:
             return 0.0
-        _prune(done, now - WINDOW_S)
-        return len(done) / WINDOW_S
+        done.prune(now - WINDOW_S)
+        return done.units / WINDOW_S
 
     def capacity(self, task: str, now: float | None = None) -> int:
         """Little's law: completions per second x 1/DEADLINE_SHARE of the deadline, within
@@ -107,12 +138,13 @@ class Admission:
         """Whether a request of `task` would be refused now."""
         return self.admitted.get(task, 0) >= self.capacity(task)
 
-    def try_admit(self, task: str) -> bool:
+    def try_admit(self, task: str, units: int = 1) -> bool:
+        """Admit a request of `units` if they fit (always when nothing is admitted)."""
         n = self.admitted.get(task, 0)
-        if n >= self.capacity(task):
+        if n and n + units > self.capacity(task):
             return False
-        self.admitted[task] = n + 1
-        self.peak[task] = max(self.peak.get(task, 0), n + 1)
+        self.admitted[task] = n + units
+        self.peak[task] = max(self.peak.get(task, 0), n + units)
         return True
 
     def refuse(self, task: str) -> int:
@@ -134,11 +166,11 @@ class Admission:
         share its ONNX run (the batcher may run it at once, on the calling thread)."""
         return self.admitted.get(task, 0) <= 1
 
-    def release(self, task: str, completed: bool) -> None:
+    def release(self, task: str, completed: bool, units: int = 1) -> None:
         """`completed`: answered within its deadline (not a 5xx), which counts in the rate."""
-        self.admitted[task] = max(0, self.admitted.get(task, 0) - 1)
+        self.admitted[task] = max(0, self.admitted.get(task, 0) - units)
         if completed:
-            _push(self._done.setdefault(task, deque()), time.monotonic())
+            self._done.setdefault(task, _Completed()).push(time.monotonic(), units)
 
 
 def scoring_task(scope: Scope) -> str | None:
@@ -298,7 +330,8 @@ class AdmissionMiddleware:
                     allowed=f"the whole body within {self.body_timeout_s:g} s of the headers")]),
                 [(b"connection", b"close")])
             return
-        if not self.admission.try_admit(task):
+        units = cost(len(body))
+        if not self.admission.try_admit(task, units):
             await self._refuse(scope, send, task)
             return
         self.told.forget(scope.get("client"))
@@ -315,4 +348,4 @@ class AdmissionMiddleware:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            self.admission.release(task, completed=status < 500)
+            self.admission.release(task, completed=status < 500, units=units)

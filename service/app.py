@@ -17,7 +17,7 @@ from schemas.contract import CONTRACT_VERSION
 from schemas.payloads import StayPayload
 from service import errors, readiness
 from service.admission import Admission, AdmissionMiddleware, keyed_paths
-from service.gc_pauses import tune_collector
+from service.gc_pauses import share_gil, tune_collector
 from service.interop.cds_hooks import CdsRequest
 from service.logs import configure_logging
 from service.metrics import Metrics
@@ -121,7 +121,10 @@ def openapi_components(app: FastAPI, *models: type[BaseModel]) -> None:
 
 def build_app() -> FastAPI:
     """uvicorn factory (`service.app:build_app`): settings from SCEHR_* variables; the
-    worker process's collector tuned for short pauses (`service.gc_pauses`)."""
-    app = create_app(Settings())
+    worker process's collector and GIL switch interval tuned for short pauses
+    (`service.gc_pauses`)."""
+    settings = Settings()
+    app = create_app(settings)
+    share_gil(settings.gil_switch_ms)
     tune_collector()
     return app

@@ -94,6 +94,23 @@ async def in_worker(heavy: bool, fn: Callable[..., T], *args: Any, **kw: Any) ->
     return fn(*args, **kw)
 
 
+def release(*heaps: list[Any]) -> None:
+    """Empty a request's large lists one element at a time (call it in a worker thread, once
+    the answer is built). Dropped at once, as a route's locals are when it returns, on the
+    event loop's thread, 256 stays' payloads and predictions (~10^6 objects) are freed in one
+    C call that holds the GIL for 100-200 ms: `/livez` stalls that long. One element at a
+    time, the freeing is many short steps between which the loop's thread takes the GIL."""
+    for heap in heaps:
+        while heap:
+            heap.pop()
+
+
+async def released(heavy: bool, *heaps: list[Any]) -> None:
+    """`release` in a worker thread when the request was heavy (else freeing is short)."""
+    if heavy:
+        await run_in_threadpool(release, *heaps)
+
+
 def body_loc(loc: list[str | int]) -> list[str | int]:
     """A payload field path as the JSON single-stay route's body path."""
     return ["body", *loc]
@@ -126,6 +143,21 @@ def _audit(spec: ModelSpec, preds: Sequence[Prediction]) -> None:
             "model_sha256": a.model_sha256, "feature_set_hash": a.feature_set_hash,
             "operating_point": a.operating_point, "input_sha256": a.input_sha256,
             "status": p.status, "alerts": sum(r.alert for r in p.results)})
+
+
+#: Stays prepared, run and read out together: a larger request goes through in chunks of this
+#: many, so that no single numpy call of its preparation or read-out (a tensor of every stay's
+#: occlusion variants, ~130 MB for 256 phenotype stays) holds the GIL, and the event loop with
+#: it, for long; each chunk's deadline counts the model runs of the chunks before it.
+CHUNK_STAYS = 16
+
+
+def concat_outputs(parts: list[ModelOutputs]) -> ModelOutputs | None:
+    """The model's rows of consecutive chunks, in order."""
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return ModelOutputs(*(np.concatenate([getattr(p, f) for p in parts])
+                          for f in ("z", "anchor_logits", "probability")))
 
 
 def _results(prep: PreparedStays, preds: dict[int, Prediction]) -> list[StayResult]:
@@ -176,6 +208,27 @@ class Scorer:
         request's body had arrived, where its deadline starts (default: now). Raises
         `ApiError` 503/504 (overload, deadline) and 500 (the model failed)."""
         since = time.perf_counter() if since is None else since
+        if len(stays) <= CHUNK_STAYS:
+            return (await self._score_chunk(handle, stays, options, heavy, alone, refused,
+                                            since, 0))[0]
+        results: list[StayResult] = []
+        outputs: list[ModelOutputs] = []
+        rows = 0  # model rows of the chunks before: the deadline grows with them
+        for start in range(0, len(stays), CHUNK_STAYS):
+            part, rows = await self._score_chunk(
+                handle, stays[start:start + CHUNK_STAYS], options, heavy, None,
+                refused if start == 0 else (), since, rows)
+            results += [replace(r, index=r.index + start) for r in part.results]
+            if part.outputs is not None:
+                outputs.append(part.outputs)
+        return ScoredStays(results, concat_outputs(outputs))
+
+    async def _score_chunk(self, handle: ModelHandle, stays: list[StayPayload],
+                           options: ScoreOptions, heavy: bool,
+                           alone: Callable[[], bool] | None, refused: Sequence[list[Problem]],
+                           since: float, rows_before: int) -> tuple[ScoredStays, int]:
+        """`score` of up to CHUNK_STAYS stays; also the model rows so far (`rows_before` +
+        this chunk's)."""
         spec = handle.model.spec
         task = spec.task
         t0 = time.perf_counter()
@@ -183,10 +236,12 @@ class Scorer:
         self.metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
         self._count(task, prep, refused)
         if prep.inputs is None or (options.all_or_none and prep.problems):
-            return ScoredStays(_results(prep, {}))
+            return ScoredStays(_results(prep, {})), rows_before
+        rows = rows_before + prep.inputs.rows
         # a heavy request keeps its ORT run off the event loop too, even alone
-        out = await self._run(handle, prep.inputs, None if heavy else alone, since)
-        return await in_worker(heavy, self._finish, spec, prep, out, options, handle.default)
+        out = await self._run(handle, prep.inputs, None if heavy else alone, since, rows)
+        return await in_worker(heavy, self._finish, spec, prep, out, options,
+                               handle.default), rows
 
     def _prepare(self, spec: ModelSpec, stays: list[StayPayload],
                  options: ScoreOptions) -> PreparedStays:
@@ -225,19 +280,20 @@ class Scorer:
         spec = handle.model.spec
         since = time.perf_counter() if since is None else since
         prep = await in_worker(inputs.rows > 1, tensor_rows, spec, inputs)
-        out = await self._run(handle, inputs, None, since)
+        out = await self._run(handle, inputs, None, since, inputs.rows)
         return await in_worker(inputs.rows > 1, self._finish, spec, prep, out, options,
                                handle.default)
 
     async def _run(self, handle: ModelHandle, inputs: ModelInputs,
-                   alone: Callable[[], bool] | None, since: float) -> ModelOutputs:
-        """The model's outputs through its batcher, within the deadline."""
+                   alone: Callable[[], bool] | None, since: float, rows: int) -> ModelOutputs:
+        """The model's outputs through its batcher, within the deadline of the request's
+        `rows` so far (this run's and its earlier chunks')."""
         s, task = self.settings, handle.model.task
         retry = {"Retry-After": str(s.retry_after_s)}
         # The deadline covers decoding and preparation (from `since`), the queue wait and the
         # compute: SCEHR_REQUEST_TIMEOUT_S per ORT run the request needs (one for a stay, more
         # for a big batch or explain's variants). Past it already: never queued nor computed.
-        runs = -(-inputs.rows // handle.model.max_batch_size)
+        runs = -(-rows // handle.model.max_batch_size)
         deadline = since + s.request_timeout_s * runs
         if time.perf_counter() >= deadline:
             self.metrics.overload.labels(task).inc()

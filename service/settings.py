@@ -113,9 +113,11 @@ class Settings(BaseSettings):
         "previous one computes, and a lone request pays no wait (on the CPU it runs at once "
         "on the event loop's thread, without the hand-off to the ORT thread)")
     max_queue_size: int = Field(
-        256, ge=1, description="Requests admitted per model (being parsed, queued or computed) "
-        "before new ones are refused with 503 + Retry-After (before their body is read when the "
-        "model is already full; a request is admitted once its body has arrived)")
+        256, ge=1, description="Admission units per model (requests being parsed, queued or "
+        "computed; a request counts one unit per started 32 kB of body, at least one, so a "
+        "256-stay batch counts like its stays) before new ones are refused with 503 + "
+        "Retry-After (before their body is read when the model is already full; a request is "
+        "admitted once its body has arrived; one request alone is always admitted)")
     request_timeout_s: float = Field(
         5.0, gt=0, description="Deadline per scoring request (any interface), per ORT run it "
         "needs, from the arrival of its body (decoding, preprocessing, queue wait and compute): "
@@ -127,12 +129,21 @@ class Settings(BaseSettings):
         "Requests count against the model's admission limit only once their body is in, so "
         "stalled uploads never lock other clients out")
     retry_after_s: int = Field(1, ge=0, description="Retry-After sent with overload 503s")
+    gil_switch_ms: float = Field(
+        1.0, gt=0, le=100, description="The interpreter's switch interval in each worker "
+        "process (ms): the longest the event loop's thread waits for the GIL while a worker "
+        "thread runs a heavy request's Python, each time it needs it (Python's default: 5)")
     offload_bytes: int = Field(
         32 * 1024, ge=0, description="Bodies larger than this (and every explain=full request) "
         "are preprocessed and answered in a worker thread, off the event loop")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger bodies get 413")
     max_batch_stays: int = Field(256, ge=1, description="Stays per batch request")
     max_observations: int = Field(20_000, ge=1, description="Observations per stay")
+    fhir_validation: Literal["lean", "full"] = Field(
+        "lean", description="FHIR and CDS Hooks input: `lean` validates the elements the "
+        "adapter reads, with FHIR's rules (types, patterns, required elements, one value[x]); "
+        "`full` validates every element of every resource with `fhir.resources` (about 1 ms "
+        "more per Observation; refuses unknown elements and missing elements never read)")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Comma-separated keys for `X-API-Key`; when set, "
         "predict and admin routes need one; admin routes exist only when set")

@@ -21,12 +21,8 @@ from service.errors import ApiError
 from service.interop.fhir_in import (
     SNOMED,
     VENTILATION,
-    Encounter,
     FhirStay,
     Located,
-    Location,
-    Patient,
-    Procedure,
     bundle_resources,
     to_stay,
     validate_resource,
@@ -157,10 +153,11 @@ def _usable(value: Any) -> bool:
     return isinstance(value, dict) and value.get("resourceType") != "OperationOutcome"
 
 
-def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES
-                  ) -> FhirStay | None:
+def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES,
+                  full: bool = False) -> FhirStay | None:
     """The stay from the prefetch, read with the scoring model's `variables`; None when the
-    client says there are no Observations."""
+    client says there are no Observations. `full`: every element validated by
+    `fhir.resources`, not only those read."""
     if req.hook != HOOK:
         raise ApiError(422, "unsupported_hook", [Problem(
             loc=["body", "hook"], rule="hook", message=f"hook {req.hook!r} is not served here",
@@ -183,15 +180,16 @@ def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES
     if pre["observations"] is None:
         return None
     resources = [
-        validate_resource(Patient, pre["patient"], ["body", "prefetch", "patient"], "Patient"),
-        validate_resource(Encounter, pre["encounter"], ["body", "prefetch", "encounter"],
-                          "Encounter"),
+        validate_resource("Patient", pre["patient"], ["body", "prefetch", "patient"],
+                          "Patient", full),
+        validate_resource("Encounter", pre["encounter"], ["body", "prefetch", "encounter"],
+                          "Encounter", full),
         *(r for r in bundle_resources(pre["observations"],
-                                      ["body", "prefetch", "observations"], "Bundle")
+                                      ["body", "prefetch", "observations"], "Bundle", full)
           if r.resource.get_resource_type() == "Observation"),
     ]
-    resources += _optional(pre, "location", "Location")
-    resources += _optional(pre, "procedures", "Procedure")
+    resources += _optional(pre, "location", "Location", full)
+    resources += _optional(pre, "procedures", "Procedure", full)
     patient_id = req.context["patientId"]
     if resources[0].resource.id not in (None, patient_id):
         raise ApiError(422, "invalid_fhir", [Problem(
@@ -201,17 +199,16 @@ def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES
     return to_stay(resources, prefix=["body", "prefetch"], variables=variables)
 
 
-def _optional(pre: dict[str, Any], key: str, kind: str) -> list[Located]:
+def _optional(pre: dict[str, Any], key: str, kind: str, full: bool) -> list[Located]:
     """The resources of `kind` in an optional prefetch entry (one resource or a Bundle)."""
     raw = pre.get(key)
     if not _usable(raw):
         return []
     if raw.get("resourceType") == "Bundle":
-        return [r for r in bundle_resources(raw, ["body", "prefetch", key], "Bundle")
+        return [r for r in bundle_resources(raw, ["body", "prefetch", key], "Bundle", full)
                 if r.resource.get_resource_type() == kind]
-    model = {"Location": Location, "Procedure": Procedure}[kind]
     if raw.get("resourceType") == kind:
-        return [validate_resource(model, raw, ["body", "prefetch", key], kind)]
+        return [validate_resource(kind, raw, ["body", "prefetch", key], kind, full)]
     return []
 
 

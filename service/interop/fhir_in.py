@@ -1,12 +1,13 @@
 """FHIR R4 in: a Bundle (or CDS Hooks prefetch) -> the service's own `StayPayload`.
 
-Resources are validated by `fhir.resources` (the R4B models: R4B changed no element of
-Patient, Encounter, Observation, Bundle or RiskAssessment, and the R4-only release of the
-library needs pydantic 1). Codes and units are read through the variable catalog
-(`schemas.variables`): LOINC codes -> channels, UCUM units -> the catalog's conversions. What
-cannot be used is skipped with a warning naming the resource; what is malformed is a 422
-naming the FHIR path. The payload then goes through exactly the scoring path of
-`POST /predict/{task}`.
+Resources are validated by default by the lean models of `service.interop.fhir_lean` (the
+elements the adapter reads, with FHIR's rules), or, opted in, by `fhir.resources` whole (the
+R4B models: R4B changed no element of Patient, Encounter, Observation, Bundle or
+RiskAssessment, and the R4-only release of the library needs pydantic 1). Codes and units are
+read through the variable catalog (`schemas.variables`): LOINC codes -> channels, UCUM units ->
+the catalog's conversions. What cannot be used is skipped with a warning naming the resource;
+what is malformed is a 422 naming the FHIR path. The payload then goes through exactly the
+scoring path of `POST /predict/{task}`.
 """
 
 from __future__ import annotations
@@ -18,12 +19,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from fhir.resources.R4B.bundle import Bundle
-from fhir.resources.R4B.encounter import Encounter
-from fhir.resources.R4B.location import Location
-from fhir.resources.R4B.observation import Observation as FhirObservation
-from fhir.resources.R4B.patient import Patient
-from fhir.resources.R4B.procedure import Procedure
+from fhir.resources.R4B import get_fhir_model_class
 from pydantic import ValidationError
 
 from schemas.payloads import Demographics, Observation, Problem, StayPayload
@@ -38,6 +34,7 @@ from schemas.variables import (
     loinc_index,
 )
 from service.errors import ApiError
+from service.interop import fhir_lean
 
 UCUM = "http://unitsofmeasure.org"
 #: CDC NHSN Healthcare Service Location codes (HSLOC, OID 2.16.840.1.113883.6.259), the code
@@ -148,15 +145,19 @@ def problems_of(err: ValidationError, prefix: Loc, root: str) -> list[Problem]:
     """fhir.resources validation errors as Problems naming the FHIR path."""
     out = []
     for e in err.errors(include_input=False)[:50]:
-        loc = [*prefix, *e.get("loc", ())]
-        path = fhir_path([root, *e.get("loc", ())])
-        if e.get("type") == "json_invalid":  # a string where an element (object) belongs:
-            # the library tried it as JSON text; say what the element is instead
+        where = list(e.get("loc", ()))
+        if e.get("type") == "model_validation_format" and where[-1:] == ["root"]:
+            e["type"], where = "model_type", where[:-1]  # the library's wording of the same
+        loc = [*prefix, *where]
+        path = fhir_path([root, *where])
+        if e.get("type") in ("json_invalid", "model_type"):  # not an object where an
+            # element belongs (the library tries a string as JSON text): say what it is
             name = str(loc[-1]) if loc else ""
             kind = name[5:] if name.startswith("value") and name[5:6].isupper() else "complex"
             out.append(Problem(loc=loc, rule="fhir_object_expected",
-                               message=f"{path}: a FHIR {kind} element is a JSON object, "
-                               "not a string", allowed=f"a {kind} object"))
+                               message=f"{path}: a FHIR {kind} element is a JSON object"
+                               + (", not a string" if e["type"] == "json_invalid" else ""),
+                               allowed=f"a {kind} object"))
             continue
         out.append(Problem(loc=loc, rule=f"fhir_{e.get('type', 'invalid')}",
                            message=f"{path}: {e.get('msg', 'invalid')}",
@@ -177,7 +178,7 @@ def validate(model: type, raw: Any, prefix: Loc, root: str) -> Any:
         raise ApiError(422, "invalid_fhir", problems_of(e, prefix, root)) from None
 
 
-def refuse_incomplete(bundle: Bundle, prefix: Loc, root: str) -> None:
+def refuse_incomplete(bundle: Any, prefix: Loc, root: str) -> None:
     """A searchset that is one page of more (a `next` link, or `total` above its matches) is
     never scored as if it were the whole stay: 422 saying what is missing."""
     nxt = [i for i, link in enumerate(bundle.link or []) if link.relation == "next"]
@@ -198,17 +199,67 @@ def refuse_incomplete(bundle: Bundle, prefix: Loc, root: str) -> None:
         allowed="a complete Bundle: no `next` link, and `total` equal to its entries")])
 
 
-def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle") -> list[Located]:
-    """The resources of a collection or searchset Bundle, validated, in entry order; a
-    paged or truncated searchset is refused (`refuse_incomplete`)."""
-    bundle: Bundle = validate(Bundle, raw, list(prefix), root)
+def model_for(resource_type: str, full: bool = False) -> type:
+    """The model validating `resource_type`: the lean one of the elements the adapter reads,
+    or, `full`, the `fhir.resources` one of every element."""
+    return get_fhir_model_class(resource_type) if full else fhir_lean.MODELS[resource_type]
+
+
+def known_type(raw: Any, loc: Loc, root: str) -> str:
+    """The resourceType of an entry's resource, refused (422 naming it) unless a FHIR R4
+    resource type."""
+    kind = raw.get("resourceType")
+    try:
+        if isinstance(kind, str) and kind.isalpha():
+            get_fhir_model_class(kind)
+            return kind
+    except ValueError:
+        pass
+    raise ApiError(422, "invalid_fhir", [Problem(
+        loc=[*loc, "resourceType"], rule="fhir_resource_type",
+        message=f"{root}.resourceType: {shown(str(kind))!r} is not a FHIR R4 resource type",
+        allowed="a FHIR R4 resource type, e.g. Observation")])
+
+
+def _entry_resource(raw: Any, loc: Loc, root: str, full: bool) -> Any:
+    kind = known_type(raw, loc, root)
+    if full:
+        return validate(get_fhir_model_class(kind), raw, loc, root)
+    if kind in fhir_lean.MODELS:
+        return validate(fhir_lean.MODELS[kind], raw, loc, root)
+    return fhir_lean.Unread(kind, raw.get("id"))
+
+
+def _checked_types(raw: Any, prefix: Loc, root: str) -> None:
+    """Every entry resource of a known type before the full validation (the library raises
+    a KeyError, a 500, on an unknown one)."""
+    for i, e in enumerate(raw.get("entry") or [] if isinstance(raw, dict) else []):
+        res = e.get("resource") if isinstance(e, dict) else None
+        if isinstance(res, dict):
+            known_type(res, [*prefix, "entry", i, "resource"], f"{root}.entry[{i}].resource")
+
+
+def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
+                     full: bool = False) -> list[Located]:
+    """The resources of a collection or searchset Bundle, validated (lean, or `full`), in entry
+    order; a paged or truncated searchset is refused (`refuse_incomplete`)."""
+    if full:
+        _checked_types(raw, list(prefix), root)
+    bundle = validate(model_for("Bundle", full), raw, list(prefix), root)
     refuse_incomplete(bundle, list(prefix), root)
     if bundle.type not in BUNDLE_TYPES:
         raise ApiError(422, "invalid_fhir", [Problem(
             loc=[*prefix, "type"], rule="fhir_bundle_type",
             message=f"{root}.type is {bundle.type!r}", allowed=" or ".join(BUNDLE_TYPES))])
-    return [Located(e.resource, [*prefix, "entry", i, "resource"], e.fullUrl)
-            for i, e in enumerate(bundle.entry or []) if e.resource is not None]
+    out = []
+    for i, e in enumerate(bundle.entry or []):
+        if e.resource is None:
+            continue
+        loc = [*prefix, "entry", i, "resource"]
+        resource = e.resource if full else _entry_resource(
+            e.resource, loc, f"{root}.entry[{i}].resource", full)
+        out.append(Located(resource, loc, e.fullUrl))
+    return out
 
 
 def _one_patient(found: list[Located], prefix: Loc) -> Located:
@@ -243,7 +294,7 @@ def _admission(encounters: list[Located], given: datetime | None, prefix: Loc) -
         allowed="Encounter.period.start or ?admission_time=")])
 
 
-def _age(patient: Patient, admission: datetime) -> float | None:
+def _age(patient: Any, admission: datetime) -> float | None:
     born = patient.birthDate
     if not isinstance(born, date) or isinstance(born, datetime):
         return None  # absent, or only a year / year-month: not precise enough for an age
@@ -252,12 +303,12 @@ def _age(patient: Patient, admission: datetime) -> float | None:
     return float(years) if 0 <= years <= 130 else None
 
 
-def _demographics(patient: Patient, admission: datetime) -> Demographics:
+def _demographics(patient: Any, admission: datetime) -> Demographics:
     sex = patient.gender if patient.gender in ("female", "male") else None
     return Demographics(age=_age(patient, admission), sex=sex)
 
 
-def _effective(obs: FhirObservation) -> datetime | None:
+def _effective(obs: Any) -> datetime | None:
     if isinstance(obs.effectiveDateTime, datetime):
         return obs.effectiveDateTime
     if obs.effectiveInstant is not None:
@@ -313,7 +364,7 @@ class StayBuilder:
         self.issues.append(Issue(code, message, item.ref, expression(path)))
 
     def add(self, item: Located) -> None:
-        obs: FhirObservation = item.resource
+        obs = item.resource
         ref = item.ref or expression(item.loc)  # no id nor fullUrl: named by its place
         subject = obs.subject.reference if obs.subject is not None else None
         if subject and subject not in self.patient_refs:
@@ -487,24 +538,23 @@ def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
 
 def read_bundle(raw: Any, *, admission_time: datetime | None = None,
                 end_hours: float | None = None,
-                variables: Sequence[Variable] = VARIABLES) -> FhirStay:
-    """A request body Bundle -> FhirStay (422 naming the FHIR path when malformed)."""
-    return to_stay(bundle_resources(raw), admission_time=admission_time, end_hours=end_hours,
-                   variables=variables)
+                variables: Sequence[Variable] = VARIABLES, full: bool = False) -> FhirStay:
+    """A request body Bundle -> FhirStay (422 naming the FHIR path when malformed); `full`:
+    every element validated by `fhir.resources`, not only those read."""
+    return to_stay(bundle_resources(raw, full=full), admission_time=admission_time,
+                   end_hours=end_hours, variables=variables)
 
 
-def validate_resource(model: type, raw: Any, prefix: Loc, root: str) -> Located:
-    return Located(validate(model, raw, prefix, root), prefix)
+def validate_resource(resource_type: str, raw: Any, prefix: Loc, root: str,
+                      full: bool = False) -> Located:
+    """One resource of `resource_type` validated (lean, or `full`) where it sits."""
+    return Located(validate(model_for(resource_type, full), raw, prefix, root), prefix)
 
 
 __all__ = [
-    "Encounter",
     "FhirStay",
     "Issue",
     "Located",
-    "Location",
-    "Patient",
-    "Procedure",
     "bundle_resources",
     "expression",
     "fhir_path",

@@ -78,7 +78,8 @@ async def cds_service(service_id: str, request: Request,
     raw = await request.body()
     since = time.perf_counter()
     body = await run_in_threadpool(_cds_request, raw, FhirLimits(settings.max_observations))
-    stay = await run_in_threadpool(read_prefetch, body, handle.model.spec.fs.variables)
+    stay = await run_in_threadpool(read_prefetch, body, handle.model.spec.fs.variables,
+                                   settings.fhir_validation == "full")
     if stay is None:  # the client has no Observations: no decision support to give
         return CdsResponse(cards=[])
     pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain="full"),

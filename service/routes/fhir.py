@@ -25,7 +25,7 @@ from service.routes.predict import (
     Strict,
     as_body_parameter,
 )
-from service.scorer import ScoreOptions, choose_point
+from service.scorer import ScoreOptions, choose_point, released
 
 router = APIRouter(tags=["fhir"])
 
@@ -91,10 +91,14 @@ async def fhir_predict(
     reject_xml(request.headers.get("content-type"), raw)
     bundle = await run_in_threadpool(_bundle, raw, FhirLimits(settings.max_observations))
     stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
-                                   end_hours=end_hours, variables=handle.model.spec.fs.variables)
+                                   end_hours=end_hours, variables=handle.model.spec.fs.variables,
+                                   full=settings.fhir_validation == "full")
     choice = choose_point(handle.model.spec, None, None, allow_insufficient)
     pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain, strict, choice),
                                    locate=stay.locate, since=since)
     text = await run_in_threadpool(
         lambda: to_json(risk_bundle(pred, handle.model.spec.manifest, stay)))
+    entries = bundle.get("entry")
+    await released(True, entries if isinstance(entries, list) else [],
+                   stay.payload.observations, stay.sources, stay.refs)
     return Response(text, media_type=FHIR_JSON)

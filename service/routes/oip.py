@@ -34,7 +34,7 @@ from service.interop.oip import (
 )
 from service.pipeline import ModelSpec
 from service.registry import ModelHandle, ModelNotReady, Registry, VersionNotServed
-from service.scorer import ScoreOptions, Scorer, in_worker
+from service.scorer import ScoreOptions, Scorer, in_worker, released
 from service.settings import Settings
 
 router = APIRouter(prefix="/v2", tags=["open-inference-protocol"], responses={
@@ -167,6 +167,7 @@ async def _score(name: str, version: str | None, request: Request, registry: Reg
         res = await in_worker(heavy, lambda: InferResponse(
             model_name=name, model_version=spec.manifest.version, id=body.id,
             outputs=outputs(scored.outputs, preds, wanted)).model_dump_json(exclude_none=True))
+        await released(heavy, scored.results, preds, given or [])
     except OipError as e:
         return _error(400, str(e))
     except ApiError as e:  # overload, deadline, model failure: the protocol's error body

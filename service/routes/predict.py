@@ -41,7 +41,15 @@ from service.examples import (
     stay_examples,
 )
 from service.pipeline import ModelSpec, parse_stays
-from service.scorer import Explain, ScoredStays, ScoreOptions, Scorer, choose_point, in_worker
+from service.scorer import (
+    Explain,
+    ScoredStays,
+    ScoreOptions,
+    Scorer,
+    choose_point,
+    in_worker,
+    released,
+)
 from service.settings import Settings
 
 router = APIRouter(tags=["predict"])
@@ -267,8 +275,10 @@ async def predict_batch(
     valid = [s for s in parsed if isinstance(s, StayPayload)]
     scored = await scorer.score(handle, valid, options, heavy=heavy, since=since,
                                 refused=[s for s in parsed if not isinstance(s, StayPayload)])
-    return await in_worker(heavy, _batch_response, handle.model.spec, body.stays, parsed,
-                           scored)
+    response = await in_worker(heavy, _batch_response, handle.model.spec, body.stays, parsed,
+                               scored)
+    await released(heavy, scored.results, valid, parsed, body.stays)
+    return response
 
 
 def _prefixed(problems: list[Problem], prefix: list[str | int]) -> list[Problem]:

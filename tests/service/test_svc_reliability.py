@@ -11,6 +11,7 @@ import string
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 import scehr_cli
+from service.admission import UNIT_BYTES, Admission, cost
 from service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model, write_model_dir
@@ -142,6 +144,44 @@ async def test_full_model_is_refused_before_the_body_is_read(
         assert (await c.post("/predict/mortality", json=stay())).status_code == 200
         metrics = (await c.get("/metrics")).text
         assert 'scehr_overload_rejections_total{model="mortality"} 2.0' in metrics
+
+
+def test_admission_counts_a_request_by_its_body_in_units() -> None:
+    assert [cost(n) for n in (0, 1, UNIT_BYTES, UNIT_BYTES + 1, 6_100_000)] == [1, 1, 1, 2, 187]
+    a = Admission(limit=64, floor=64)
+    assert a.try_admit("mortality", 1) and a.try_admit("mortality", 60)
+    assert not a.try_admit("mortality", 4)  # 65 > 64: a batch does not fit
+    assert a.try_admit("mortality", 3)  # single stays still do
+    a.release("mortality", True, 60)
+    a.release("mortality", True, 1)
+    assert a.admitted["mortality"] == 3 and a.try_admit("mortality", 61)
+    a.release("mortality", True, 61)
+    a.release("mortality", True, 3)
+    assert a.try_admit("mortality", 500)  # larger than the limit: admitted alone
+    assert not a.try_admit("mortality", 1)
+    a.release("mortality", True, 500)
+    assert a.admitted["mortality"] == 0 and a.rate("mortality", time.monotonic()) > 0
+
+
+async def test_a_large_batch_holds_the_places_of_its_stays_not_one(
+        make_settings: Callable[..., Settings]) -> None:
+    """Limit 8 units, one request admitted: a batch of ~10 units is refused (before, it held one
+    place like a single stay), a single stay is served; alone, the batch is served."""
+    hours = tuple(float(h) / 2 for h in range(2 * 47))
+    batch = {"stays": [stay(hours=hours, hr=80.0 + i) for i in range(12)]}
+    body = json.dumps(batch).encode()
+    size, json_type = len(body), {"content-type": "application/json"}
+    assert 8 * UNIT_BYTES < size < 16 * UNIT_BYTES, size
+    async with serve(make_settings(max_queue_size=8)) as c:
+        admission = c.app.state.admission  # type: ignore[attr-defined]
+        admission.admitted["mortality"] = 1  # one small request in the pipeline
+        r = await c.post("/predict/mortality/batch", content=body, headers=json_type)
+        assert r.status_code == 503 and r.headers["retry-after"], r.text[:200]
+        assert (await c.post("/predict/mortality", json=stay())).status_code == 200
+        admission.admitted["mortality"] = 0
+        r = await c.post("/predict/mortality/batch", content=body, headers=json_type)
+        assert r.status_code == 200 and len(r.json()["items"]) == 12, r.text[:200]
+        assert admission.peak["mortality"] >= cost(size) and admission.admitted["mortality"] == 0
 
 
 async def test_a_lone_request_runs_the_model_on_the_event_loop_only_when_alone(
@@ -431,3 +471,66 @@ async def test_unparsable_manifest_on_reload_is_manifest_invalid(tmp_path: Path)
                          headers=KEY)
         assert r.status_code == 422 and r.json()["detail"][0]["rule"] == "manifest_invalid"
 
+
+
+async def test_a_large_request_scored_in_chunks_answers_as_in_one_piece(
+        make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+    """40 stays (two refused, in different chunks) with explain=full, as a JSON batch and as
+    Open Inference `stay` tensors: chunks of 7 and of 16 (the default) answer exactly what one
+    piece does, items and outputs in input order, the refusals at their own index."""
+    import service.scorer as scorer_module
+
+    stays = [stay(hr=70.0 + i) for i in range(40)]
+    stays[3]["observations"][0]["value"] = "not a number"
+    stays[30]["observations"] = "none"
+    v2 = {"inputs": [{"name": "stay", "shape": [40], "datatype": "BYTES",
+                      "data": [json.dumps(s) for s in stays]}]}
+    answers = []
+    for chunk in (10_000, 7, scorer_module.CHUNK_STAYS):
+        monkeypatch.setattr(scorer_module, "CHUNK_STAYS", chunk)
+        async with serve(make_settings()) as c:
+            batch = await c.post("/predict/mortality/batch", json={"stays": stays},
+                                 params={"explain": "full"})
+            oip = await c.post("/v2/models/mortality/infer", json=v2)
+        assert batch.status_code == 200, batch.text[:300]
+        items = batch.json()["items"]
+        assert [i["index"] for i in items] == list(range(40))
+        assert [i for i, item in enumerate(items) if item.get("errors")] == [3, 30]
+        for item in items:  # the request ids and times of each run differ
+            if item.get("prediction"):
+                item["prediction"].pop("audit", None)
+        answers.append((items, oip.status_code, oip.json()))
+    assert answers[0] == answers[1] == answers[2]
+
+
+async def test_a_heavy_requests_objects_are_freed_off_the_loop_one_at_a_time(
+        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropped at once on the event loop's thread when a route returns, a large batch's
+    payloads and predictions stalled `/livez` for 100-200 ms: each heavy route empties its
+    large lists in a worker thread instead (JSON batch, Open Inference stays, FHIR)."""
+    import service.scorer as scorer
+    from tests.service.test_svc_interop import fhir_bundle
+
+    loop_thread = threading.get_ident()
+    calls: list[tuple[int, list[int], list[list[Any]]]] = []
+    real = scorer.release
+
+    def spy(*heaps: list[Any]) -> None:
+        sizes = [len(h) for h in heaps]
+        real(*heaps)
+        calls.append((threading.get_ident(), sizes, list(heaps)))
+
+    monkeypatch.setattr(scorer, "release", spy)
+    stays = [stay(hours=tuple(float(h) for h in range(48)), hr=70.0 + i) for i in range(20)]
+    v2 = {"inputs": [{"name": "stay", "shape": [20], "datatype": "BYTES",
+                      "data": [json.dumps(s) for s in stays]}]}
+    assert len(json.dumps(v2)) > 32 * 1024  # heavy: over SCEHR_OFFLOAD_BYTES
+    for url, body, least in (("/predict/mortality/batch?explain=full", {"stays": stays}, 20),
+                             ("/v2/models/mortality/infer", v2, 20),
+                             ("/fhir/predict/mortality", fhir_bundle(), 10)):
+        calls.clear()
+        r = await client.post(url, json=body)
+        assert r.status_code == 200, r.text[:200]
+        [(thread, sizes, heaps)] = calls
+        assert thread != loop_thread and min(sizes) >= 1 and max(sizes) >= least, url
+        assert all(h == [] for h in heaps), url

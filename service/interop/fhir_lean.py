@@ -1,0 +1,221 @@
+"""Lean FHIR R4 validation: exactly the elements the adapter reads, with FHIR's own rules.
+
+`fhir.resources` validates every element of every resource (about a millisecond per
+Observation, most of a FHIR request's cost). The adapter reads a few dozen elements, so by
+default only those are validated, by small pydantic models built from the same primitive types
+(`fhir_core.types`: the FHIR regular expressions for dateTime, code, id, decimal...), the same
+required elements and the same choice-of-type ("one of value[x]") rule taken from the library's
+own models. A malformed element the adapter reads is refused with the same location and rule as
+the full validation; elements it never reads (Encounter.class, unknown elements, resources of
+other types) are not looked at. The full validation stays an opt-in
+(`SCEHR_FHIR_VALIDATION=full`).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, ClassVar
+
+from fhir.resources.R4B import get_fhir_model_class
+from fhir_core.types import (
+    CodeType,
+    DateTimeType,
+    DateType,
+    DecimalType,
+    IdType,
+    InstantType,
+    IntegerType,
+    StringType,
+    UnsignedIntType,
+    UriType,
+)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+
+def _required(value: Any, info: ValidationInfo) -> Any:
+    """A required primitive element, refused as `fhir.resources` refuses it."""
+    if value is None:
+        raise PydanticCustomError("model_field_validation.missing",
+                                  "Value for the field '{name}' is required.",
+                                  {"name": info.field_name})
+    return value
+
+
+def _present() -> Any:
+    """A required primitive's field: absent is checked by `_required`, not by pydantic."""
+    return Field(None, validate_default=True)
+
+
+@cache
+def choices(resource_type: str) -> tuple[tuple[str, ...], ...]:
+    """The choice-of-type groups (value[x], effective[x]...) of a FHIR type, from the
+    library's model: one place for the rule."""
+    groups: dict[str, list[str]] = {}
+    for name, f in get_fhir_model_class(resource_type).model_fields.items():
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        if extra.get("one_of_many"):
+            groups.setdefault(str(extra["one_of_many"]), []).append(f.alias or name)
+    return tuple(tuple(g) for g in groups.values())
+
+
+class _Lean(BaseModel):
+    """Reads the named elements, ignores the rest (never looked at, never kept)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+
+class _Choices(_Lean):
+    """A FHIR type with choice-of-type elements (value[x]...)."""
+
+    fhir_type: ClassVar[str]
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_of_many(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """At most one element of each choice group (value[x]...), checked after the
+        elements themselves, as the library does (elements never read count too)."""
+        out = handler(data)
+        if isinstance(data, dict):
+            for group in choices(cls.fhir_type):
+                given = data.keys() & group  # at C speed; most hold one or none
+                if len(given) > 1 and sum(data[k] is not None for k in given) > 1:
+                    raise ValueError("Any of one field value is expected from this list "
+                                     f"{list(group)}, but got multiple!")
+        return out
+
+
+class Coding(_Lean):
+    system: UriType | None = None
+    code: CodeType | None = None
+
+
+class CodeableConcept(_Lean):
+    coding: list[Coding] | None = None
+
+
+class Reference(_Lean):
+    reference: StringType | None = None
+
+
+class Period(_Lean):
+    start: DateTimeType | None = None
+    end: DateTimeType | None = None
+
+
+class Quantity(_Lean):
+    value: DecimalType | None = None
+    unit: StringType | None = None
+    system: UriType | None = None
+    code: CodeType | None = None
+
+
+class _Resource(_Lean):
+    id: IdType | None = None
+
+    @classmethod
+    def get_resource_type(cls) -> str:
+        return cls.__name__
+
+
+class ObservationComponent(_Choices):
+    fhir_type: ClassVar[str] = "ObservationComponent"
+    code: CodeableConcept
+    valueQuantity: Quantity | None = None
+    valueInteger: IntegerType | None = None
+    valueString: StringType | None = None
+
+
+class Observation(_Resource, _Choices):
+    fhir_type: ClassVar[str] = "Observation"
+    status: CodeType = _present()
+    code: CodeableConcept
+    subject: Reference | None = None
+    effectiveDateTime: DateTimeType | None = None
+    effectiveInstant: InstantType | None = None
+    effectivePeriod: Period | None = None
+    valueQuantity: Quantity | None = None
+    valueInteger: IntegerType | None = None
+    valueString: StringType | None = None
+    component: list[ObservationComponent] | None = None
+
+    _status = field_validator("status", mode="before")(_required)
+
+
+class Patient(_Resource, _Choices):
+    fhir_type: ClassVar[str] = "Patient"
+    gender: CodeType | None = None
+    birthDate: DateType | None = None
+
+
+class Encounter(_Resource):
+    status: CodeType = _present()
+    period: Period | None = None
+
+    _status = field_validator("status", mode="before")(_required)
+
+
+class Location(_Resource):
+    type: list[CodeableConcept] | None = None
+
+
+class Procedure(_Resource, _Choices):
+    fhir_type: ClassVar[str] = "Procedure"
+    status: CodeType = _present()
+    subject: Reference
+    code: CodeableConcept | None = None
+    performedDateTime: DateTimeType | None = None
+    performedPeriod: Period | None = None
+
+    _status = field_validator("status", mode="before")(_required)
+
+
+class BundleLink(_Lean):
+    relation: StringType = _present()
+    url: UriType = _present()
+
+    _given = field_validator("relation", "url", mode="before")(_required)
+
+
+class BundleEntrySearch(_Lean):
+    mode: CodeType | None = None
+
+
+class BundleEntry(_Lean):
+    fullUrl: UriType | None = None
+    resource: dict[str, Any] | None = None  # validated by its own type's model after
+    search: BundleEntrySearch | None = None
+
+
+class Bundle(_Resource):
+    type: CodeType = _present()
+    total: UnsignedIntType | None = None
+    link: list[BundleLink] | None = None
+    entry: list[BundleEntry] | None = None
+
+    _type = field_validator("type", mode="before")(_required)
+
+
+class Unread:
+    """A resource of a type the adapter does not read: its type and id, nothing validated."""
+
+    def __init__(self, resource_type: str, id: Any) -> None:
+        self._type = resource_type
+        self.id = id if isinstance(id, str) else None
+
+    def get_resource_type(self) -> str:
+        return self._type
+
+
+#: The lean model of each resource type the adapter reads.
+MODELS: dict[str, type[_Resource]] = {m.__name__: m for m in (
+    Observation, Patient, Encounter, Location, Procedure, Bundle)}

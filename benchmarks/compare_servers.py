@@ -18,7 +18,8 @@ p50 of those sequential requests); the p50 of its health probe the same way (its
 1 s of warm-up under load, then `--seconds` of `--connections` concurrent keep-alive
 connections from the load generator: wrk (one thread) when installed, else this script's
 asyncio client. The server's CPU seconds (its process tree, /proc) over the block give CPU ms
-per request; the generator's own CPU is reported beside it (it must not saturate the machine).
+per request; the generator's own CPU is reported beside it (it must not saturate the machine),
+and so is the CPU every other process used meanwhile (/proc/stat less both: other jobs).
 Before each block the 1-minute load average is recorded; if it is >= `--max-load`, the script
 waits up to `--settle` seconds for it to fall, else flags the block, and any flagged block
 makes the run exit 2 (its table is not valid). Medians of `--reps` repetitions. Every server's
@@ -235,19 +236,27 @@ def settle(max_load: float, wait_s: float) -> float:
     return os.getloadavg()[0]
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds every process on the machine has used (/proc/stat: all but idle, iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(srv: Server, spec: Spec, bodies: list[bytes], args: argparse.Namespace,
             run_block: Callable[[int, str], Block]) -> dict[str, Any]:
     lat1, replies = asyncio.run(sequential(srv.port, [post(spec.path, b) for b in bodies],
                                            len(bodies)))
     probe, _ = asyncio.run(sequential(srv.port, [get(spec.health)], 200))
     asyncio.run(python_load(srv.port, bodies, args.connections, 1.0, spec.path))  # warm-up
-    cpu0 = tree_cpu_seconds(srv.pid)
+    cpu0, busy0 = tree_cpu_seconds(srv.pid), busy_cpu_seconds()
     block = run_block(srv.port, spec.path)
     cpu = tree_cpu_seconds(srv.pid) - cpu0
+    others = busy_cpu_seconds() - busy0 - cpu - block.generator_cpu
     return {"p50": pct(lat1, 50) * 1e3, "probe": pct(probe, 50) * 1e3,
             "rps": block.requests / block.wall, "p99": block.p99, "errors": block.errors,
             "cpu_ms": cpu / max(block.requests, 1) * 1e3, "server_cores": cpu / block.wall,
             "generator_cores": block.generator_cpu / block.wall,
+            "other_cores": max(others, 0.0) / block.wall,
             "risks": [risks(r) for r in replies]}
 
 
@@ -319,7 +328,8 @@ def main() -> None:
             print(f"rep {rep + 1}/{args.reps} {spec.label:52s} load {load:4.2f}"
                   f"{' (!)' if load >= args.max_load else ''}  p50 {r['p50']:6.2f} ms  "
                   f"{r['rps']:6.0f} req/s  {r['cpu_ms']:5.2f} CPU ms/req  generator "
-                  f"{r['generator_cores']:.2f} cores" + (f"  errors {r['errors']}"
+                  f"{r['generator_cores']:.2f} cores, other processes "
+                  f"{r['other_cores']:.2f} cores" + (f"  errors {r['errors']}"
                                                          if r["errors"] else ""), flush=True)
     floor = raw_ort(models, args.task, stays)
 
@@ -346,14 +356,15 @@ def main() -> None:
     print()
     base = [b for b in BASELINES if any(k == b for k, _ in rows)]
     names = {"fastapi-tuned": "FastAPI tuned", "litserve": "LitServe"}
+    ratios = "".join(f"req/s ÷ {names[b]} | CPU ÷ {names[b]} | " for b in base)
     print("| server | seq p50 ms | health p50 ms | req/s | p99 ms | CPU ms/req | "
-          "generator cores | " + "".join(f"req/s ÷ {names[b]} | CPU ÷ {names[b]} | "
-                                         for b in base))
-    print("|---|" + "---|" * (6 + 2 * len(base)))
+          f"generator cores | other processes' cores | {ratios}")
+    print("|---|" + "---|" * (7 + 2 * len(base)))
     for k, w in rows:
         cells = [f"{med((k, w), 'p50'):.2f}", f"{med((k, w), 'probe'):.2f}",
                  f"{med((k, w), 'rps'):.0f}", f"{med((k, w), 'p99'):.0f}",
-                 f"{med((k, w), 'cpu_ms'):.2f}", f"{med((k, w), 'generator_cores'):.2f}"]
+                 f"{med((k, w), 'cpu_ms'):.2f}", f"{med((k, w), 'generator_cores'):.2f}",
+                 f"{med((k, w), 'other_cores'):.2f}"]
         for b in base:
             if (b, w) in results:
                 cells += [f"{med((k, w), 'rps') / med((b, w), 'rps'):.2f}x",
@@ -361,8 +372,7 @@ def main() -> None:
             else:
                 cells += ["–", "–"]
         print(f"| {table[w][k].label} | " + " | ".join(cells) + " |")
-    print(f"| raw `session.run`, batch 1, 1 thread | {floor:.3f} | | | | | |"
-          + " |" * (2 * len(base)))
+    print(f"| raw `session.run`, batch 1, 1 thread | {floor:.3f} |" + " |" * (6 + 2 * len(base)))
     print()
     print(f"largest risk difference between servers over the same {len(scored)} stays: "
           f"{worst:.2e} (tolerance {TOL:g}); {len(ref) - len(scored)} stay(s) below the "

@@ -1,6 +1,6 @@
 """scehr against what a competent user would write instead: same model, same real stays.
 
-    .venv/bin/python benchmarks/compare_servers.py [--task mortality] [--reps 3] [--seconds 5]
+    .venv/bin/python benchmarks/compare_servers.py [--task mortality] [--reps 3] [--seconds 4]
         [--connections 64] [--workers 1 2] [--servers ...] [--stays 500] [--max-load 1.5]
 
 Servers (each started fresh per block; repetitions interleave them, so a drift in the machine
@@ -281,7 +281,7 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="mortality")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=5.0, help="length of a load block")
+    ap.add_argument("--seconds", type=float, default=4.0, help="length of a load block")
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--servers", nargs="+", choices=KINDS, default=list(KINDS))

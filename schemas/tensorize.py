@@ -166,8 +166,10 @@ def clean(obs: Observations, fs: FeatureSet) -> tuple[Observations, CleaningRepo
     c = fs.n_channels
     rules = apply_rules(obs.channel, obs.value, fs)
     drop, clip, implausible, rescaled = rules.drop, rules.clip, rules.implausible, rules.rescaled
-    kept = obs.take(~rules.removed)
-    kept.value = rules.value[~rules.removed]
+    keep = ~rules.removed
+    kept = Observations(obs.stay, obs.channel, obs.time, rules.value, obs.n_stays)
+    if not keep.all():  # copies only when something was removed
+        kept = kept.take(keep)
     ch = obs.channel
     report = CleaningReport(
         dropped=np.bincount(ch[drop], minlength=c),

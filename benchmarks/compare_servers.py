@@ -1,26 +1,33 @@
-"""scehr against what users would write instead, same model, same real payloads, same client.
+"""scehr against what a competent user would write instead: same model, same real stays.
 
-    .venv/bin/python benchmarks/compare_servers.py [--task mortality] [--reps 3] [--seconds 6]
-        [--clients 64] [--single 200] [--stays 500] [--skip litserve]
+    .venv/bin/python benchmarks/compare_servers.py [--task mortality] [--reps 3] [--seconds 4]
+        [--connections 64] [--workers 1 2] [--servers ...] [--stays 500] [--max-load 1.5]
 
-Servers, each started fresh per repetition (repetitions interleave the servers, so a change in
-the machine's load touches them alike):
-  scehr 1 worker        `scehr serve --workers 1` (micro-batcher on, the defaults)
-  scehr N workers       `scehr serve` with its default worker count (one per available core)
-  scehr N, batch 1      the same with SCEHR_MAX_BATCH_SIZE=1 (batcher off): what batching adds
-  plain FastAPI         benchmarks/alternatives/plain_fastapi.py: one ORT run per request
-  LitServe              benchmarks/alternatives/litserve_app.py: dynamic batching (if installed)
-All of them run the same preprocessing and read-outs (service.pipeline) at explain=basic.
-
-Per server: single-client p50 (sequential requests on one keep-alive connection), the p50 of
-its health probe the same way (a GET without model work: that server's HTTP floor),
-throughput with `--clients` concurrent clients (keep-alive, `--seconds` after a 1 s warm-up),
-and the cores the server's processes used meanwhile (their CPU seconds / wall seconds, from
-/proc).
-Also the floor: raw `session.run` at batch 1, in-process (1 intra-op thread, and all cores).
-Prints min and median over the repetitions, ratios, and the largest difference between the
-servers' risks for the same stays (they must agree; the script exits 1 beyond 1e-6). Figures
-are printed, never asserted.
+Servers (each started fresh per block; repetitions interleave them, so a drift in the machine
+touches all alike), each at every `--workers` count (equal process counts side by side):
+  scehr-top        `scehr serve`, the request a client sends: `POST /predict/<task>`, whose
+                   default `explain=top` adds the occlusion contributions
+  scehr-basic      the same server, `?explain=basic` (anchors, percentiles, no contributions)
+  fastapi-ort      plain FastAPI + ORT, ORT's default session (benchmarks/alternatives/
+                   plain_fastapi.py: validate, tensorize, one run, return only the risk)
+  fastapi-tuned    the same app with scehr's ORT session options
+  litserve         LitServe 0.2.19 with its defaults (max_batch_size 1, batch_timeout 0.0)
+  litserve-tuned   LitServe tuned: max batch 32, 2 ms batch timeout, scehr's session options
+A block per server: start it; every stay once on one keep-alive connection (its risks, and the
+p50 of those sequential requests); the p50 of its health probe the same way (its HTTP floor);
+1 s of warm-up under load, then `--seconds` of `--connections` concurrent keep-alive
+connections from the load generator: wrk (one thread) when installed, else this script's
+asyncio client. The server's CPU seconds (its process tree, /proc) over the block give CPU ms
+per request; the generator's own CPU is reported beside it (it must not saturate the machine),
+and so is the CPU every other process used meanwhile (/proc/stat less both: other jobs).
+Before each block the 1-minute load average is recorded; if it is >= `--max-load`, the script
+waits up to `--settle` seconds for it to fall, else flags the block, and any flagged block
+makes the run exit 2 (its table is not valid). Medians of `--reps` repetitions. Only the stays
+that meet the model's data minimum are sent (below it scehr abstains: less work than scoring).
+Every server's risk for every stay must equal scehr's within 1e-6 (else exit 1). Prints one
+markdown table: figures and ratios side by side (ratios against the plain FastAPI app with the
+tuned session and against LitServe's defaults, at the same worker count). Figures are printed,
+never asserted.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ import argparse
 import asyncio
 import json
 import os
+import re
+import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,18 +46,18 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_batcher import load
+from bench_batcher import load as python_load
 from common import (
     REPO,
     Conn,
     Server,
     dumps,
     free_port,
-    loadavg,
     model_dir,
     pct,
     post,
@@ -58,21 +68,15 @@ from common import (
 from payloads import default_model_stays
 
 from schemas.payloads import StayPayload
-from service.pipeline import prepare
+from service.pipeline import prepare, sufficiency
 from service.registry import load_model, read_index, resolve
-from service.settings import Settings, available_cores
+from service.settings import Settings
 
 TOL = 1e-6
-
-
-#: `scehr` from another checkout (argv[1]) rather than this one's editable install: how
-#: `--scehr-source` measures an older commit with the same client in the same run.
-_FROM_SOURCE = """import sys
-sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f)]
-sys.path.insert(0, sys.argv[1])
-from scehr_cli import main
-sys.exit(main(sys.argv[2:]))
-"""
+KINDS = ("scehr-top", "scehr-basic", "fastapi-ort", "fastapi-tuned", "litserve",
+         "litserve-tuned")
+#: The rows every other is divided by, at the same worker count.
+BASELINES = ("fastapi-tuned", "litserve")
 
 
 @contextmanager
@@ -87,7 +91,7 @@ def process_server(cmd: list[str], health: str, env: dict[str, str] | None = Non
         wait_until_healthy(proc, port, health, log.name, timeout_s=120, poll_s=0.2, what=cmd[1])
         yield Server(port, proc.pid)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # its own session: LitServe's workers too
+        os.killpg(proc.pid, signal.SIGTERM)  # its own session: LitServe's and uvicorn's workers
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -96,25 +100,26 @@ def process_server(cmd: list[str], health: str, env: dict[str, str] | None = Non
         log.close()
 
 
-async def sequential(port: int, raws: list[bytes], n: int) -> list[float]:
-    """Latency of `n` requests sent one after another on one keep-alive connection (cycling
-    through `raws`, after 20 of them as warm-up); raises on any answer but 200."""
+async def sequential(port: int, raws: list[bytes], n: int) -> tuple[list[float], list[bytes]]:
+    """Latency and reply of `n` requests sent one after another on one keep-alive connection
+    (cycling through `raws`, after 20 of them as warm-up); raises on any answer but 200."""
     conn = await Conn.open(port)
     for r in raws[:20]:
         await conn.send(r)
-    lat = []
+    lat, replies = [], []
     for i in range(n):
         t0 = time.perf_counter()
         status, reply = await conn.send(raws[i % len(raws)])
         lat.append(time.perf_counter() - t0)
         if status != 200:
             raise RuntimeError(f"status {status}: {reply[:300]!r}")
+        replies.append(reply)
     conn.close()
-    return lat
+    return lat, replies
 
 
 async def single_client(port: int, bodies: list[bytes], path: str, n: int) -> list[float]:
-    return await sequential(port, [post(path, b) for b in bodies], n)
+    return (await sequential(port, [post(path, b) for b in bodies], n))[0]
 
 
 def get(path: str) -> bytes:
@@ -123,27 +128,159 @@ def get(path: str) -> bytes:
 
 
 def risks(reply: bytes) -> list[float]:
-    return [c["risk"] for c in json.loads(reply)["results"]]
+    """The risk per class, from scehr's Prediction or an alternative's `{"risk": [...]}`."""
+    doc = json.loads(reply)
+    return doc["risk"] if "risk" in doc else [c["risk"] for c in doc["results"]]
 
 
-def measure(srv: Server, bodies: list[bytes], path: str, health: str,
-            args: argparse.Namespace) -> dict[str, Any]:
-    lat1 = asyncio.run(single_client(srv.port, bodies, path, args.single))
-    probe = asyncio.run(sequential(srv.port, [get(health)], args.single))
-    asyncio.run(load(srv.port, bodies, args.clients, 1.0, path))  # warm-up under load
-    cpu0 = tree_cpu_seconds(srv.pid)
-    lat, errors, wall, replies = asyncio.run(load(srv.port, bodies, args.clients,
-                                                  args.seconds, path))
-    cores = (tree_cpu_seconds(srv.pid) - cpu0) / wall
-    return {"p50": pct(lat1, 50) * 1e3, "probe": pct(probe, 50) * 1e3, "rps": len(lat) / wall,
-            "p99": pct(lat, 99) * 1e3, "cores": cores, "errors": errors,
-            "risks": {i: risks(r) for i, r in replies.items()}}
+# ---------------------------------------------------------------- load generators
+
+_WRK_SCRIPT = """
+local bodies, i = {}, 0
+for line in io.lines(os.getenv("COMPARE_BODIES")) do bodies[#bodies + 1] = line end
+local requests = {}
+init = function(args)
+  for k, b in ipairs(bodies) do
+    requests[k] = wrk.format("POST", os.getenv("COMPARE_PATH"),
+                             {["Content-Type"] = "application/json"}, b)
+  end
+end
+request = function() i = i % #requests + 1; return requests[i] end
+done = function(summary, latency, requests)
+  io.write(string.format("COMPARE %d %d %d %.1f %.1f\\n", summary.requests, summary.duration,
+    summary.errors.status + summary.errors.connect + summary.errors.read +
+    summary.errors.write + summary.errors.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
 
 
-def raw_ort(models: Path, task: str, stays: list[dict], threads: int) -> float:
-    """Median ms of one `session.run` at batch 1 over the stays (best of 3 passes)."""
+@dataclass
+class Block:
+    """One load block: completed requests, errors, wall seconds, p50/p99 ms, generator CPU s."""
+
+    requests: int
+    errors: int
+    wall: float
+    p50: float
+    p99: float
+    generator_cpu: float
+
+
+def wrk_block(port: int, bodies_file: Path, path: str, connections: int,
+              seconds: float, script: Path) -> Block:
+    env = {**os.environ, "COMPARE_BODIES": str(bodies_file), "COMPARE_PATH": path}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout",
+                          "10s", "-s", str(script), f"http://127.0.0.1:{port}"],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    m = re.search(r"^COMPARE (\d+) (\d+) (\d+) ([\d.]+) ([\d.]+)$", out, re.M)
+    if m is None:
+        raise RuntimeError(f"wrk printed no summary:\n{out}")
+    n, us, errors, p50, p99 = m.groups()
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return Block(int(n), int(errors), int(us) / 1e6, float(p50) / 1e3, float(p99) / 1e3, cpu)
+
+
+def python_block(port: int, bodies: list[bytes], path: str, connections: int,
+                 seconds: float) -> Block:
+    c0 = time.process_time()
+    lat, errors, wall, _ = asyncio.run(python_load(port, bodies, connections, seconds, path))
+    return Block(len(lat), errors, wall, pct(lat, 50) * 1e3, pct(lat, 99) * 1e3,
+                 time.process_time() - c0)
+
+
+# ---------------------------------------------------------------- servers
+
+
+@dataclass
+class Spec:
+    label: str
+    start: Callable[[], AbstractContextManager[Server]]
+    path: str
+    health: str
+
+
+def specs(models: Path, task: str, workers: int) -> dict[str, Spec]:
+    py = sys.executable
+    alt = REPO / "benchmarks" / "alternatives"
+    common = ["--port", "{port}", "--task", task, "--model-dir", str(models),
+              "--workers", str(workers)]
+    fastapi = [py, str(alt / "plain_fastapi.py"), *common]
+    litserve = [py, str(alt / "litserve_app.py"), *common]
+    w = f"{workers} worker{'s' if workers > 1 else ''}"
+    return {
+        "scehr-top": Spec(f"scehr, default request (explain=top), {w}",
+                          lambda: server(models, workers=workers), f"/predict/{task}", "/livez"),
+        "scehr-basic": Spec(f"scehr, explain=basic, {w}", lambda: server(models, workers=workers),
+                            f"/predict/{task}?explain=basic", "/livez"),
+        "fastapi-ort": Spec(f"plain FastAPI + ORT defaults, {w}", lambda: process_server(
+            [*fastapi, "--session", "default"], "/health"), "/predict", "/health"),
+        "fastapi-tuned": Spec(f"plain FastAPI + ORT tuned, {w}", lambda: process_server(
+            [*fastapi, "--session", "tuned"], "/health"), "/predict", "/health"),
+        "litserve": Spec(f"LitServe defaults (no batching), {w}", lambda: process_server(
+            [*litserve], "/health"), "/predict", "/health"),
+        "litserve-tuned": Spec(f"LitServe tuned (batch 32, 2 ms, ORT tuned), {w}",
+                               lambda: process_server([*litserve, "--max-batch-size", "32",
+                                                       "--batch-timeout", "0.002",
+                                                       "--session", "tuned"], "/health"),
+                               "/predict", "/health"),
+    }
+
+
+def settle(max_load: float, wait_s: float) -> float:
+    """The 1-minute load average, after waiting up to `wait_s` for it to fall below
+    `max_load` (this script's own previous block raises it too)."""
+    deadline = time.monotonic() + wait_s
+    while os.getloadavg()[0] >= max_load and time.monotonic() < deadline:
+        time.sleep(2)
+    return os.getloadavg()[0]
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds every process on the machine has used (/proc/stat: all but idle, iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(srv: Server, spec: Spec, bodies: list[bytes], args: argparse.Namespace,
+            run_block: Callable[[int, str], Block]) -> dict[str, Any]:
+    lat1, replies = asyncio.run(sequential(srv.port, [post(spec.path, b) for b in bodies],
+                                           len(bodies)))
+    probe, _ = asyncio.run(sequential(srv.port, [get(spec.health)], 200))
+    asyncio.run(python_load(srv.port, bodies, args.connections, 1.0, spec.path))  # warm-up
+    cpu0, busy0 = tree_cpu_seconds(srv.pid), busy_cpu_seconds()
+    block = run_block(srv.port, spec.path)
+    cpu = tree_cpu_seconds(srv.pid) - cpu0
+    others = busy_cpu_seconds() - busy0 - cpu - block.generator_cpu
+    return {"p50": pct(lat1, 50) * 1e3, "probe": pct(probe, 50) * 1e3,
+            "rps": block.requests / block.wall, "p99": block.p99, "errors": block.errors,
+            "cpu_ms": cpu / max(block.requests, 1) * 1e3, "server_cores": cpu / block.wall,
+            "generator_cores": block.generator_cpu / block.wall,
+            "other_cores": max(others, 0.0) / block.wall,
+            "risks": [risks(r) for r in replies]}
+
+
+def scored_by_scehr(models: Path, task: str, stays: list[dict]) -> list[dict]:
+    """The stays scehr gives a risk: those that meet the model's data minimum (below it scehr
+    abstains, the alternatives would score them), so every server does the same work."""
     m = load_model(resolve(models, read_index(models), task), task,
-                   Settings(model_dir=models, device="cpu", intra_op_threads=threads))
+                   Settings(model_dir=models, device="cpu", intra_op_threads=1))
+    minimum = m.spec.manifest.data_minimum
+    keep = []
+    for s in stays:
+        prep = prepare(m.spec, [StayPayload.model_validate(s)])
+        enough = sufficiency(prep.data[0], minimum) if prep.data else None
+        if prep.ok and (enough is None or enough["meets_minimum"]):
+            keep.append(s)
+    return keep
+
+
+def raw_ort(models: Path, task: str, stays: list[dict]) -> float:
+    """Median ms of one `session.run` at batch 1 (scehr's session, 1 thread), best of 3."""
+    m = load_model(resolve(models, read_index(models), task), task,
+                   Settings(model_dir=models, device="cpu", intra_op_threads=1))
     inputs = [prepare(m.spec, [StayPayload.model_validate(s)]).inputs for s in stays[:200]]
     best = np.inf
     for _ in range(3):
@@ -161,130 +298,107 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="mortality")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=6.0)
-    ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--single", type=int, default=200, help="sequential requests for p50")
+    ap.add_argument("--seconds", type=float, default=4.0, help="length of a load block")
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--servers", nargs="+", choices=KINDS, default=list(KINDS))
     ap.add_argument("--stays", type=int, default=500)
-    ap.add_argument("--skip", nargs="*", default=[], help="server keys to leave out: "
-                    "scehr-1, scehr-n, scehr-n-b1, fastapi, litserve")
-    ap.add_argument("--scehr-source", type=Path, action="append", default=[],
-                    help="also serve scehr (1 and N workers) from this checkout, e.g. an "
-                    "older commit unpacked with `git archive`, for before/after figures")
+    ap.add_argument("--generator", choices=("auto", "wrk", "python"), default="auto")
+    ap.add_argument("--max-load", type=float, default=1.5,
+                    help="1-minute load average at or above which a block is flagged")
+    ap.add_argument("--settle", type=float, default=30.0,
+                    help="seconds to wait for the load to fall before each block")
     args = ap.parse_args()
-    load_before = loadavg()
     models, which = model_dir()
-    stays, what = default_model_stays(args.task, args.stays, models)
+    offered, what = default_model_stays(args.task, args.stays, models)
+    stays = scored_by_scehr(models, args.task, offered)
     bodies = [dumps(s) for s in stays]
-    n = available_cores()
-    py = sys.executable
-    alt = REPO / "benchmarks" / "alternatives"
-    common = ["--port", "{port}", "--task", args.task, "--model-dir", str(models)]
-    scehr_path = f"/predict/{args.task}?explain=basic"
-    # key -> (label, start, predict path, health path: the server's HTTP floor)
-    servers: dict[str, tuple[str, Callable[[], AbstractContextManager[Server]], str, str]] = {
-        "scehr-1": ("scehr, 1 worker", lambda: server(models, workers=1), scehr_path, "/livez"),
-        "scehr-n": (f"scehr, {n} workers (default)", lambda: server(models, workers=n),
-                    scehr_path, "/livez"),
-        "scehr-n-b1": (f"scehr, {n} workers, batch 1", lambda: server(
-            models, workers=n, max_batch_size=1), scehr_path, "/livez"),
-        "fastapi": ("plain FastAPI + ORT", lambda: process_server(
-            [py, str(alt / "plain_fastapi.py"), *common], "/health"), "/predict", "/health"),
-        "litserve": ("LitServe, dynamic batching", lambda: process_server(
-            [py, str(alt / "litserve_app.py"), *common], "/health"), "/predict", "/health"),
-    }
-    for src in args.scehr_source:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SCEHR_")}
-        base = [py, "-c", _FROM_SOURCE, str(src.resolve()), "serve", "--port", "{port}",
-                "--model-dir", str(models), "--device", "cpu", "--workers"]
-        for w in sorted({1, n}):
-            servers[f"{src.name}-{w}"] = (
-                f"scehr from {src.name}, {w} worker{'s' if w > 1 else ''}",
-                lambda base=base, w=w, env=env, src=src: process_server(
-                    [*base, str(w)], "/readyz", env, src.resolve()), scehr_path, "/livez")
+    use_wrk = args.generator == "wrk" or (args.generator == "auto" and shutil.which("wrk"))
+    tmp = Path(tempfile.mkdtemp(prefix="scehr-compare-"))
+    (tmp / "bodies.jsonl").write_bytes(b"\n".join(bodies) + b"\n")
+    (tmp / "compare.lua").write_text(_WRK_SCRIPT)
+
+    def run_block(port: int, path: str) -> Block:
+        if use_wrk:
+            return wrk_block(port, tmp / "bodies.jsonl", path, args.connections, args.seconds,
+                             tmp / "compare.lua")
+        return python_block(port, bodies, path, args.connections, args.seconds)
+
+    rows = [(k, w) for w in args.workers for k in args.servers]
     try:
         import litserve  # noqa: F401
     except ImportError:
         print("litserve is not installed (pip install -e '.[bench]'): LitServe left out")
-        args.skip.append("litserve")
-    keys = [k for k in servers if k not in args.skip]
-    results: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
+        rows = [(k, w) for k, w in rows if not k.startswith("litserve")]
+    table = {w: specs(models, args.task, w) for w in args.workers}
+    results: dict[tuple[str, int], list[dict[str, Any]]] = {r: [] for r in rows}
+    flagged = 0
+    t_start = time.monotonic()
     for rep in range(args.reps):
-        for k in keys:
-            label, start, path, health = servers[k]
-            with start() as srv:
-                r = measure(srv, bodies, path, health, args)
-            results[k].append(r)
-            print(f"rep {rep + 1}/{args.reps} {label:32s} p50 {r['p50']:6.2f} ms  "
-                  f"{r['rps']:6.0f} req/s  p99 {r['p99']:7.1f} ms  cores {r['cores']:.2f}"
-                  + (f"  errors {r['errors']}" if r["errors"] else ""), flush=True)
-    floor1 = raw_ort(models, args.task, stays, 1)
-    floor_all = raw_ort(models, args.task, stays, n)
-    floor = min(floor1, floor_all)
+        for k, w in rows:
+            spec = table[w][k]
+            load = settle(args.max_load, args.settle)
+            with spec.start() as srv:
+                r = measure(srv, spec, bodies, args, run_block)
+            r["load"] = load
+            flagged += load >= args.max_load
+            results[(k, w)].append(r)
+            print(f"rep {rep + 1}/{args.reps} {spec.label:52s} load {load:4.2f}"
+                  f"{' (!)' if load >= args.max_load else ''}  p50 {r['p50']:6.2f} ms  "
+                  f"{r['rps']:6.0f} req/s  {r['cpu_ms']:5.2f} CPU ms/req  generator "
+                  f"{r['generator_cores']:.2f} cores, other processes "
+                  f"{r['other_cores']:.2f} cores" + (f"  errors {r['errors']}"
+                                                         if r["errors"] else ""), flush=True)
+    floor = raw_ort(models, args.task, stays)
 
-    # every server of this checkout must give scehr's risks for the same stays; an older
-    # checkout (--scehr-source) may differ where its ingest rules did, so it is only reported
-    ref = results[keys[0]][0]["risks"]
-    older = {f"{src.name}-{w}" for src in args.scehr_source for w in (1, n)}
+    ref = results[rows[0]][0]["risks"]
+    worst = max(float(np.abs(np.subtract(r["risks"], ref)).max())
+                for rs in results.values() for r in rs)
 
-    def largest_difference(ks: list[str]) -> float:
-        return max((float(np.abs(np.subtract(v, ref[i])).max())
-                    for k in ks for r in results[k] for i, v in r["risks"].items() if i in ref),
-                   default=0.0)
-
-    worst = largest_difference([k for k in keys if k not in older])
-    older_diff = largest_difference([k for k in keys if k in older])
-
-    def mm(k: str, f: str, fmt: str) -> str:
-        v = [r[f] for r in results[k]]
-        return f"{format(min(v), fmt)}–{format(float(np.median(v)), fmt)}"
-
-    def med(k: str, f: str) -> float:
-        return float(np.median([r[f] for r in results[k]]))
+    def med(row: tuple[str, int], f: str) -> float:
+        return float(np.median([r[f] for r in results[row]]))
 
     print()
     print(f"models: {which}; task {args.task}; payloads: {what} "
-          f"({np.mean([len(b) for b in bodies]) / 1e3:.1f} kB mean); {n} available cores; "
-          f"load average before: {load_before}, after: {loadavg()}")
-    print(f"min–median of {args.reps} repetitions; {args.clients} clients for "
-          f"{args.seconds:g} s; p50 over {args.single} sequential requests")
+          f"({np.mean([len(b) for b in bodies]) / 1e3:.1f} kB mean), the {len(stays)} of "
+          f"{len(offered)} that meet the model's data minimum (scehr abstains on the others); "
+          f"{os.cpu_count()} CPUs; "
+          f"load generator: {'wrk -t1' if use_wrk else 'asyncio client (wrk not found)'}; "
+          f"{args.connections} connections, {args.seconds:g} s blocks; medians of {args.reps}; "
+          f"{(time.monotonic() - t_start) / 60:.1f} min")
+    print(f"1-minute load average before the blocks: "
+          f"{min(r['load'] for rs in results.values() for r in rs):.2f}–"
+          f"{max(r['load'] for rs in results.values() for r in rs):.2f}"
+          + (f"; {flagged} block(s) at or above {args.max_load:g}: NOT VALID, rerun on a "
+             "quiet machine" if flagged else f" (all below {args.max_load:g})"))
     print()
-    print(f"| server | single-client p50 (ms) | health probe p50 (ms) | {args.clients} "
-          f"clients req/s | {args.clients}-client p99 (ms) | cores used |")
-    print("|---|---|---|---|---|---|")
-    for k in keys:
-        print(f"| {servers[k][0]} | {mm(k, 'p50', '.2f')} | {mm(k, 'probe', '.2f')} | "
-              f"{mm(k, 'rps', '.0f')} | {mm(k, 'p99', '.0f')} | {mm(k, 'cores', '.2f')} |")
-    print(f"| raw `session.run`, batch 1 (the floor) | {floor:.2f} (1 thread {floor1:.2f}, "
-          f"{n} threads {floor_all:.2f}) | — | — | — | — |")
+    base = [b for b in BASELINES if any(k == b for k, _ in rows)]
+    names = {"fastapi-tuned": "FastAPI tuned", "litserve": "LitServe"}
+    ratios = "".join(f"req/s ÷ {names[b]} | CPU ÷ {names[b]} | " for b in base)
+    print("| server | seq p50 ms | health p50 ms | req/s | p99 ms | CPU ms/req | "
+          f"generator cores | other processes' cores | {ratios}")
+    print("|---|" + "---|" * (7 + 2 * len(base)))
+    for k, w in rows:
+        cells = [f"{med((k, w), 'p50'):.2f}", f"{med((k, w), 'probe'):.2f}",
+                 f"{med((k, w), 'rps'):.0f}", f"{med((k, w), 'p99'):.0f}",
+                 f"{med((k, w), 'cpu_ms'):.2f}", f"{med((k, w), 'generator_cores'):.2f}",
+                 f"{med((k, w), 'other_cores'):.2f}"]
+        for b in base:
+            if (b, w) in results:
+                cells += [f"{med((k, w), 'rps') / med((b, w), 'rps'):.2f}x",
+                          f"{med((k, w), 'cpu_ms') / med((b, w), 'cpu_ms'):.2f}x"]
+            else:
+                cells += ["–", "–"]
+        print(f"| {table[w][k].label} | " + " | ".join(cells) + " |")
+    print(f"| raw `session.run`, batch 1, 1 thread | {floor:.3f} |" + " |" * (6 + 2 * len(base)))
     print()
-    print("ratios of medians (targets: p50 <= 3x the floor and below plain FastAPI's; "
-          f"{args.clients}-client req/s >= 2x plain FastAPI and LitServe; batcher >= 1.5x "
-          "batch 1):")
-    print()
-    others = [k for k in ("fastapi", "litserve") if k in keys]
-    print("| server | p50 / floor | " + "".join(f"p50 / {servers[o][0]} | " for o in others)
-          + "".join(f"req/s / {servers[o][0]} | " for o in others) + "CPU ms per request |")
-    print("|---|---|" + "---|" * (2 * len(others) + 1))
-    for k in keys:
-        cells = [f"{med(k, 'p50') / floor:.2f}x"]
-        cells += [f"{med(k, 'p50') / med(o, 'p50'):.2f}x" for o in others]
-        cells += [f"{med(k, 'rps') / med(o, 'rps'):.2f}x" for o in others]
-        cells.append(f"{med(k, 'cores') / med(k, 'rps') * 1e3:.2f}")
-        print(f"| {servers[k][0]} | " + " | ".join(cells) + " |")
-    print()
-    if "scehr-n" in keys and "scehr-1" in keys:
-        print(f"{args.clients}-client req/s, {n} workers / 1 worker: "
-              f"{med('scehr-n', 'rps') / med('scehr-1', 'rps'):.2f}x")
-    if "scehr-n" in keys and "scehr-n-b1" in keys:
-        print(f"{args.clients}-client req/s, batcher on / batch 1 ({n} workers): "
-              f"{med('scehr-n', 'rps') / med('scehr-n-b1', 'rps'):.2f}x")
-    print(f"largest risk difference between servers for the same stay: {worst:.2e} "
-          f"(tolerance {TOL:g})")
-    if older & set(keys):
-        print(f"largest risk difference of the older checkout(s): {older_diff:.2e} (not "
-              "checked: an older checkout scores differently wherever the ingest rules changed)")
+    print(f"largest risk difference between servers over the same {len(ref)} stays: "
+          f"{worst:.2e} (tolerance {TOL:g})")
+    shutil.rmtree(tmp, ignore_errors=True)
     if worst > TOL:
         sys.exit(1)
+    if flagged:
+        sys.exit(2)
 
 
 if __name__ == "__main__":

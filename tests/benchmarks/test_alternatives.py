@@ -42,28 +42,35 @@ def reference(models: Path, task: str, payloads: list[dict]) -> list[list[float]
 PAYLOADS = [stay(), stay(hours=(2.0, 30.0), hr=120.0), stay(hours=(5.0,), hr=60.0)]
 
 
+@pytest.mark.parametrize("session", ["default", "tuned"])
 @pytest.mark.parametrize("task", TASK_NAMES)
-async def test_plain_fastapi_app_gives_the_service_pipelines_risks(models: Path,
-                                                                   task: str) -> None:
+async def test_plain_fastapi_app_returns_only_the_service_pipelines_risks(
+        models: Path, task: str, session: str) -> None:
     from alternatives.plain_fastapi import build, load
 
-    app = build(load(models, task))
+    app = build(load(models, task, session))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://t") as c:
-        got = [[r["risk"] for r in (await c.post("/predict", json=p)).json()["results"]]
-               for p in PAYLOADS]
+        replies = [(await c.post("/predict", json=p)).json() for p in PAYLOADS]
         assert (await c.post("/predict", json={"x": 1})).status_code == 422
-    np.testing.assert_allclose(got, reference(models, task, PAYLOADS), atol=1e-12)
+        assert (await c.get("/health")).json() == {"status": "ok"}
+    assert all(set(r) == {"risk"} for r in replies)  # what such an app returns, nothing more
+    np.testing.assert_allclose([r["risk"] for r in replies], reference(models, task, PAYLOADS),
+                               atol=1e-6)
 
 
-def test_litserve_app_batches_and_gives_the_same_risks(models: Path) -> None:
-    """decode -> batch (padding to the longest stay) -> predict -> unbatch -> encode, as
+@pytest.mark.parametrize("max_batch_size", [1, 8])  # LitServe's default, and batching on
+def test_litserve_app_gives_the_same_risks(models: Path, max_batch_size: int) -> None:
+    """decode -> (batch, padding to the longest stay) -> predict -> (unbatch) -> encode, as
     LitServe calls them, equals scoring each stay alone."""
     from alternatives.litserve_app import ScehrAPI
 
-    api = ScehrAPI(models, "phenotypes", max_batch_size=8)
+    api = ScehrAPI(models, "phenotypes", max_batch_size=max_batch_size)
     api.setup("cpu")
     preps = [api.decode_request(p) for p in PAYLOADS]
-    encoded = [api.encode_response(o) for o in api.unbatch(api.predict(api.batch(preps)))]
-    got = [[r["risk"] for r in e["results"]] for e in encoded]
-    np.testing.assert_allclose(got, reference(models, "phenotypes", PAYLOADS), atol=1e-6)
+    if max_batch_size == 1:
+        encoded = [api.encode_response(api.predict(p)) for p in preps]
+    else:
+        encoded = [api.encode_response(o) for o in api.unbatch(api.predict(api.batch(preps)))]
+    np.testing.assert_allclose([e["risk"] for e in encoded],
+                               reference(models, "phenotypes", PAYLOADS), atol=1e-6)

@@ -114,10 +114,14 @@ def random_obs(rng: np.random.Generator, n_stays: int, per_stay: int) -> Observa
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_equals_row_oracle_on_random_stays(seed: int) -> None:
+@pytest.mark.parametrize("n_stays", [40, 100])  # forward fill: one accumulate / one op per bin
+@pytest.mark.parametrize("in_order", [False, True])  # given as a reader gives them, or shuffled
+def test_equals_row_oracle_on_random_stays(seed: int, n_stays: int, in_order: bool) -> None:
     rng = np.random.default_rng(seed)
-    o = random_obs(rng, 40, 60)
-    end = rng.choice([48.0, 47.5, 10.0, 0.5], size=40)
+    o = random_obs(rng, n_stays, 60)
+    if in_order:  # (stay, time) order, equal times in their given order: the no-sort path
+        o = o.take(np.lexsort((o.time, o.stay)))
+    end = rng.choice([48.0, 47.5, 10.0, 0.5], size=n_stays)
     x, _ = discretize(o, BENCHMARK_STAY, end)
     ref = discretize_rows(o, BENCHMARK_STAY, end)
     np.testing.assert_array_equal(x, ref)

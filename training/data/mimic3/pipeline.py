@@ -79,7 +79,7 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
     with FileWriter() as files:
         write_subject_tables(cohort, subject_dirs, files)
         con = ev.connect(work, memory_limit, threads, progress_bar=sys.stderr.isatty())
-        stage = [_scan(con, table, *events[table], work, progress) for table in ev.EVENT_TABLES]
+        stage = [_scan(table, *events[table], work, progress) for table in ev.EVENT_TABLES]
         progress("validate events")
         validation = ev.create_validated(con, stage, cohort.stays)
         # The timeseries query needs only the validated rows, not the files: it runs on a
@@ -106,7 +106,7 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
     return prov
 
 
-def _scan(con: Any, table: str, source: Path, icu_column: str | None, work: Path,
+def _scan(table: str, source: Path, icu_column: str | None, work: Path,
           progress: Progress) -> Path:
     """The staging parquet of one event table, reused when a previous run completed it."""
     path = work / f"{table.lower()}.parquet"
@@ -115,7 +115,7 @@ def _scan(con: Any, table: str, source: Path, icu_column: str | None, work: Path
         return path
     progress(f"scan {table} ...")
     ts = time.perf_counter()
-    ev.scan_table(con, source, path, icu_column)
+    ev.scan_table(source, path, icu_column)
     progress(f"scan {table}: {time.perf_counter() - ts:.1f} s")
     return path
 

@@ -109,6 +109,12 @@ def csv_field(expr: str, *, plain: bool = False) -> str:
             f"THEN '\"' || replace({expr}, '\"', '\"\"') || '\"' ELSE {expr} END")
 
 
+def _csv_line(fields: list[str]) -> str:
+    """SQL for one CSV line of non-NULL `fields`, ended by a newline: one `concat`, which
+    builds the string once, where a chain of `||` builds one per field."""
+    return "concat(" + ", ',', ".join(fields) + ", chr(10))"
+
+
 def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
                      stays: pd.DataFrame) -> dict[str, int]:
     """View `ev`: the validated events with their events.csv text; returns the reference's
@@ -166,11 +172,11 @@ def events_csv(con: duckdb.DuckDBPyConnection, batch: int = 500_000
     ids = con.execute(f"SELECT coalesce(bool_or({_special('hadm')} OR {_special('icu')}), false) "
                       "FROM stays").fetchall()[0]
     times = con.execute("SELECT coalesce(bool_or(quoted_time), false) FROM pre").fetchall()[0]
-    line = " || ',' || ".join([
+    line = _csv_line([
         "CAST(sid AS VARCHAR)", csv_field("hadm", plain=not ids[0]),
         csv_field("icu", plain=not ids[0]), csv_field("charttime", plain=not times[0]),
         "CAST(itemid AS VARCHAR)", csv_field("value"), csv_field("uom")])
-    reader = con.sql(f"SELECT sid, {line} || chr(10) AS line FROM ev "
+    reader = con.sql(f"SELECT sid, {line} AS line FROM ev "
                      "ORDER BY sid, tbl, rn").to_arrow_reader(batch)
     for rb in reader:
         sids = rb.column(0).to_numpy()
@@ -285,10 +291,10 @@ def episodes(con: duckdb.DuckDBPyConnection, variables: list[str], batch: int = 
     """Per subject and ICU stay (in subject order): the stay, the hours of its rows (ascending),
     the bytes of its timeseries rows and their byte offsets (row k is
     data[offsets[k]:offsets[k+1]]). A stay's rows may come in several pieces."""
-    fields = " || ',' || ".join(csv_field(f'e."{v}"') for v in variables)
+    line = _csv_line(["CAST(hours AS VARCHAR)", *(csv_field(f'e."{v}"') for v in variables)])
     sql = f"""
         WITH e AS ({_EPISODE_ROWS})
-        SELECT sid, stay, hours, CAST(hours AS VARCHAR) || ',' || {fields} || chr(10) AS line
+        SELECT sid, stay, hours, {line} AS line
         FROM e ORDER BY sid, stay, hours"""
     for rb in con.sql(sql).to_arrow_reader(batch):
         sids = rb.column(0).to_numpy()

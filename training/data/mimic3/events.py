@@ -141,9 +141,13 @@ def create_validated(con: duckdb.DuckDBPyConnection, stage: list[Path],
                     WHEN r.icu IS NOT NULL AND r.icu <> s.icu THEN 3 ELSE 0 END::TINYINT
                    AS status
         FROM ({raw}) r LEFT JOIN stays s ON r.sid = s.sid AND r.hadm = s.hadm""")
-    # how pandas typed the VALUE column of each subject's events.csv before validation
+    # how pandas typed the VALUE column of each subject's events.csv before validation;
+    # `kept_numeric`: the same over the kept rows (status 0), for how the episode step typed
+    # them (see `create_timeseries`), in this pass rather than a second one over `ev`
     con.execute(f"""CREATE OR REPLACE TABLE pre AS SELECT sid,
         bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) AS numeric,
+        bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) FILTER (status = 0)
+            AS kept_numeric,
         bool_and(value IS NOT NULL AND regexp_full_match(value, '[+-]?[0-9]+')) AS integer,
         bool_or({_special('charttime')}) AS quoted_time
         FROM j GROUP BY sid""")
@@ -243,10 +247,11 @@ def create_timeseries(con: duckdb.DuckDBPyConnection, var_map: pd.DataFrame) -> 
         FROM var_map_df""")
     con.unregister("var_map_df")
     variables = sorted(var_map.VARIABLE.unique())
-    # how pandas typed VALUE when the episode step re-read the validated events.csv
+    # how pandas typed VALUE when the episode step re-read the validated events.csv: numeric
+    # if every value before validation was (`ev` then holds numbers' text), else if every
+    # kept one is
     con.execute("""CREATE OR REPLACE TABLE post AS SELECT sid,
-        bool_and(value IS NULL OR TRY_CAST(value AS DOUBLE) IS NOT NULL) AS numeric
-        FROM ev GROUP BY sid""")
+        numeric OR coalesce(kept_numeric, false) AS numeric FROM pre""")
     cleaned = _sql_list(CLEANED)
     con.execute(f"""CREATE OR REPLACE TABLE clean AS
         WITH m AS (

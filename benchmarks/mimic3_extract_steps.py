@@ -5,7 +5,9 @@
 Runs `training.data.mimic3.pipeline.extract` with a progress callback that prints, at each
 progress message, the time since the previous one (wall; user and system CPU of the whole
 process, DuckDB's threads and the file-writer threads included) and the load average at the
-end. OUT is deleted first, so the event tables are scanned again.
+end. OUT is deleted first, so the event tables are scanned again. Two steps run beside others
+(the scan beside the cohort, the timeseries and episodes beside events.csv), and their lines
+interleave: a line's seconds are everything the process did until the next line.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common import loadavg  # noqa: E402
+
 from training.data.mimic3 import events as ev  # noqa: E402
 from training.data.mimic3.pipeline import WORK_DIR, read_itemid_map  # noqa: E402
 from training.data.mimic3.sources import Resources  # noqa: E402
@@ -58,7 +60,7 @@ def main() -> int:
     res = Resources.from_dir()
     cohort = read_cohort(args.mimic_dir, load_ccs_definitions(res.ccs_definitions))
     con = ev.connect(work, args.memory_limit, None)
-    load0 = os.getloadavg()
+    load0 = loadavg()
     print(f"{'wall s':>7} {'user s':>7} {'sys s':>7} {'faults':>9}  step")
     timed("validate (tables j, pre)", lambda: ev.create_validated(con, stage, cohort.stays))
     timed("events.csv text, sorted", lambda: drain(ev.events_csv(con)))
@@ -66,9 +68,7 @@ def main() -> int:
                       lambda: ev.create_timeseries(con, read_itemid_map(res.itemid_map)))
     timed("episode rows, sorted", lambda: drain(ev.episodes(con, variables)))
     timed("first weight and height", lambda: ev.first_values(con, ("Weight", "Height")))
-    load1 = os.getloadavg()
-    print(f"load average before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, after "
-          f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} ({os.cpu_count()} CPUs)")
+    print(f"load average before {load0}, after {loadavg()} ({os.cpu_count()} CPUs)")
     return 0
 
 

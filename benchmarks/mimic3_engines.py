@@ -1,6 +1,6 @@
 """DuckDB vs Polars on the extraction's size-dependent work: CHARTEVENTS as text -> parquet
 (streaming), and a group-by over the result. Prints wall and CPU seconds per step, the load
-average and the peak memory. Polars is not a project dependency: `pip install polars` first.
+average and the peak memory. (The extraction scans with Polars since this comparison.)
 
     python benchmarks/mimic3_extract.py --copies 14 --workdir /tmp/bench   # builds the copy
     python benchmarks/mimic3_engines.py /tmp/bench/mimic/CHARTEVENTS.csv

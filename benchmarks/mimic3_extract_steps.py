@@ -5,7 +5,9 @@
 Runs `training.data.mimic3.pipeline.extract` with a progress callback that prints, at each
 progress message, the time since the previous one (wall; user and system CPU of the whole
 process, DuckDB's threads and the file-writer threads included) and the load average at the
-end. OUT is deleted first, so the event tables are scanned again.
+end. OUT is deleted first, so the event tables are scanned again. Two steps run beside others
+(the scan beside the cohort, the timeseries and episodes beside events.csv), and their lines
+interleave: a line's seconds are everything the process did until the next line.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common import loadavg  # noqa: E402
+
 from training.data.mimic3.pipeline import extract  # noqa: E402
 
 
@@ -31,7 +35,7 @@ def main() -> int:
     ap.add_argument("--memory-limit", default="2GB")
     args = ap.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
-    load0 = os.getloadavg()
+    load0 = loadavg()
     last = [time.perf_counter(), 0.0, 0.0]
     label = ["start"]
 
@@ -46,9 +50,7 @@ def main() -> int:
     print(f"{'wall s':>7} {'':4} {'user s':>7} {'':4} {'sys s':>7} {'':3} step (until the next)")
     extract(args.mimic_dir, args.out, memory_limit=args.memory_limit, progress=step)
     step("end")
-    load1 = os.getloadavg()
-    print(f"load average before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, after "
-          f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} ({os.cpu_count()} CPUs)")
+    print(f"load average before {load0}, after {loadavg()} ({os.cpu_count()} CPUs)")
     return 0
 
 

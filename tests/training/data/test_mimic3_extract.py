@@ -171,6 +171,30 @@ def test_episode_labels_and_tasks(fixture_out: Path) -> None:
     assert ph.iloc[0, 2:].sum() == 2
 
 
+def test_values_typed_after_validation_as_the_episode_step_reads_them(tmp_path: Path) -> None:
+    """A subject whose only text value is in a row validation drops: its events.csv keeps
+    the source text ("86", typed before validation), its timeseries has the number as the
+    reference's episode step re-reads the validated file ("86.0")."""
+    tables = _tables()
+    head, _ = tables["CHARTEVENTS"]
+    t = "2150-01-02 0{}:00:00"
+    rows = [("1", "100", "1000", "211", t.format(1), "86", "bpm"),   # kept
+            ("1", "", "1000", "211", t.format(4), "abc", "bpm")]     # no admission: dropped
+    tables["CHARTEVENTS"] = (head, [[str(i), *r[:3], r[3], r[4], r[4], "1", r[5], "", r[6]]
+                                    for i, r in enumerate(rows)])
+    tables["LABEVENTS"] = (tables["LABEVENTS"][0], [])
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name, (h, r) in tables.items():
+        with open(raw / f"{name}.csv", "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows([h, *r])
+    out = tmp_path / "out"
+    extract(raw, out, memory_limit="512MB", threads=1, progress=QUIET)
+    events = pd.read_csv(out / "root" / "train" / "1" / "events.csv", dtype=str)
+    assert events.VALUE.tolist() == ["86"]
+    assert _episode(out)["Heart Rate"].tolist() == ["86.0"]
+
+
 def test_header_case_and_gzip_give_the_same_output(fixture_out: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     extract(write_raw(tmp_path / "raw", lower_gz=True), out, memory_limit="512MB", threads=1,

@@ -62,7 +62,9 @@ def _extract_args(p: argparse.ArgumentParser, source_help: str) -> None:
     p.add_argument("--memory-limit", default="2GB",
                    help="DuckDB memory limit; larger intermediates spill to OUT/.mimic3-work "
                         "(default 2GB)")
-    p.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: all)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="DuckDB threads (default: all; the scan's Polars reader takes "
+                        "POLARS_MAX_THREADS from the environment)")
 
 
 def _extract(args: argparse.Namespace) -> int:

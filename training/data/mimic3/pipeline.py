@@ -3,7 +3,9 @@
 Steps are idempotent: each run rewrites its outputs from scratch, and the one expensive step,
 the scan of the event tables, is kept in `OUT/.mimic3-work/` (one parquet file per table,
 written under a temporary name and renamed when complete) so that a run that was stopped
-resumes after the tables it had finished. Delete that folder to rescan.
+resumes after the tables it had finished. Delete that folder to rescan. The scan starts
+first and runs while the cohort is read, so an error in the small tables is raised once the
+table being scanned is done (its parquet is kept for the next run).
 """
 
 from __future__ import annotations
@@ -68,33 +70,38 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
                   for t, (f, icu) in mimic4.EVENT_FILES.items()}
     else:
         raise ValueError(f"schema must be mimic3 or mimic4, not {schema!r}")
-    progress("cohort: stays, admissions, patients, diagnoses")
-    definitions = load_ccs_definitions(res.ccs_definitions)
-    cohort = read_cohort(small, definitions)
-    write_root_tables(cohort, root)
-    test_set = read_subject_set(res.testset)
-    subjects = [int(s) for s in cohort.stays.SUBJECT_ID.unique()]
-    subject_dirs = {s: root / ("test" if str(s) in test_set else "train") / str(s)
-                    for s in subjects}
-    with FileWriter() as files:
+    # Three lanes share the two cores: the scan (Polars) runs while the cohort's tables are
+    # read and written; then the events.csv text streams to the writer while a second DuckDB
+    # cursor cleans and pivots the timeseries and writes the episodes (each lane alone keeps
+    # about one core busy; the file writer's threads overlap both).
+    with FileWriter() as files, ThreadPoolExecutor(1, thread_name_prefix="mimic3") as lane:
+        scans = lane.submit(lambda: [_scan(t, *events[t], work, progress)
+                                     for t in ev.EVENT_TABLES])
+        progress("cohort: stays, admissions, patients, diagnoses")
+        definitions = load_ccs_definitions(res.ccs_definitions)
+        cohort = read_cohort(small, definitions)
+        write_root_tables(cohort, root)
+        test_set = read_subject_set(res.testset)
+        subjects = [int(s) for s in cohort.stays.SUBJECT_ID.unique()]
+        subject_dirs = {s: root / ("test" if str(s) in test_set else "train") / str(s)
+                        for s in subjects}
         write_subject_tables(cohort, subject_dirs, files)
+        stage = scans.result()
         con = ev.connect(work, memory_limit, threads, progress_bar=sys.stderr.isatty())
-        stage = [_scan(con, table, *events[table], work, progress) for table in ev.EVENT_TABLES]
         progress("validate events")
         validation = ev.create_validated(con, stage, cohort.stays)
-        # The timeseries query needs only the validated rows, not the files: it runs on a
-        # second cursor while this thread streams events.csv text to the writer, so both
-        # cores work (each step alone keeps about one busy).
-        with ThreadPoolExecutor(1, thread_name_prefix="mimic3-timeseries") as pool:
-            timeseries = pool.submit(ev.create_timeseries, con.cursor(),
-                                     read_itemid_map(res.itemid_map))
-            progress("write events.csv; clean and pivot the timeseries alongside")
-            _write_events(con, subject_dirs, files)
-            variables = timeseries.result()
-        progress("episodes and tasks: split by ICU stay")
         tasks = TaskWriter(out, cohort, definitions, test_set, files,
                            no_phenotypes=no_phenotypes)
-        n_episodes = write_episodes(con, cohort, variables, subject_dirs, tasks)
+
+        def timeseries_and_episodes(cur: Any) -> int:
+            variables = ev.create_timeseries(cur, read_itemid_map(res.itemid_map))
+            progress("episodes and tasks: split by ICU stay")
+            return write_episodes(cur, cohort, variables, subject_dirs, tasks)
+
+        episodes = lane.submit(timeseries_and_episodes, con.cursor())
+        progress("write events.csv; clean, pivot and write the episodes alongside")
+        _write_events(con, subject_dirs, files)
+        n_episodes = episodes.result()
     summary = tasks.finish(read_subject_set(res.valset))
     progress(f"{n_episodes} episodes; " + "; ".join(
         f"{t}: {v['train']} train, {v['test']} test stays" for t, v in summary.items()))
@@ -106,7 +113,7 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
     return prov
 
 
-def _scan(con: Any, table: str, source: Path, icu_column: str | None, work: Path,
+def _scan(table: str, source: Path, icu_column: str | None, work: Path,
           progress: Progress) -> Path:
     """The staging parquet of one event table, reused when a previous run completed it."""
     path = work / f"{table.lower()}.parquet"
@@ -115,7 +122,7 @@ def _scan(con: Any, table: str, source: Path, icu_column: str | None, work: Path
         return path
     progress(f"scan {table} ...")
     ts = time.perf_counter()
-    ev.scan_table(con, source, path, icu_column)
+    ev.scan_table(source, path, icu_column)
     progress(f"scan {table}: {time.perf_counter() - ts:.1f} s")
     return path
 

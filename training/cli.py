@@ -93,6 +93,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--patience", type=_positive_int,
                    help="early-stopping patience in epochs" + _d("patience"))
     p.add_argument("--seed", type=int, help="random seed" + _d("seed"))
+    p.add_argument("--split-seed", type=int, dest="split_seed",
+                   help="seed of the data split (calibration hold-out); default: --seed. "
+                        "Ensemble members share it")
     p.add_argument("--threads", type=_positive_int, help="torch CPU threads" + _d("threads"))
     p.add_argument("--n-boot", type=_positive_int, dest="n_boot",
                    help="bootstrap resamples for the test CIs" + _d("n_boot"))

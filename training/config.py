@@ -44,6 +44,10 @@ class TrainConfig:
     #: Seed of the data split (calibration hold-out, subsampling); None: `seed`. Ensemble
     #: members share it, so they share one calibration split and one normalizer.
     split_seed: int | None = None
+    #: Train one run per seed (all sharing the data split) and combine them into one ensemble
+    #: run (training.ensemble); empty: a single run. The seeds are chosen on validation first
+    #: (`scehr ensemble --select greedy`, docs/training.md).
+    ensemble_seeds: list[int] = field(default_factory=list)
     threads: int = 2
     n_boot: int = 1000
     train_prevalence: float | None = None

@@ -256,8 +256,8 @@ def member_dir(out: str | Path, seed: int) -> Path:
 def train_ensemble(cfg: TrainConfig, *, echo: bool = True) -> dict[str, Any]:
     """Train one run per seed of `cfg.ensemble_seeds` (one data split), then `combine` them.
 
-    A member whose run is complete (metrics written with the same config) is reused, so an
-    interrupted build resumes at the first unfinished member.
+    A member whose run is complete (metrics written, with a config that trains the same model)
+    is reused, so an interrupted build resumes at the first unfinished member.
     """
     from training.run import train_run  # the ensemble run itself trains nothing
 
@@ -283,9 +283,15 @@ def train_ensemble(cfg: TrainConfig, *, echo: bool = True) -> dict[str, Any]:
     return combine(runs, out, n_boot=cfg.n_boot, echo=echo)
 
 
+#: Config fields that do not change a trained member: where it was written, its test CIs'
+#: resamples, its figures and progress display.
+_NOT_THE_MODEL = ("out", "n_boot", "plots", "tsne", "progress")
+
+
 def _same_config(path: Path, cfg: TrainConfig) -> bool:
+    """Whether the run config saved at `path` trains the same model as `cfg`."""
     import json
 
     saved = json.loads(path.read_text())
-    want = {**cfg.to_dict(), "n_boot": saved.get("n_boot")}
+    want = {k: v for k, v in cfg.to_dict().items() if k not in _NOT_THE_MODEL}
     return {k: saved.get(k) for k in want} == want

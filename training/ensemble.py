@@ -289,9 +289,12 @@ _NOT_THE_MODEL = ("out", "n_boot", "plots", "tsne", "progress")
 
 
 def _same_config(path: Path, cfg: TrainConfig) -> bool:
-    """Whether the run config saved at `path` trains the same model as `cfg`."""
+    """Whether the run config saved at `path` trains the same model as `cfg` (fields added to
+    TrainConfig after the run was saved take their defaults, as when the run was trained)."""
     import json
 
-    saved = json.loads(path.read_text())
-    want = {k: v for k, v in cfg.to_dict().items() if k not in _NOT_THE_MODEL}
-    return {k: saved.get(k) for k in want} == want
+    try:
+        saved = TrainConfig(**json.loads(path.read_text())).to_dict()
+    except (TypeError, ValueError):  # a field since removed, or a value no longer valid
+        return False
+    return all(saved[k] == v for k, v in cfg.to_dict().items() if k not in _NOT_THE_MODEL)

@@ -6,8 +6,9 @@ from typing import Final
 #: Major.minor of the model contract (manifest + ONNX inputs/outputs). The server refuses a
 #: model whose manifest has another major version. 1.2 adds the `platt` calibration map
 #: (intercept and slope on the logit): a 1.1 server cannot read a model that uses it. 1.3 adds
-#: the model's data minimum, withheld operating points and warning/critical levels.
-CONTRACT_VERSION: Final = "1.3"
+#: the model's data minimum, withheld operating points and warning/critical levels. 1.4 adds
+#: each class's uncertainty map (`schemas.uncertainty`); a manifest without it still loads.
+CONTRACT_VERSION: Final = "1.4"
 
 #: Major.minor of the prediction response (`response_version` in every answer and the
 #: `RESPONSE_VERSION_HEADER` header). 1.1 leads with `risk` (calibrated) and `score` (raw);

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from schemas.contract import CONTRACT_VERSION, RISK_EPS
 from schemas.sufficiency import DataMinimum
 from schemas.tasks import TASK_NAMES
+from schemas.uncertainty import RiskUncertainty
 
 SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
 
@@ -208,6 +209,9 @@ class ClassCard(_M):
         default_factory=list, description="Named points this class does not serve, with why")
     levels: RiskLevels | None = Field(
         None, description="warning/critical levels as named points on the risk")
+    uncertainty: RiskUncertainty | None = Field(
+        None, description="Contract 1.4: the Venn-Abers interval and conformal outcome set "
+        "served with each risk (absent: the model serves no interval)")
 
 
 class PrototypeSpec(_M):

@@ -18,6 +18,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from schemas.uncertainty import WIDE_INTERVAL
+
 
 def _unicode_text(s: str) -> str:
     """Lone UTF-16 surrogates (legal as JSON `\\ud800` escapes) are not text: refuse them here,
@@ -272,6 +274,25 @@ class OperatingPointUsed(BaseModel):
         "validation data cannot support one (too few positives, or every stay would alert)")
 
 
+class RiskInterval(BaseModel):
+    """The uncertainty of one risk, from the model's held-out calibration split
+    (docs/method.md, "Uncertainty"): a Venn-Abers interval and a conformal outcome set."""
+
+    low: float = Field(description="Venn-Abers p0: the risk's isotonic calibration refitted "
+                       "with this stay added as 'no outcome'")
+    high: float = Field(description="Venn-Abers p1: the same with this stay added as "
+                        "'outcome'. Under exchangeability one of low, high is a calibrated "
+                        "probability; a wide interval means the held-out stays near this risk "
+                        "are few or disagree")
+    wide: bool = Field(description=f"high - low >= {WIDE_INTERVAL:g}: say so with the risk")
+    level: float = Field(description="Nominal coverage of `outcomes`")
+    outcomes: list[Literal["outcome", "no_outcome"]] = Field(
+        description="The conformal outcome set: the outcomes this risk is typical of at "
+        "`level` (among held-out stays with the outcome, a share >= level had a risk inside "
+        "its region; the same without it). Both: the risk cannot tell them apart at this "
+        "level; empty: typical of neither")
+
+
 class ClassResult(BaseModel):
     label: str
     risk: float = Field(description="The calibrated probability of the outcome, strictly "
@@ -280,6 +301,9 @@ class ClassResult(BaseModel):
                          "(σ(uᵀz) + σ(vᵀz)); CSCE: softmax; BCE: σ(uᵀz)); not a probability "
                          "to show")
     alert: bool = Field(description="risk >= operating_point.threshold")
+    risk_interval: RiskInterval | None = Field(
+        default=None, description="The risk's uncertainty; null when the model carries no "
+        "uncertainty map (manifest contract < 1.4)")
     operating_point: OperatingPointUsed
     explanation: AnchorExplanation
     prototypes: list[PrototypeMatch] = Field(
@@ -401,6 +425,9 @@ class ModelInfo(BaseModel):
     providers: list[str]
     device: str = Field(description="The `device` setting the session was created under")
     calibration: list[str] = Field(description="Calibration method per class")
+    uncertainty: bool = Field(
+        False, description="Whether results carry `risk_interval` (the model has an "
+        "uncertainty map; contract >= 1.4)")
     operating_points: list[str] = Field(
         default_factory=list, description="Names `?operating_point=` accepts")
     default_operating_point: str | None = None

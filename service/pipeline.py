@@ -32,6 +32,7 @@ from schemas.payloads import (
 from schemas.profile import Bins, stays_observed, value_counts
 from schemas.sufficiency import DataSummary, shortfalls, summarize
 from schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
+from schemas.uncertainty import WIDE_INTERVAL, RiskUncertainty
 from service.batcher import ModelInputs, ModelOutputs
 from service.explain import ExplainAssets
 from service.operating import Choice, PointTable
@@ -285,6 +286,19 @@ def _margin_percentile(spec: ModelSpec, c: int, m: np.ndarray
     return out
 
 
+def _intervals(u: RiskUncertainty | None, risk: np.ndarray) -> list[dict[str, Any] | None]:
+    """Per row, a RiskInterval's fields (None: the model has no uncertainty map)."""
+    if u is None:
+        return [None] * len(risk)
+    low, high = u.interval(risk)
+    event, no_event = u.outcome_set(risk)
+    wide = (high - low) >= WIDE_INTERVAL
+    return [{"low": lo, "high": hi, "wide": w, "level": u.level,
+             "outcomes": [k for k, keep in (("outcome", e), ("no_outcome", ne)) if keep]}
+            for lo, hi, w, e, ne in zip(low.tolist(), high.tolist(), wide.tolist(),
+                                        event.tolist(), no_event.tolist(), strict=True)]
+
+
 def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
                 choice: Choice | None = None, explain: str = "basic",
                 readouts: ReadOuts | None = None) -> dict[int, Prediction]:
@@ -306,6 +320,8 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
                                          ("u", al[:, :, 0]), ("v", al[:, :, 1]), ("m", mn),
                                          ("cu", cos_u), ("cv", cos_v))}
     pct = [_margin_percentile(spec, c, mn[:, c]) for c in range(len(labels))]
+    intervals = [_intervals(card.uncertainty, risk[:, c])
+                 for c, card in enumerate(spec.manifest.classes)]
     source = "default" if choice.source == "default" else "request"
     points = [{"name": choice.used[c],
                "threshold": None if np.isnan(choice.thresholds[c])
@@ -350,6 +366,7 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
             classes.append({
                 "label": label, "risk": lists["r"][r][c], "score": lists["p"][r][c],
                 "alert": lists["alert"][r][c], "operating_point": points[c],
+                "risk_interval": intervals[c][r],
                 "explanation": {
                     "positive_logit": lists["u"][r][c], "negative_logit": lists["v"][r][c],
                     "margin": m, "margin_percentile": pct[c][r],

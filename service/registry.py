@@ -163,6 +163,7 @@ class LoadedModel:
             created_at=m.created_at, code_version=m.code_version, provider=self.provider,
             providers=self.session.get_providers(), device=self.device,
             calibration=[c.calibration.method for c in m.classes],
+            uncertainty=all(c.uncertainty is not None for c in m.classes),
             operating_points=list(self.spec.points.names),
             default_operating_point=self.spec.points.default_choice().name,
             neutralised_channels=[self.spec.fs.variable_ids[i] for i in self.spec.neutralised],

@@ -1,4 +1,5 @@
-"""Model-card sections for what the model will not answer: withheld points, levels, data minimum."""
+"""Model-card sections for what the model will not answer or cannot be sure of: withheld
+points, levels, data minimum, the uncertainty served with each risk."""
 
 from __future__ import annotations
 
@@ -57,3 +58,32 @@ def data_minimum_lines(m: Manifest) -> list[str]:
             out.append(f"| {name} | {f.n} | {f.kept} | "
                        + " | ".join("—" if v is None else f"{v}" for v in cells) + " |")
     return out
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.1%}"
+
+
+def uncertainty_lines(m: Manifest) -> list[str]:
+    """The uncertainty served with each risk, its level and its measured coverage."""
+    maps = [(c.label, c.uncertainty) for c in m.classes if c.uncertainty is not None]
+    if not maps:
+        return ["", "## Uncertainty", "", "This version serves no uncertainty interval "
+                "(`risk_interval` is null)."]
+    rows = []
+    for label, u in maps:
+        for check in (u.validation, u.test):
+            if check is not None:
+                rows.append((label, f"{u.level:.0%}", f"{u.n} ({u.positives})", check.split,
+                             check.n, _pct(check.coverage), _pct(check.coverage_with_outcome),
+                             _pct(check.coverage_without_outcome), _pct(check.single_outcome),
+                             f"{check.mean_width:.3f}"))
+    return _table(
+        "Uncertainty",
+        "Each risk is served with a Venn-Abers interval [low, high] and a conformal outcome "
+        "set at the level below (docs/method.md, \"Uncertainty\"), fitted on the held-out "
+        f"stays in the third column ({maps[0][1].fitted_on}). Coverage: the share of stays "
+        "whose true outcome is in their set (nominal: the level, also given each outcome); "
+        "single: stays whose set names one outcome; width: mean high - low.",
+        ("class", "level", "held out (with outcome)", "split", "stays", "coverage",
+         "with outcome", "without", "single", "width"), rows)

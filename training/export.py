@@ -53,6 +53,7 @@ from training.serving_assets import (
     prototypes,
     threshold_points,
 )
+from training.uncertainty import UNCERTAINTY_WHERE, fit_uncertainty
 
 
 def code_version() -> str:
@@ -154,7 +155,9 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
             margin_reference=margin_reference(
                 yr, mr, "calibration split (held out of training and early stopping)"
                 if has_calib else "validation split"),
-            risk_reference=risk_reference(val_risk[1])))
+            risk_reference=risk_reference(val_risk[1]),
+            uncertainty=fit_uncertainty(risk(calib, "calib", c), val_risk, UNCERTAINTY_WHERE,
+                                        test=risk(calib, "test", c)) if has_calib else None))
     prov = _provenance(Path(cfg["data"]), metrics, preds, data_description or "")
     data = prepared_data(cfg)
     audit = fairness_at_export(model, crit, data, preds, classes[0]) if spec.binary else None

@@ -69,7 +69,9 @@ class Scored:
 class ExportedModel:
     """An exported model folder run with ONNX Runtime on split arrays, as the service runs it."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, binary_only: bool = True) -> None:
+        """`binary_only`: refuse a multi-label model (external validation scores class 0);
+        `outputs` serves every class either way."""
         import onnxruntime as ort
 
         self.folder = Path(folder)
@@ -78,7 +80,7 @@ class ExportedModel:
                 raise FileNotFoundError(f"{self.folder} is not an exported model folder: "
                                         f"{name} is missing")
         self.manifest: Manifest = load_manifest(self.folder / "manifest.json")
-        if not task_spec(self.manifest.task).binary:
+        if binary_only and not task_spec(self.manifest.task).binary:
             raise ValueError(f"external validation scores a binary task; {self.folder} is "
                              f"{self.manifest.task!r}")
         self.fs = FeatureSet.from_dict(self.manifest.feature_set)
@@ -97,9 +99,9 @@ class ExportedModel:
     def load(self, data: Path, split: str) -> SplitArrays:
         return load_split(data, self.manifest.task, split, self.fs)
 
-    def _outputs(self, x: np.ndarray, lengths: np.ndarray, static_raw: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
-        """(probability, margin) of class 0 for un-normalised arrays."""
+    def outputs(self, x: np.ndarray, lengths: np.ndarray, static_raw: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(probability, margin), each [N, C], for un-normalised arrays."""
         x = self.normalizer.transform(neutralise(x, lengths, self.fs, self.neutral), lengths)
         probs, margins = [], []
         for i in range(0, len(x), BATCH):
@@ -108,10 +110,22 @@ class ExportedModel:
             if self.static is not None:
                 feed[INPUT_STATIC] = self.static.transform(static_raw[i : i + BATCH])
             logits, prob = self.session.run([OUTPUT_ANCHOR_LOGITS, OUTPUT_PROBABILITY], feed)
-            probs.append(prob[:, 0])
-            margins.append(logits[:, 0, 0] - logits[:, 0, 1])
+            probs.append(prob)
+            margins.append(logits[..., 0] - logits[..., 1])
         return np.concatenate(probs).astype(np.float64), np.concatenate(margins).astype(
             np.float64)
+
+    def risks(self, a: SplitArrays) -> np.ndarray:
+        """[N, C] served risks of a split: every class's calibration map on its outputs."""
+        p, m = self.outputs(a.x, a.lengths, a.static_raw)
+        return np.stack([card.calibration.apply(p[:, c], m[:, c])
+                         for c, card in enumerate(self.manifest.classes)], axis=1)
+
+    def _outputs(self, x: np.ndarray, lengths: np.ndarray, static_raw: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """(probability, margin) of class 0 for un-normalised arrays."""
+        p, m = self.outputs(x, lengths, static_raw)
+        return p[:, 0], m[:, 0]
 
     def score(self, a: SplitArrays) -> Scored:
         if not len(a):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from schemas.manifest import Manifest, PointStats
 from schemas.tasks import task_spec
-from training.card_sections import data_minimum_lines, withheld_lines
+from training.card_sections import data_minimum_lines, uncertainty_lines, withheld_lines
 from training.fairness import audit_lines
 
 
@@ -147,6 +147,7 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
                          f"{o.specificity:.3f} | {o.alert_rate:.3f} |")
         lines.append(f"\nDefault alert threshold: {m.classes[0].default_threshold:.3f}.")
     lines += data_minimum_lines(m)
+    lines += uncertainty_lines(m)
     lines += ["", "## Channels never seen in training", "",
               (", ".join(f"`{c}`" for c in never) if never else "none") + ". The service "
               "treats these as not observed (their normal value) whatever a request sends, "

@@ -1,10 +1,18 @@
 """A new version of a shipped model with the same ONNX graph and calibration: its operating
 points screened by the defensible rule (`training.operating_points.screen`, from the
-validation figures stored with each point), warning/critical levels, and the data minimum of
-the sufficiency study.
+validation figures stored with each point), warning/critical levels, the data minimum of
+the sufficiency study, and (with --uncertainty) the uncertainty map served with each risk.
 
     .venv/bin/python -m training.reissue models/mortality/1.2.0 models/mortality/1.2.1 \
         --data-minimum docs/sufficiency-mortality.json
+    .venv/bin/python -m training.reissue models/mortality/1.2.1 models/mortality/1.2.2 \
+        --uncertainty configs/default_mortality_full.toml --data data/physionet2012-full
+
+--uncertainty rebuilds the model's held-out calibration and validation splits from its
+training config and data (checked against the manifest's recorded split sizes and
+prevalences), scores them with the shipped ONNX graph and calibration map, and fits the map
+with `training.uncertainty.fit_uncertainty`, the function export uses. A data minimum already
+in the shipped manifest is kept unless --data-minimum replaces it.
 
 The shipped folder is never modified. The risk of every stay is unchanged (same graph, same
 map) and a kept point keeps its threshold to the last bit, so the new version differs only in
@@ -20,11 +28,15 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from schemas.contract import CONTRACT_VERSION
 from schemas.manifest import ClassCard, Manifest, load_manifest
 from schemas.model_index import add_model, entry_for, refuse_existing
 from schemas.sufficiency import DataMinimum
+from schemas.uncertainty import RiskUncertainty
 from training.operating_points import default_point, risk_levels, screen
+from training.uncertainty import UNCERTAINTY_WHERE, fit_uncertainty
 
 
 def validation_positives(m: Manifest, c: int) -> int:
@@ -47,8 +59,47 @@ def rescreen(card: ClassCard, positives: int) -> ClassCard:
                                    "levels": risk_levels(kept, default)})
 
 
+class SplitMismatch(ValueError):
+    """The rebuilt held-out split is not the one the model was exported with."""
+
+
+def held_out_uncertainty(folder: Path, config: Path, data: Path) -> list[RiskUncertainty]:
+    """Per class, the uncertainty map of a shipped model, fitted as export fits it: on its
+    calibration split (level chosen on its validation split), scored by its ONNX graph."""
+    from training.config import TrainConfig, load_config
+    from training.external import ExportedModel
+    from training.fit import prepare
+
+    model = ExportedModel(folder, binary_only=False)
+    if config.suffix == ".json":  # a run folder's config.json (TrainConfig.to_dict)
+        cfg = TrainConfig(**{**json.loads(config.read_text()), "data": str(data)})
+    else:
+        cfg = load_config(config, data=str(data), task=model.manifest.task)
+    prep = prepare(cfg)
+    if "calib" not in prep.raw:
+        raise SplitMismatch(f"{config} holds out no calibration split: nothing to fit on")
+    risks = {}
+    for split in ("calib", "val", "test"):
+        a = prep.raw[split]
+        rec = model.manifest.provenance.splits.get(split)
+        got = np.round(a.y.mean(axis=0), 4)
+        if rec is None or rec.n != len(a) or not np.allclose(got, rec.prevalence, atol=1e-4):
+            raise SplitMismatch(
+                f"the {split} split rebuilt from {config} and {data} has {len(a)} stays, "
+                f"not the {rec.n if rec else 'unrecorded'} (with the same outcome rates) "
+                f"that {folder} was exported with: give the model's own training config and "
+                "data")
+        risks[split] = (a.y, model.risks(a))
+    (yc, rc), (yv, rv), (yt, rt) = risks["calib"], risks["val"], risks["test"]
+    where = UNCERTAINTY_WHERE.replace("split", f"split rebuilt from {config.name}", 1)
+    return [fit_uncertainty((yc[:, c], rc[:, c]), (yv[:, c], rv[:, c]), where,
+                            test=(yt[:, c], rt[:, c]))
+            for c in range(len(model.manifest.classes))]
+
+
 def reissue(folder: Path, out: Path, *, minimum: DataMinimum | None,
-            command: str) -> tuple[Path, list[str]]:
+            command: str, uncertainty: list[RiskUncertainty] | None = None
+            ) -> tuple[Path, list[str]]:
     from training.export import code_version, manifest_json
     from training.model_card import write_model_card
 
@@ -56,14 +107,19 @@ def reissue(folder: Path, out: Path, *, minimum: DataMinimum | None,
     version = out.name
     refuse_existing(out.parent.parent, m.task, version, out)
     cards = [rescreen(card, validation_positives(m, c)) for c, card in enumerate(m.classes)]
+    if uncertainty is not None:
+        cards = [card.model_copy(update={"uncertainty": u})
+                 for card, u in zip(cards, uncertainty, strict=True)]
     note = (f"re-issued from {m.name} {m.version} with training.reissue: the same ONNX graph "
             "and calibration; operating points screened on validation (none at the risk "
             "floor or ceiling, none alerting more than half of validation stays, none for a "
             "class with too few validation positives)"
-            + ("; the data minimum of the sufficiency study" if minimum else ""))
+            + ("; the data minimum of the sufficiency study" if minimum else "")
+            + ("; the uncertainty map (Venn-Abers interval and conformal outcome set) fitted "
+               "on the held-out calibration split" if uncertainty is not None else ""))
     new = m.model_copy(update={
         "contract_version": CONTRACT_VERSION, "version": version, "classes": cards,
-        "data_minimum": minimum,
+        "data_minimum": minimum if minimum is not None else m.data_minimum,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "code_version": code_version(), "notes": [*m.notes, note]})
     out.mkdir(parents=True, exist_ok=True)
@@ -81,13 +137,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path, help="models/<task>/<new version>")
     ap.add_argument("--data-minimum", type=Path, default=None,
                     help="the sufficiency study's JSON (benchmarks/sufficiency_study.py)")
+    ap.add_argument("--uncertainty", type=Path, default=None, metavar="CONFIG",
+                    help="add the uncertainty map, rebuilding the held-out splits from the "
+                    "model's training config (e.g. configs/default_mortality_full.toml)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="the converted data the model was trained on (with --uncertainty)")
     args = ap.parse_args(argv)
+    if (args.uncertainty is None) != (args.data is None):
+        ap.error("--uncertainty CONFIG and --data DIR go together")
     minimum = None
     if args.data_minimum is not None:
         doc = json.loads(args.data_minimum.read_text())
         minimum = DataMinimum.model_validate(doc["data_minimum"])
     command = "python -m training.reissue " + " ".join(sys.argv[1:] if argv is None else argv)
-    out, changes = reissue(args.model, args.out, minimum=minimum, command=command)
+    maps = None
+    if args.uncertainty is not None:
+        print(f"fitting the uncertainty map on {args.data}'s held-out splits ...", flush=True)
+        try:
+            maps = held_out_uncertainty(args.model, args.uncertainty, args.data)
+        except (SplitMismatch, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    out, changes = reissue(args.model, args.out, minimum=minimum, command=command,
+                           uncertainty=maps)
     print(f"wrote {out}; index: {'; '.join(changes) or 'unchanged'}")
     return 0
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.manifest import Manifest
 from schemas.outcomes import outcome_coding
-from schemas.payloads import ClassResult, Prediction, Problem
+from schemas.payloads import ClassResult, Prediction, Problem, RiskInterval
 from schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES, Variable
 from service.errors import ApiError
 from service.interop.fhir_in import (
@@ -33,6 +33,7 @@ from service.interop.fhir_in import (
 )
 from service.interop.readout import (
     Level,
+    interval_of,
     level_of,
     rationale,
     risk_of,
@@ -214,8 +215,11 @@ def _optional(pre: dict[str, Any], key: str, kind: str) -> list[Located]:
     return []
 
 
-def _summary(label: str, risk: float, level: Level) -> str:
-    tail = f": risk {risk:.0%} ({level})"
+def _summary(label: str, risk: float, level: Level, interval: RiskInterval | None = None
+             ) -> str:
+    span = "" if interval is None else (
+        f" [{interval.low:.0%}-{interval.high:.0%}{', wide' if interval.wide else ''}]")
+    tail = f": risk {risk:.0%}{span} ({level})"
     room = SUMMARY_MAX - len(tail)
     name = label if len(label) <= room else label[: room - 1] + "…"
     return name + tail
@@ -237,7 +241,7 @@ def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | N
     c = outcome_coding(r.label)
     label = "in-hospital death" if r.label == "in_hospital_mortality" else r.label
     return Card(
-        uuid=str(uuid.uuid4()), summary=_summary(label, risk_of(r), level),
+        uuid=str(uuid.uuid4()), summary=_summary(label, risk_of(r), level, interval_of(r)),
         detail="\n".join(lines), indicator=level,
         source=Source(label=f"scehr {pred.model.name} {pred.model.version}", url=card_url,
                       topic=None if c is None else Coding(system=c.system, code=c.code,
@@ -245,6 +249,8 @@ def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | N
         links=[] if card_url is None else [Link(label="Model card", url=card_url)],
         extension={EXTENSION: {"label": r.label, "risk": risk_of(r), "score": score_of(r),
                                "level": level, "model": pred.model.name,
+                               "risk_interval": None if interval_of(r) is None
+                               else interval_of(r).model_dump(),
                                "version": pred.model.version}})
 
 

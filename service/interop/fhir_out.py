@@ -13,8 +13,11 @@ from typing import Any
 from fhir.resources.R4B.bundle import Bundle, BundleEntry
 from fhir.resources.R4B.codeableconcept import CodeableConcept
 from fhir.resources.R4B.coding import Coding
+from fhir.resources.R4B.extension import Extension
 from fhir.resources.R4B.identifier import Identifier
 from fhir.resources.R4B.operationoutcome import OperationOutcome, OperationOutcomeIssue
+from fhir.resources.R4B.quantity import Quantity
+from fhir.resources.R4B.range import Range
 from fhir.resources.R4B.reference import Reference
 from fhir.resources.R4B.riskassessment import RiskAssessment, RiskAssessmentPrediction
 
@@ -22,9 +25,14 @@ from schemas.manifest import Manifest
 from schemas.outcomes import outcome_coding
 from schemas.payloads import ClassResult, Prediction
 from service.interop.fhir_in import FhirStay, Issue, expression
-from service.interop.readout import QUALITATIVE, level_of, rationale, risk_of
+from service.interop.readout import QUALITATIVE, interval_of, level_of, rationale, risk_of
 
 MODEL_SYSTEM = "urn:scehr:model"
+#: The extension on `RiskAssessment.prediction` carrying the risk's uncertainty
+#: (docs/interfaces.md): `probability[x]` is a choice, so the risk stays `probabilityDecimal`
+#: and the interval travels beside it (`interval` valueRange, `wide` valueBoolean, `level`
+#: valueDecimal, one `outcome` valueCode per outcome in the conformal set).
+RISK_INTERVAL_URL = "https://scehr.dev/fhir/StructureDefinition/risk-interval"
 RISK_PROBABILITY = "http://terminology.hl7.org/CodeSystem/risk-probability"
 FHIR_JSON = "application/fhir+json"
 
@@ -44,6 +52,19 @@ def _outcome(r: ClassResult) -> CodeableConcept:
     return CodeableConcept(coding=coding or None, text=r.label)
 
 
+def interval_extension(r: ClassResult) -> list[Extension] | None:
+    """The risk's uncertainty as the RISK_INTERVAL_URL extension (None: the model has none)."""
+    ri = interval_of(r)
+    if ri is None:
+        return None
+    parts = [Extension(url="interval", valueRange=Range(low=Quantity(value=ri.low),
+                                                        high=Quantity(value=ri.high))),
+             Extension(url="wide", valueBoolean=ri.wide),
+             Extension(url="level", valueDecimal=ri.level),
+             *(Extension(url="outcome", valueCode=o) for o in ri.outcomes)]
+    return [Extension(url=RISK_INTERVAL_URL, extension=parts)]
+
+
 def risk_assessment(r: ClassResult, pred: Prediction, manifest: Manifest, stay: FhirStay,
                     when: datetime, basis: list[str] | None = None) -> RiskAssessment:
     """One class result as a RiskAssessment; `basis` the references whose values the model
@@ -61,6 +82,7 @@ def risk_assessment(r: ClassResult, pred: Prediction, manifest: Manifest, stay: 
         basis=[Reference(display=b) if b.startswith("Bundle.") else Reference(reference=b)
                for b in basis] or None,
         prediction=[RiskAssessmentPrediction(
+            extension=interval_extension(r),
             outcome=_outcome(r),
             probabilityDecimal=risk_of(r),
             qualitativeRisk=CodeableConcept(

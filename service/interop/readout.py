@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from schemas.manifest import Manifest
-from schemas.payloads import ClassResult
+from schemas.payloads import ClassResult, RiskInterval
 
 Level = Literal["info", "warning", "critical"]
 
@@ -18,6 +18,29 @@ Level = Literal["info", "warning", "critical"]
 def risk_of(r: ClassResult) -> float:
     """The calibrated risk (what a clinician reads)."""
     return r.calibrated_probability
+
+
+def interval_of(r: ClassResult) -> RiskInterval | None:
+    """The risk's uncertainty (None: the model serves none)."""
+    return r.risk_interval
+
+
+_OUTCOME_WORDS = {("outcome",): "the outcome only", ("no_outcome",): "no outcome only",
+                  ("outcome", "no_outcome"): "either outcome (it cannot tell them apart)",
+                  (): "neither outcome (unlike the held-out stays of both)"}
+
+
+def uncertainty_words(r: ClassResult) -> str:
+    """The interval in words; a wide one said plainly (it is information, not a failure)."""
+    ri = interval_of(r)
+    if ri is None:
+        return "This model version serves no uncertainty interval."
+    words = f"Uncertainty: the risk lies between {ri.low:.1%} and {ri.high:.1%} (Venn-Abers)"
+    if ri.wide:
+        words += (": a wide interval, because few held-out stays had a risk like this one or "
+                  "their outcomes disagreed; read the risk as less certain than its number")
+    return words + (f". At the {ri.level:.0%} level the risk is typical of "
+                    f"{_OUTCOME_WORDS[tuple(ri.outcomes)]}.")
 
 
 def score_of(r: ClassResult) -> float:
@@ -93,6 +116,7 @@ def rationale(r: ClassResult, manifest: Manifest) -> str:
                                                             ("critical", crit)) if t is not None]
     words = [f"Risk {risk_of(r):.1%}: {_point_words(r)}. Level {level}"
              + (f" ({'; '.join(cuts)})." if cuts else ".")]
+    words.append(uncertainty_words(r))
     e = r.explanation
     words.append(f"The stay's embedding is nearer the {e.nearer_anchor} anchor "
                  f"(margin {e.margin:+.2f}).")

@@ -179,12 +179,14 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
                 unseen: tuple[str, ...] | None = None, corrupt_sha: bool = False,
                 contract_version: str = CONTRACT_VERSION, ignore_lengths: bool = False,
                 lstm_hidden: int = 0, mangle: dict[str, Any] | None = None,
-                named: bool = False, feature_set: FeatureSet | None = None) -> Path:
+                named: bool = False, feature_set: FeatureSet | None = None,
+                uncertainty: bool = False) -> Path:
     """Write `root/<task>/<version>/{model.onnx, manifest.json, MODEL_CARD.md}`; return the dir.
 
     `named` adds the contract 1.1 serving assets: named operating points on the risk, margin
     percentiles, a validation risk histogram and training value histograms. `feature_set`
-    replaces the task's own (e.g. physionet2012-full for mortality)."""
+    replaces the task's own (e.g. physionet2012-full for mortality). `uncertainty` adds the
+    contract 1.4 uncertainty map (UNCERTAINTY_CARD) to every class."""
     mortality = task == "mortality"
     fs = feature_set or (BENCHMARK_48H if mortality else BENCHMARK_STAY)
     loss = loss or ("cbce" if mortality else "csce")
@@ -212,6 +214,8 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
         cards.append(_class_card(lab, i, dim, rng, cal))
         if named:
             cards[-1].update(NAMED_CARD)
+        if uncertainty:
+            cards[-1]["uncertainty"] = UNCERTAINTY_CARD
     static = None
     if uses_static:
         static = StaticImputer(np.array([65.0, 1.0]), np.array([64.0, 0.55]),
@@ -278,6 +282,12 @@ NAMED_CARD: dict[str, Any] = {
                        "n": 1000},
 }
 
+#: Contract 1.4's uncertainty map of the `uncertainty` fixtures: wide above a risk of 0.5.
+UNCERTAINTY_CARD: dict[str, Any] = {
+    "cuts": [0.2, 0.5, 0.8], "low": [0.0, 0.15, 0.4, 0.6], "high": [0.05, 0.2, 0.7, 0.95],
+    "level": 0.9, "event_from": 0.3, "no_event_up_to": 0.6, "fitted_on": "fixture",
+    "n": 500, "positives": 100}
+
 #: Standard-normal deciles: a variable's fixture reference is normal ± spread x these.
 Z_DECILES = (-1.2816, -0.8416, -0.5244, -0.2533, 0.0, 0.2533, 0.5244, 0.8416, 1.2816)
 
@@ -314,9 +324,12 @@ def write_index(root: Path, entries: list[tuple[str, str]],
 
 
 def write_model_dir(root: Path, lstm_hidden: int = 0) -> Path:
-    """The standard fixture tree: mortality v1 (CBCE) and v2 (CSCE), phenotypes v1 (CSCE)."""
-    write_model(root, "mortality", "v1", loss="cbce", seed=1, lstm_hidden=lstm_hidden)
+    """The standard fixture tree: mortality v1 (CBCE) and v2 (CSCE, without an uncertainty
+    map), phenotypes v1 (CSCE)."""
+    write_model(root, "mortality", "v1", loss="cbce", seed=1, lstm_hidden=lstm_hidden,
+                uncertainty=True)
     write_model(root, "mortality", "v2", loss="csce", seed=2, lstm_hidden=lstm_hidden)
-    write_model(root, "phenotypes", "v1", loss="csce", seed=3, lstm_hidden=lstm_hidden)
+    write_model(root, "phenotypes", "v1", loss="csce", seed=3, lstm_hidden=lstm_hidden,
+                uncertainty=True)
     write_index(root, [("mortality", "v1"), ("mortality", "v2"), ("phenotypes", "v1")])
     return root

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from schemas.payloads import StayPayload
+from service.interop.fhir_out import RISK_INTERVAL_URL
 from service.pipeline import prepare
 from service.scoring import score_chunk
 from tests.service.conftest import serve
@@ -35,6 +36,12 @@ class Answer:
     risk: float | None = None
     warnings: set[str] | None = None  # warning codes, where the interface carries them
     error: str = ""  # the error code or message of a refusal
+    interval: tuple[Any, ...] | None = None  # (low, high, level, outcomes), where carried
+
+
+def _interval(ri: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """A JSON `risk_interval` as comparable values (None: the model serves none)."""
+    return None if ri is None else (ri["low"], ri["high"], ri["level"], tuple(ri["outcomes"]))
 
 
 async def _json(c: httpx.AsyncClient) -> Answer:
@@ -42,7 +49,8 @@ async def _json(c: httpx.AsyncClient) -> Answer:
     if r.status_code != 200:
         return Answer(r.status_code, r.headers, error=r.json()["error"])
     p = r.json()
-    return Answer(200, r.headers, p["results"][0]["risk"], {w["code"] for w in p["warnings"]})
+    return Answer(200, r.headers, p["results"][0]["risk"], {w["code"] for w in p["warnings"]},
+                  interval=_interval(p["results"][0]["risk_interval"]))
 
 
 async def _batch(c: httpx.AsyncClient) -> Answer:
@@ -50,7 +58,8 @@ async def _batch(c: httpx.AsyncClient) -> Answer:
     if r.status_code != 200:
         return Answer(r.status_code, r.headers, error=r.json()["error"])
     p = r.json()["items"][0]["prediction"]
-    return Answer(200, r.headers, p["results"][0]["risk"], {w["code"] for w in p["warnings"]})
+    return Answer(200, r.headers, p["results"][0]["risk"], {w["code"] for w in p["warnings"]},
+                  interval=_interval(p["results"][0]["risk_interval"]))
 
 
 async def _fhir(c: httpx.AsyncClient) -> Answer:
@@ -60,8 +69,17 @@ async def _fhir(c: httpx.AsyncClient) -> Answer:
     res = [e["resource"] for e in r.json()["entry"]]
     [ra] = [x for x in res if x["resourceType"] == "RiskAssessment"]
     issues = [i for x in res if x["resourceType"] == "OperationOutcome" for i in x["issue"]]
+    [ext] = ra["prediction"][0].get("extension") or [None]
+    interval = None
+    if ext is not None:
+        assert ext["url"] == RISK_INTERVAL_URL
+        parts = ext["extension"]
+        [rng] = [e["valueRange"] for e in parts if e["url"] == "interval"]
+        [level] = [e["valueDecimal"] for e in parts if e["url"] == "level"]
+        interval = (rng["low"]["value"], rng["high"]["value"], level,
+                    tuple(e["valueCode"] for e in parts if e["url"] == "outcome"))
     return Answer(200, r.headers, ra["prediction"][0]["probabilityDecimal"],
-                  {i["details"]["text"] for i in issues if "details" in i})
+                  {i["details"]["text"] for i in issues if "details" in i}, interval=interval)
 
 
 async def _cds(c: httpx.AsyncClient) -> Answer:
@@ -69,7 +87,12 @@ async def _cds(c: httpx.AsyncClient) -> Answer:
     if r.status_code != 200:
         return Answer(r.status_code, r.headers, error=r.json()["error"])
     [card] = r.json()["cards"]
-    return Answer(200, r.headers, card["extension"]["dev.scehr.result"]["risk"])
+    result = card["extension"]["dev.scehr.result"]
+    interval = _interval(result["risk_interval"])
+    if interval is not None:  # the card says it, in its summary and in words
+        assert f"[{interval[0]:.0%}-{interval[1]:.0%}" in card["summary"]
+        assert f"between {interval[0]:.1%} and {interval[1]:.1%}" in card["detail"]
+    return Answer(200, r.headers, result["risk"], interval=interval)
 
 
 def _v2_answer(r: httpx.Response) -> Answer:
@@ -126,7 +149,7 @@ async def reference(server: httpx.AsyncClient) -> dict[str, Any]:
     assert r.status_code == 200, r.text
     p = r.json()
     return {"risk": p["results"][0]["risk"], "warnings": {w["code"] for w in p["warnings"]},
-            "audit": p["audit"]}
+            "audit": p["audit"], "interval": _interval(p["results"][0]["risk_interval"])}
 
 
 def _monitored(c: httpx.AsyncClient) -> int:
@@ -144,6 +167,10 @@ async def test_every_interface_scores_audits_and_monitors_alike(
         a = await INTERFACES[interface](server)
     assert a.status == 200, a.error
     assert a.risk == pytest.approx(reference["risk"], abs=TOL)
+    if interface in ("json", "batch", "fhir", "cds_hooks"):  # the interval rides with the risk
+        assert reference["interval"] is not None and a.interval is not None
+        assert a.interval[:3] == pytest.approx(reference["interval"][:3], abs=TOL)
+        assert a.interval[3] == reference["interval"][3]
     if a.warnings is not None:
         assert reference["warnings"] and reference["warnings"] <= a.warnings
     [line] = [r for r in caplog.records if r.name == "scehr.audit"]
@@ -253,5 +280,8 @@ def test_offline_scoring_gives_the_same_risk_and_warnings(model_dir: Any) -> Non
     ref = asyncio.run(http())
     assert not isinstance(pred, list)
     assert pred.results[0].risk == pytest.approx(ref["results"][0]["risk"], abs=TOL)
+    got = pred.results[0].risk_interval
+    assert got is not None and _interval(got.model_dump()) == _interval(
+        ref["results"][0]["risk_interval"])
     assert {w.code for w in pred.warnings} == {w["code"] for w in ref["warnings"]}
     assert pred.audit.input_sha256 == ref["audit"]["input_sha256"]

@@ -26,6 +26,7 @@ from training.config import TrainConfig
 from training.data.synthetic import write_synthetic
 from training.export import export_run, prototypes
 from training.fit import load_checkpoint
+from training.reissue import SplitMismatch, held_out_uncertainty
 from training.run import train_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,12 +78,41 @@ def test_export_writes_a_valid_manifest_card_and_index(models: Path, task: str) 
         ref = c.margin_reference
         assert ref is not None and ref.percentiles[0] == 1 and ref.percentiles[-1] == 99
         assert ref.n_without + ref.n_with == m.provenance.splits["calib"].n
+        # contract 1.4: every class carries its uncertainty map, fitted on the held-out split
+        u = c.uncertainty
+        assert u is not None and u.n == m.provenance.splits["calib"].n
+        assert u.validation is not None and u.validation.n == m.provenance.splits["val"].n
     assert any(c.named_points for c in m.classes)
     assert "## Operating points (thresholds on the risk)" in card
     assert m.value_reference and all(
         sum(h.fractions) == pytest.approx(1.0, abs=1e-4) for h in m.value_reference.values())
     index = json.loads((models / "index.json").read_text())
     assert index["defaults"][task] == "0.1.0"
+
+
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+def test_reissue_fits_the_exported_uncertainty_map_from_the_onnx_graph(models: Path, task: str
+                                                                       ) -> None:
+    """Re-issue rebuilds the held-out splits and scores them with the ONNX graph: the same
+    map as export's (fitted on PyTorch's predictions), and a wrong split is refused."""
+    folder = models / task / "0.1.0"
+    run = models.parent / f"run-{task}"
+    data = models.parent / "data"
+    maps = held_out_uncertainty(folder, run / "config.json", data)
+    shipped = load_manifest(folder / "manifest.json").classes
+    assert len(maps) == len(shipped)
+    for got, card in zip(maps, shipped, strict=True):
+        want = card.uncertainty
+        assert want is not None and got.level == want.level and got.n == want.n
+        assert got.event_from == pytest.approx(want.event_from, abs=1e-5)
+        assert got.no_event_up_to == pytest.approx(want.no_event_up_to, abs=1e-5)
+        assert got.validation is not None and want.validation is not None
+        assert got.validation.coverage == pytest.approx(want.validation.coverage, abs=0.02)
+    cfg = json.loads((run / "config.json").read_text())
+    wrong = models.parent / f"wrong-{task}.json"
+    wrong.write_text(json.dumps({**cfg, "seed": cfg["seed"] + 5}))
+    with pytest.raises(SplitMismatch, match="not the"):
+        held_out_uncertainty(folder, wrong, data)
 
 
 def test_prototypes_never_stand_for_fewer_than_20_stays() -> None:

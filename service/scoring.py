@@ -56,6 +56,10 @@ CLASS_FIELDS: dict[str, Callable[[ClassResult], Any]] = {
     "risk": lambda c: c.calibrated_probability,
     "score": lambda c: c.probability,
     "alert": lambda c: c.alert,
+    "risk_low": lambda c: None if c.risk_interval is None else c.risk_interval.low,
+    "risk_high": lambda c: None if c.risk_interval is None else c.risk_interval.high,
+    "outcomes": lambda c: None if c.risk_interval is None else (
+        ";".join(c.risk_interval.outcomes) or "none"),
 }
 
 LISTFILE = "listfile.csv"

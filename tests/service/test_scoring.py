@@ -147,6 +147,13 @@ def test_long_form_csv_and_parquet_equal_jsonl(model_dir: Path, tmp_path: Path) 
     risk = header.index("in_hospital_mortality.risk")
     got = {r.split(",")[0]: float(r.split(",")[risk]) for r in csv_rows[1:]}
     assert got == {k: r["results"]["in_hospital_mortality"]["risk"] for k, r in want.items()}
+    # the risk's uncertainty rides in every output (the fixture's mortality v1 has a map)
+    low = header.index("in_hospital_mortality.risk_low")
+    got = {r.split(",")[0]: float(r.split(",")[low]) for r in csv_rows[1:]}
+    assert got == {k: r["results"]["in_hospital_mortality"]["risk_low"] for k, r in want.items()}
+    for r in want.values():
+        res = r["results"]["in_hospital_mortality"]
+        assert res["risk_low"] <= res["risk_high"] and res["outcomes"]
 
 
 def test_parquet_without_pyarrow_names_the_extra(model_dir: Path, tmp_path: Path,

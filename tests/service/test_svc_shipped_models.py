@@ -48,4 +48,6 @@ async def test_shipped_default_scores_the_example(task: str) -> None:
         assert 0.0 <= c["probability"] <= 1.0 and 0.0 <= c["calibrated_probability"] <= 1.0
         e = c["explanation"]
         assert e["nearer_anchor"] == ("positive" if e["margin"] > 0 else "negative")
-    assert "provider" in json.dumps(models)
+        ri = c["risk_interval"]  # the defaults serve the risk's uncertainty
+        assert ri is not None and 0.0 <= ri["low"] <= ri["high"] <= 1.0
+    assert "provider" in json.dumps(models) and models["uncertainty"] is True

@@ -19,7 +19,7 @@ from typing import Any
 COMMAND_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "training.data.cli": ("train", ("data",)),
     "training.cli": ("train", ("train", "evaluate", "recalibrate", "grid", "imbalance", "compare",
-                               "study", "embedding", "export")),
+                               "study", "embedding", "ensemble", "export")),
     "service.cli": ("serve", ("serve", "score", "models")),
 }
 

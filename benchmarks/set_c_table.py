@@ -1,13 +1,14 @@
 """The set-C table of docs/results.md: trained runs vs the classical baselines.
 
-For each run directory (trained on PhysioNet 2012 A+B with `scehr train`): test AUROC and
-AUPRC with 95% bootstrap CIs, and the Challenge 2012 Event 1 (threshold chosen on validation)
-and Event 2 on the risk the service would show (the run's calibration map, fitted as `scehr
-export` fits it), all on set C. The logistic regression and gradient boosting of
+For each run directory (trained on PhysioNet 2012 A+B with `scehr train`, or an ensemble run of
+`scehr ensemble`), on set C and on the risk the service would show (the run's calibration map,
+fitted as `scehr export` fits it): AUROC, AUPRC and ECE (10 equal-width bins) with 95%
+bootstrap CIs, the Challenge 2012 Event 1 (threshold chosen on validation: the `balanced`
+point) and Event 2 (normalised Hosmer-Lemeshow H). The logistic regression and gradient boosting of
 `training.studies.baseline` are fitted on the same splits; the one with the better validation
 AUROC is "the best classical model", and every run is compared with it by a paired bootstrap of
 the test AUROC (same resampled stays for both). Runs of one configuration with several seeds are
-also averaged into an equal-weight ensemble of their probabilities (reported, not shipped).
+also averaged into an equal-weight mean of their risks (reported, not a shipped model).
 
 Usage: .venv/bin/python -m benchmarks.set_c_table DATA RUN_DIR [RUN_DIR ...] [--n-boot N]
            [--feature-set NAME]   (the baselines' input; the runs carry their own)
@@ -23,10 +24,16 @@ from typing import Any
 import numpy as np
 
 from schemas.featureset import FEATURE_SETS
-from training.bootstrap import bootstrap_metrics, format_ci, paired_bootstrap_diff
+from training.bootstrap import bootstrap_ci, bootstrap_metrics, format_ci, paired_bootstrap_diff
+from training.calibration import expected_calibration_error
 from training.challenge2012 import challenge_scores
 from training.data.splits import load_split
-from training.evaluate import challenge2012_scores, load_predictions, load_run_config
+from training.evaluate import (
+    challenge2012_scores,
+    load_predictions,
+    load_run_config,
+    served_risk,
+)
 from training.metrics import auroc
 from training.studies.baseline import baseline_predictions, fit_gbm_baseline, fit_logistic_baseline
 
@@ -35,9 +42,11 @@ def run_rows(run_dir: Path, n_boot: int) -> dict[str, Any]:
     cfg = load_run_config(run_dir)
     preds = load_predictions(run_dir)
     ch = challenge2012_scores(cfg, preds, n_boot, seed=0)
+    risk = served_risk(cfg, preds)
     return {"name": run_dir.name, "stays": preds["test"]["stays"],
             "val_auroc": auroc(preds["val"]["y"][:, 0], preds["val"]["probability"][:, 0]),
-            "y": preds["test"]["y"][:, 0], "p": preds["test"]["probability"][:, 0],
+            "y": preds["test"]["y"][:, 0],
+            "p": risk["test"] if risk is not None else preds["test"]["probability"][:, 0],
             "challenge": ch.get("risk", ch["uncalibrated_probability"]),
             "scored_on": "risk" if "risk" in ch else "probability"}
 
@@ -78,22 +87,24 @@ def main() -> None:
                          "val_auroc": float("nan"), "challenge": None, "scored_on": "-"})
     print(f"best classical model on validation: {best['name']} (val AUROC "
           f"{best['val_auroc']:.3f})\n")
-    print("| model | val AUROC | test AUROC [95% CI] | AUPRC | Event 1 | Event 2 (H) | "
+    print("| model | val AUROC | test AUROC [95% CI] | AUPRC | Event 1 | Event 2 (H) | ECE | "
           f"Δ AUROC vs {best['name']} [95% CI], p |")
-    print("|---|---:|---|---|---|---|---|")
+    print("|---|---:|---|---|---|---|---|---|")
     for r in rows:
         ci = bootstrap_metrics("mortality", r["y"], r["p"], n_boot=args.n_boot)
         ch = r["challenge"]
         e1 = format_ci(ch["event1"]) if ch else "n/a"
         e2 = format_ci(ch["event2_h_normalized"], 1) if ch else "n/a"
+        ece = format_ci(bootstrap_ci(expected_calibration_error, r["y"], r["p"],
+                                     n_boot=args.n_boot))
         if r is best:
             diff = "reference"
         else:
             d = paired_bootstrap_diff(auroc, r["y"], r["p"], best["p"], n_boot=args.n_boot)
             diff = f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], p={d['p_value']:.3f}"
         print(f"| {r['name']} | {r['val_auroc']:.3f} | {format_ci(ci['auroc'])} | "
-              f"{format_ci(ci['auprc'])} | {e1} | {e2} | {diff} |")
-    print("\nEvent 1/2 scored on: " + ", ".join(f"{r['name']}: {r['scored_on']}" for r in rows
+              f"{format_ci(ci['auprc'])} | {e1} | {e2} | {ece} | {diff} |")
+    print("\nscored on: " + ", ".join(f"{r['name']}: {r['scored_on']}" for r in rows
                                                  if r["challenge"]))
 
 

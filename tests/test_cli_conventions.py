@@ -68,8 +68,8 @@ def test_train_commands_say_they_need_the_train_extra_without_torch(
     assert scehr_cli.main(["train", "--help"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["scehr: error: `scehr train|evaluate|recalibrate|grid|imbalance|compare|"
-                   "study|embedding|export` needs `pip install 'scehr[train]'` (torch is not "
-                   "installed)"]
+                   "study|embedding|ensemble|export` needs `pip install 'scehr[train]'` (torch is "
+                   "not installed)"]
     parser, missing = scehr_cli.build_parser()
     assert any("scehr[train]" in m for m in missing)
     assert "serve" in parser.format_help()

@@ -110,17 +110,17 @@ def test_a_newcomer_follows_the_guide_from_fhir_to_a_served_site_model(tmp_path:
     fhir = json.loads(out("/fhir/predict/mortality"))
     risk = [e["resource"] for e in fhir["entry"]
             if e["resource"]["resourceType"] == "RiskAssessment"]
-    assert len(risk) == 1 and risk[0]["method"]["coding"][0]["version"] == "1.2.2"
+    assert len(risk) == 1 and risk[0]["method"]["coding"][0]["version"] == "1.3.1"
     assert 0 < risk[0]["prediction"][0]["probabilityDecimal"] < 1
     report = json.loads((root / "site-report.json").read_text())
     assert report["shipped_all_stays"]["n"] > 500 and report["warnings"] == []
     assert "auroc" in out("scehr evaluate") and "Event 1 = min(" in out("scehr evaluate")
-    site = root / "site-models" / "mortality" / "1.2.2-site"
-    assert (site / "model.onnx").read_bytes() == (REPO / "models" / "mortality" / "1.2.2" /
+    site = root / "site-models" / "mortality" / "1.3.1-site"
+    assert (site / "model.onnx").read_bytes() == (REPO / "models" / "mortality" / "1.3.1" /
                                                  "model.onnx").read_bytes()
-    assert "1.2.2-site" in out("scehr models list")
+    assert "1.3.1-site" in out("scehr models list")
     discovery = next(v for k, v in outputs.items() if k.endswith("/cds-services"))
     assert "scehr-mortality" in discovery
     card = json.loads(out("/cds-services/scehr-mortality"))["cards"][0]
-    assert card["extension"]["dev.scehr.result"]["version"] == "1.2.2-site"
+    assert card["extension"]["dev.scehr.result"]["version"] == "1.3.1-site"
     assert card["summary"].startswith("in-hospital death: risk ")

@@ -17,7 +17,7 @@ from schemas.tasks import TASK_NAMES
 # The registries (and with them torch): a serve-only install fails here, and `scehr` reports
 # in one line that these commands need the `train` extra.
 from training.config import TrainConfig
-from training.encoders import ENCODERS
+from training.encoders import TRAINABLE
 from training.losses import CCE_LOSSES, REGULARIZERS
 
 
@@ -74,7 +74,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    "(default: from --config, else the task's own)")
     p.add_argument("--data", help="benchmark-layout data folder (see `scehr data`)")
     p.add_argument("--out", help="run directory (default runs/<task>-...)")
-    p.add_argument("--encoder", choices=sorted(ENCODERS), help="encoder Φ" + _d("encoder"))
+    p.add_argument("--encoder", choices=list(TRAINABLE), help="encoder Φ" + _d("encoder"))
     p.add_argument("--loss", choices=list(CCE_LOSSES),
                    help="classification term (fixes the probability read-out)" + _d("loss"))
     p.add_argument("--lam", type=_lam, help="weight λ of the SCR regularizer, in [0, 1]; the "
@@ -93,7 +93,14 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--patience", type=_positive_int,
                    help="early-stopping patience in epochs" + _d("patience"))
     p.add_argument("--seed", type=int, help="random seed" + _d("seed"))
+    p.add_argument("--split-seed", type=int, dest="split_seed",
+                   help="seed of the data split (calibration hold-out); default: --seed. "
+                        "Ensemble members share it")
     p.add_argument("--threads", type=_positive_int, help="torch CPU threads" + _d("threads"))
+    p.add_argument("--ensemble-seeds", type=int, nargs="+", dest="ensemble_seeds",
+                   metavar="SEED", help="train one member per seed (sharing the data split of "
+                   "--split-seed, else --seed) into OUT/member-s<SEED> and combine them into "
+                   "one ensemble run in OUT, exported as one graph")
     p.add_argument("--n-boot", type=_positive_int, dest="n_boot",
                    help="bootstrap resamples for the test CIs" + _d("n_boot"))
     p.add_argument("--train-prevalence", type=_prevalence, dest="train_prevalence",
@@ -205,7 +212,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not args.config:
             print(no_recipe_note(cfg.task), file=sys.stderr, flush=True)
     try:
-        final = train_run(cfg, resume=bool(args.resume))
+        if cfg.ensemble_seeds:
+            from training.ensemble import train_ensemble
+
+            final = train_ensemble(cfg)
+        else:
+            final = train_run(cfg, resume=bool(args.resume))
     except TrainingInterrupted as e:
         print(e, file=sys.stderr)
         return e.exit_code
@@ -216,9 +228,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 def print_summary(final: dict[str, Any]) -> None:
     from training.bootstrap import format_ci
 
+    speed = final.get("train_stays_per_second")  # an ensemble run trains nothing itself
     print(f"run: {final.get('run_dir', '')}  best epoch {final['best_epoch']}  "
-          f"train {final['train_stays_per_second']:.0f} stays/s  "
-          f"wall {final['wall_seconds']:.0f} s")
+          + (f"train {speed:.0f} stays/s  " if speed else "")
+          + f"wall {final['wall_seconds']:.0f} s")
     for name, ci in {**final["test_ci"], **(final.get("test_ci_binary") or {})}.items():
         if isinstance(ci, dict):
             print(f"  test {name:<17} {format_ci(ci)}")
@@ -406,6 +419,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ensemble(args: argparse.Namespace) -> int:
+    from training.ensemble import select_and_combine
+
+    final = select_and_combine(args.runs, args.out, select=args.select,
+                               max_members=args.max_members, n_boot=args.n_boot)
+    print(f"ensemble run {args.out} ({len(final['members'])} members); "
+          f"export it with: scehr export {args.out} --out models/<task>/<version>")
+    print_summary(final)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an encoder with a contrastive loss")
     _train_args(p)
@@ -482,6 +506,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label", type=int, default=0, help="class whose anchors are drawn")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_embedding)
+
+    p = sub.add_parser("ensemble", help="choose members among trained runs on validation and "
+                       "combine them into one ensemble run (exported as one ONNX graph)")
+    p.add_argument("runs", nargs="+", help="run directories trained with one data split "
+                   "(scehr train --split-seed)")
+    p.add_argument("--out", required=True, help="the ensemble's run directory")
+    p.add_argument("--select", choices=["greedy", "all"], default="greedy",
+                   help="greedy forward selection on validation (default; kept only if it "
+                   "beats all runs together on validation) or all runs")
+    p.add_argument("--max-members", type=_positive_int, dest="max_members",
+                   help="at most this many members (greedy)")
+    p.add_argument("--n-boot", type=_positive_int, dest="n_boot", default=1000,
+                   help="bootstrap resamples for the test CIs (default 1000)")
+    p.set_defaults(func=cmd_ensemble)
 
     p = sub.add_parser("export", help="export a run to ONNX + manifest under models/")
     p.add_argument("run_dir")

@@ -41,6 +41,13 @@ class TrainConfig:
     patience: int = 10
     clip_grad: float = 5.0
     seed: int = 0
+    #: Seed of the data split (calibration hold-out, subsampling); None: `seed`. Ensemble
+    #: members share it, so they share one calibration split and one normalizer.
+    split_seed: int | None = None
+    #: Train one run per seed (all sharing the data split) and combine them into one ensemble
+    #: run (training.ensemble); empty: a single run. The seeds are chosen on validation first
+    #: (`scehr ensemble --select greedy`, docs/training.md).
+    ensemble_seeds: list[int] = field(default_factory=list)
     threads: int = 2
     n_boot: int = 1000
     train_prevalence: float | None = None
@@ -97,6 +104,11 @@ class TrainConfig:
             raise ValueError(f"feature_set {name!r} covers window_hours={fs.window_hours}, the "
                              f"{self.task} task needs {spec.window_hours}")
         return fs
+
+    @property
+    def data_seed(self) -> int:
+        """The seed that draws the data split: `split_seed`, else `seed`."""
+        return self.seed if self.split_seed is None else self.split_seed
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -109,14 +109,11 @@ def evaluate_run(
     return out
 
 
-def challenge2012_scores(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray]], n_boot: int,
-                         seed: int) -> dict[str, Any]:
-    """Challenge 2012 Event 1/2 of a binary run, on the calibrated risk the service would show.
-
-    The calibration map is fitted exactly as `scehr export` fits it (calibration split, chosen
-    on validation); the model's uncalibrated probability is scored too, labelled as such.
-    """
-    from training.challenge2012 import challenge_scores
+def served_risk(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray]]
+                ) -> dict[str, np.ndarray] | None:
+    """Class 0's risk the service would show on each split of a run ("method": the map), with
+    the calibration map fitted exactly as `scehr export` fits it (calibration split, chosen on
+    validation); None when the run has no calibration split."""
     from training.losses import POSITIVE_ANCHOR_ONLY
     from training.serving_assets import fit_calibration
 
@@ -125,16 +122,32 @@ def challenge2012_scores(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray
         lg = d["anchor_logits"].reshape(len(d["y"]), -1, 2)[:, 0]
         return d["y"].reshape(-1), d["probability"].reshape(-1), lg[:, 0] - lg[:, 1]
 
-    yv, pv, mv = column("val")
-    yt, pt, mt = column("test")
+    if "calib" not in preds or not len(preds["calib"]["y"]):
+        return None
+    calib = fit_calibration(column("calib"), column("val"), "calibration split",
+                            "probability" if cfg.loss in POSITIVE_ANCHOR_ONLY else "margin")
+    out: dict[str, Any] = {"method": calib.method}
+    for split in ("val", "test"):
+        _, p, m = column(split)
+        out[split] = calib.apply(p, m)
+    return out
+
+
+def challenge2012_scores(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray]], n_boot: int,
+                         seed: int) -> dict[str, Any]:
+    """Challenge 2012 Event 1/2 of a binary run, on the calibrated risk the service would show
+    (`served_risk`); the model's uncalibrated probability is scored too, labelled as such."""
+    from training.challenge2012 import challenge_scores
+
+    yv, yt = preds["val"]["y"].reshape(-1), preds["test"]["y"].reshape(-1)
     out: dict[str, Any] = {"uncalibrated_probability": challenge_scores(
-        yv, pv, yt, pt, n_boot=n_boot, seed=seed)}
-    if "calib" in preds and len(preds["calib"]["y"]):
-        calib = fit_calibration(column("calib"), (yv, pv, mv), "calibration split",
-                                "probability" if cfg.loss in POSITIVE_ANCHOR_ONLY else "margin")
-        out["calibration"] = calib.method
-        out["risk"] = challenge_scores(yv, calib.apply(pv, mv), yt, calib.apply(pt, mt),
-                                       n_boot=n_boot, seed=seed)
+        yv, preds["val"]["probability"].reshape(-1), yt,
+        preds["test"]["probability"].reshape(-1), n_boot=n_boot, seed=seed)}
+    risk = served_risk(cfg, preds)
+    if risk is not None:
+        out["calibration"] = risk["method"]
+        out["risk"] = challenge_scores(yv, risk["val"], yt, risk["test"], n_boot=n_boot,
+                                       seed=seed)
     return out
 
 

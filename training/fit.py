@@ -121,14 +121,14 @@ def prepare(cfg: TrainConfig) -> Prepared:
     if cfg.train_prevalence is not None:
         if not task_spec(cfg.task).binary:
             raise ValueError("train_prevalence applies to a binary task (e.g. mortality)")
-        train = train.subset(downsample_positives(train.y, cfg.train_prevalence, cfg.seed))
+        train = train.subset(downsample_positives(train.y, cfg.train_prevalence, cfg.data_seed))
     if cfg.max_train_stays is not None and len(train.stays) > cfg.max_train_stays:
-        rng = np.random.default_rng(cfg.seed)
+        rng = np.random.default_rng(cfg.data_seed)
         train = train.subset(np.sort(rng.choice(len(train.stays), cfg.max_train_stays,
                                                 replace=False)))
     if cfg.calibration_fraction > 0:
         # Held out of training and of early stopping: the calibration map is fitted here.
-        perm = np.random.default_rng(cfg.seed + 1).permutation(len(train.stays))
+        perm = np.random.default_rng(cfg.data_seed + 1).permutation(len(train.stays))
         k = round(cfg.calibration_fraction * len(perm))
         if 0 < k < len(perm):  # too few stays for a hold-out: no calibration split
             raw["calib"] = train.subset(np.sort(perm[:k]))

@@ -6,14 +6,27 @@ import json
 
 import pytest
 
-from training.encoders import ENCODERS, BenchmarkLSTM, ChannelwiseGRU, SummaryLSTM, build_encoder
+from training.encoders import (
+    ENCODERS,
+    TRAINABLE,
+    BenchmarkLSTM,
+    ChannelwiseGRU,
+    EnsembleEncoder,
+    SummaryLSTM,
+    build_encoder,
+)
 
-#: Constructor arguments an encoder cannot default for 4 features (SummaryLSTM's channels).
-NEEDS = {"sumlstm": {"widths": [1, 1]}}
+#: Constructor arguments an encoder cannot default for 4 features (SummaryLSTM's channels; an
+#: ensemble's member encoders).
+NEEDS = {"sumlstm": {"widths": [1, 1]},
+         "ensemble": {"members": [{"name": "lstm", "hparams": {"units": 4}},
+                                  {"name": "cwgru", "hparams": {}}]}}
 
 
 def test_registry() -> None:
-    assert {"lstm": BenchmarkLSTM, "cwgru": ChannelwiseGRU, "sumlstm": SummaryLSTM} == ENCODERS
+    assert {"lstm": BenchmarkLSTM, "cwgru": ChannelwiseGRU, "sumlstm": SummaryLSTM,
+            "ensemble": EnsembleEncoder} == ENCODERS
+    assert set(TRAINABLE) == set(ENCODERS) - {"ensemble"}  # an ensemble is combined, not trained
     for name, cls in ENCODERS.items():
         enc = build_encoder(name, 4, 2, **NEEDS.get(name, {}))
         assert isinstance(enc, cls) and enc.name == name
@@ -21,5 +34,5 @@ def test_registry() -> None:
 
 
 def test_unknown_name_lists_valid_ones() -> None:
-    with pytest.raises(ValueError, match="cwgru, lstm, sumlstm"):
+    with pytest.raises(ValueError, match="cwgru, ensemble, lstm, sumlstm"):
         build_encoder("transformer", 4)

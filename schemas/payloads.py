@@ -278,12 +278,14 @@ class RiskInterval(BaseModel):
     """The uncertainty of one risk, from the model's held-out calibration split
     (docs/method.md, "Uncertainty"): a Venn-Abers interval and a conformal outcome set."""
 
-    low: float = Field(description="Venn-Abers p0: the risk's isotonic calibration refitted "
-                       "with this stay added as 'no outcome'")
-    high: float = Field(description="Venn-Abers p1: the same with this stay added as "
-                        "'outcome'. Under exchangeability one of low, high is a calibrated "
-                        "probability; a wide interval means the held-out stays near this risk "
-                        "are few or disagree")
+    low: float = Field(description="The lower end: the smaller of the risk and Venn-Abers p0 "
+                       "(the risk's isotonic calibration refitted with this stay added as "
+                       "'no outcome')")
+    high: float = Field(description="The upper end: the larger of the risk and Venn-Abers p1 "
+                        "(the same with this stay added as 'outcome'). Under exchangeability "
+                        "one of p0, p1 is a calibrated probability, so the interval holds one; "
+                        "a wide interval means the held-out stays near this risk are few or "
+                        "disagree with the calibration map")
     wide: bool = Field(description=f"high - low >= {WIDE_INTERVAL:g}: say so with the risk")
     level: float = Field(description="Nominal coverage of `outcomes`")
     outcomes: list[Literal["outcome", "no_outcome"]] = Field(

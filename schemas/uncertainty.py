@@ -95,6 +95,16 @@ class RiskUncertainty(BaseModel):
         k = np.searchsorted(cuts, np.asarray(risk, dtype=np.float64), side="right")
         return low[k], high[k]
 
+    def served_interval(self, risk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) as served: the smallest interval holding both the risk and its
+        Venn-Abers pair. The pair comes from an isotonic fit, the risk from the calibration
+        map, so the pair can sit beside the risk; an interval beside the number it qualifies
+        reads as a contradiction. The hull still holds the pair (so a calibrated probability,
+        under exchangeability) and widens exactly by how far the two calibrations disagree."""
+        r = np.asarray(risk, dtype=np.float64)
+        low, high = self.interval(r)
+        return np.minimum(low, r), np.maximum(high, r)
+
     def outcome_set(self, risk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(outcome in the set, no outcome in the set) of each risk, at `level`."""
         r = np.asarray(risk, dtype=np.float64)

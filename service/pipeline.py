@@ -316,7 +316,7 @@ def _intervals(u: RiskUncertainty | None, risk: np.ndarray) -> list[dict[str, An
     """Per row, a RiskInterval's fields (None: the model has no uncertainty map)."""
     if u is None:
         return [None] * len(risk)
-    low, high = u.interval(risk)
+    low, high = u.served_interval(risk)
     event, no_event = u.outcome_set(risk)
     wide = (high - low) >= WIDE_INTERVAL
     return [{"low": lo, "high": hi, "wide": w, "level": u.level,

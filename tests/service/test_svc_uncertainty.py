@@ -30,8 +30,9 @@ def test_intervals_read_the_steps_and_the_outcome_set() -> None:
     u = RiskUncertainty.model_validate(UNCERTAINTY_CARD)
     got = _intervals(u, np.array([0.1, 0.2, 0.4, 0.65, 0.9]))
     assert [(g["low"], g["high"]) for g in got if g] == [
-        (0.0, 0.05), (0.15, 0.2), (0.15, 0.2), (0.4, 0.7), (0.6, 0.95)]  # [cut, next cut)
-    assert [g["wide"] for g in got if g] == [False, False, False, True, True]
+        (0.0, 0.1), (0.15, 0.2), (0.15, 0.4), (0.4, 0.7), (0.6, 0.95)]  # [cut, next cut)
+    # 0.1 and 0.4 sit beside their pairs (0.0, 0.05) and (0.15, 0.2): served as the hull
+    assert [g["wide"] for g in got if g] == [True, False, True, True, True]
     assert [g["outcomes"] for g in got if g] == [
         ["no_outcome"], ["no_outcome"], ["outcome", "no_outcome"], ["outcome"], ["outcome"]]
     assert _intervals(None, np.array([0.3, 0.7])) == [None, None]

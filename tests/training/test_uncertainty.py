@@ -108,3 +108,20 @@ def test_manifest_schema_carries_the_map_and_old_cards_still_load() -> None:
     bad["low"] = bad["low"][:-1]
     with pytest.raises(ValidationError, match="len\\(cuts\\) \\+ 1"):
         ClassCard.model_validate({**card, "uncertainty": bad})
+
+
+def test_served_interval_holds_the_risk_and_the_venn_abers_pair() -> None:
+    """A pair beside the risk (isotonic and the calibration map disagree) is served as the
+    hull of both: never an interval that excludes the number it qualifies."""
+    u = RiskUncertainty(cuts=[0.3, 0.6], low=[0.05, 0.2, 0.7], high=[0.1, 0.25, 0.8],
+                        level=0.9, event_from=0.0, no_event_up_to=1.0, fitted_on="synthetic",
+                        n=10, positives=3)
+    r = np.array([0.02, 0.07, 0.4, 0.22, 0.65, 0.9])
+    low, high = u.served_interval(r)
+    p0, p1 = u.interval(r)
+    assert np.all(low <= r) and np.all(r <= high)
+    assert np.all(low <= p0) and np.all(p1 <= high)
+    # inside the pair it is the pair; beside it, it reaches just to the risk
+    assert (low[1], high[1]) == (0.05, 0.1)
+    assert (low[0], high[0]) == (0.02, 0.1) and (low[2], high[2]) == (0.2, 0.4)
+    assert (low[5], high[5]) == (0.7, 0.9)

@@ -66,6 +66,13 @@ def _d(name: str) -> str:
     return f" (default: from --config, else {getattr(_DEFAULTS, name)!r})"
 
 
+def _dropout_rate(text: str) -> float:
+    value = _nonnegative(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"{text} must be in [0, 1)")
+    return value
+
+
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file; command-line options override it")
     p.add_argument("--task", choices=TASK_NAMES, help="prediction task" + _d("task"))
@@ -101,6 +108,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    + _d("train_prevalence"))
     p.add_argument("--max-train-stays", type=_positive_int, dest="max_train_stays",
                    help="use at most this many training stays" + _d("max_train_stays"))
+    p.add_argument("--channel-dropout", type=_dropout_rate, dest="channel_dropout",
+                   help="make each channel of each training stay absent with this probability "
+                   "(robustness to channels a site never records)" + _d("channel_dropout"))
     p.add_argument("--encoder-param", action="append", default=[], metavar="KEY=VALUE",
                    help="encoder hyper-parameter override, repeatable (e.g. units=32)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,

@@ -59,6 +59,9 @@ class TrainConfig:
     #: Batches of stays of similar length (padding per bucket); None: on for tasks whose
     #: stays vary in length (TaskSpec.dynamic_length), off for fixed windows.
     length_buckets: bool | None = None
+    #: Probability of making each channel of each training stay absent for the whole stay
+    #: (training/channel_dropout.py); 0 = off.
+    channel_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.task not in TASK_NAMES:
@@ -70,6 +73,8 @@ class TrainConfig:
             raise ValueError("lam must be >= 0")
         if self.train_prevalence is not None and not 0 < self.train_prevalence < 1:
             raise ValueError("train_prevalence must be in (0, 1)")
+        if not 0 <= self.channel_dropout < 1:  # also rejects NaN
+            raise ValueError(f"channel_dropout must be in [0, 1), not {self.channel_dropout!r}")
         if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
             raise ValueError("label_fraction must be in (0, 1]")
         # torch: imported only when a config is made

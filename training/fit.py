@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from schemas.run_artifacts import check_checkpoint
 from schemas.tasks import task_spec
 from schemas.tensorize import Normalizer, StaticImputer
+from training.channel_dropout import ChannelDropout
 from training.config import TrainConfig
 from training.data.splits import SplitArrays, load_split
 from training.encoders import build_encoder
@@ -315,6 +316,7 @@ class _Fit:
     pre_step: Callable[..., tuple[Tensor, dict[str, Tensor]]] | None
     on_step: Callable[[LoopState], None] | None
     resumed: bool
+    channel_dropout: ChannelDropout
 
     @classmethod
     def start(cls, cfg: TrainConfig, data: Prepared, run_dir: Path | None,
@@ -347,7 +349,8 @@ class _Fit:
             opt = _phase_setup(cfg, st.phase, model)
         pre_step = pretrain_step(cfg.regime, cfg.pretrain) if "pretrain" in phases else None
         return cls(cfg, data, run_dir, gen, model, crit, labelled, phases, st, opt,
-                   task_spec(cfg.task).headline_metric, pre_step, on_step, resume is not None)
+                   task_spec(cfg.task).headline_metric, pre_step, on_step, resume is not None,
+                   ChannelDropout(cfg.features(), data.normalizer, cfg.channel_dropout))
 
     def checkpoint(self, where: str, signum: int) -> None:
         """Write the resume checkpoint (with a run folder) and stop the run."""
@@ -411,6 +414,7 @@ class _Fit:
         assert st.batches is not None
         idx = st.batches[st.next_batch]
         x, lengths, static, y = split.batch(idx)
+        x = self.channel_dropout(x, lengths, self.gen)
         if pre:
             assert self.pre_step is not None
             loss, parts = self.pre_step(self.model.pretrain_embedding, x, lengths, static, y, idx)

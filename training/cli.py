@@ -327,6 +327,18 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_robustness(args: argparse.Namespace) -> int:
+    from training.data.writer import write_json
+    from training.robustness import evaluate_missing, markdown_table
+
+    report = evaluate_missing(Path(args.model_dir), Path(args.data), split=args.split,
+                              n_boot=args.n_boot)
+    if args.out:
+        write_json(Path(args.out), report)
+    print(json.dumps(report, indent=2) if args.json else markdown_table(report))
+    return 0
+
+
 def print_table(header: list[str], rows: list[list[str]]) -> None:
     """Left-aligned columns, two spaces apart (the human-readable default; --json for tools)."""
     cells = [header, *rows]
@@ -444,6 +456,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(its index.json gets the entry; never the shipped models/)")
     p.add_argument("--version", help="default: the folder name of --out")
     p.set_defaults(func=cmd_recalibrate)
+
+    p = sub.add_parser("robustness", help="score an exported model with whole channel groups "
+                       "removed (GCS, labs, ...), each as if never recorded")
+    p.add_argument("model_dir", help="exported model folder, e.g. models/mortality/1.2.0")
+    p.add_argument("--data", required=True, help="converted dataset to score it on")
+    p.add_argument("--split", choices=["train", "val", "test"], default="test",
+                   help="which split (default test; choose settings on val)")
+    p.add_argument("--n-boot", type=_positive_int, default=1000,
+                   help="bootstrap resamples for the CIs")
+    p.add_argument("--out", help="also write the report as JSON here")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_robustness)
 
     p = sub.add_parser("grid", help="resumable grid over batch size x lambda x loss")
     _train_args(p)

@@ -16,7 +16,7 @@ import datetime as dt
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,9 +113,12 @@ class ExportedModel:
         return np.concatenate(probs).astype(np.float64), np.concatenate(margins).astype(
             np.float64)
 
-    def score(self, a: SplitArrays) -> Scored:
+    def score(self, a: SplitArrays, absent: list[int] | None = None) -> Scored:
+        """The split scored; `absent` channels (indices) as if never recorded in any stay."""
         if not len(a):
             raise ValueError(f"the {a.split} split of {a.task} is empty")
+        if absent:
+            a = replace(a, x=neutralise(a.x, a.lengths, self.fs, absent))
         p, m = self._outputs(a.x, a.lengths, a.static_raw)
         pf, mf = self._outputs(a.x, a.lengths, fairness.flip_sex(a.static_raw))
         cal = self.card.calibration

@@ -80,6 +80,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    help="input variables and window (schemas/resources/feature_sets.json) "
                    "(default: from --config, else the task's own)")
     p.add_argument("--data", help="benchmark-layout data folder (see `scehr data`)")
+    p.add_argument("--extra-data", action="append", dest="extra_data", metavar="DIR",
+                   help="another benchmark-layout folder whose train and val splits join "
+                   "--data's (multi-source training; repeatable); the test split is --data's")
     p.add_argument("--out", help="run directory (default runs/<task>-...)")
     p.add_argument("--encoder", choices=sorted(ENCODERS), help="encoder Φ" + _d("encoder"))
     p.add_argument("--loss", choices=list(CCE_LOSSES),
@@ -164,8 +167,9 @@ def _config(args: argparse.Namespace) -> Any:
                       **{k: getattr(args, k, None) for k in _TRAIN_KEYS})
     if not cfg.data:
         raise ValueError("--data is required (a benchmark-layout folder, see `scehr data`)")
-    if not Path(cfg.data).is_dir():
-        raise FileNotFoundError(f"data folder {cfg.data} does not exist")
+    for folder in (cfg.data, *cfg.extra_data):
+        if not Path(folder).is_dir():
+            raise FileNotFoundError(f"data folder {folder} does not exist")
     return cfg
 
 

@@ -25,6 +25,9 @@ class TrainConfig:
     #: Name of a feature set (schemas/resources/feature_sets.json); "" = the task's own.
     feature_set: str = ""
     data: str = ""
+    #: More benchmark-layout datasets whose train and val splits join `data`'s (multi-source
+    #: training); their test splits are left out, for `scehr evaluate MODEL --data`.
+    extra_data: list[str] = field(default_factory=list)
     out: str = ""
     encoder: str = "lstm"
     encoder_hparams: dict[str, Any] = field(default_factory=dict)

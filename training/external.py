@@ -218,7 +218,12 @@ def training_data_warning(manifest: Manifest, data: Path, n_test: int) -> str | 
     except (OSError, ValueError):
         return None
     test = manifest.provenance.splits.get("test")
-    if not source or source != manifest.provenance.dataset or test is None or test.n != n_test:
+    sources = manifest.provenance.dataset.split(" + ")
+    if source and source in sources[1:]:  # an extra source of multi-source training
+        return (f"{data} is one of the datasets this model was trained on ({source}): its "
+                "train and val splits were training stays, so the figures on all stays are "
+                "optimistic; only its test split was kept out of training")
+    if not source or source != sources[0] or test is None or test.n != n_test:
         return None
     return (f"{data} is the dataset this model was trained on ({source}): the figures on all "
             "stays include its training stays (optimistic), so this is not an external "

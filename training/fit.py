@@ -24,7 +24,7 @@ from schemas.tasks import task_spec
 from schemas.tensorize import Normalizer, StaticImputer
 from training.channel_dropout import ChannelDropout
 from training.config import TrainConfig
-from training.data.splits import SplitArrays, load_split
+from training.data.splits import SplitArrays, concat_splits, load_split
 from training.encoders import build_encoder
 from training.heads import AnchorHead
 from training.interrupt import StopRequest, TrainingInterrupted
@@ -113,10 +113,19 @@ def _to_tensors(a: SplitArrays, norm: Normalizer, imp: StaticImputer) -> TensorS
     )
 
 
+def load_sources(cfg: TrainConfig, split: str) -> SplitArrays:
+    """`split` of `cfg.data`; for train and val, joined by the same split of every
+    `cfg.extra_data` source (multi-source training). The test split is `cfg.data`'s alone."""
+    fs = cfg.features()
+    roots = [cfg.data, *(cfg.extra_data if split != "test" else [])]
+    parts = [load_split(r, cfg.task, split, fs) for r in roots]
+    return concat_splits(parts, [Path(r).name for r in roots])
+
+
 def prepare(cfg: TrainConfig) -> Prepared:
     """Load the three splits (cached arrays) and fit normalisation on the training split."""
     fs = cfg.features()
-    raw = {s: load_split(cfg.data, cfg.task, s, fs) for s in ("train", "val", "test")}
+    raw = {s: load_sources(cfg, s) for s in ("train", "val", "test")}
     check_splits(raw, cfg.task)
     train = raw["train"]
     if cfg.train_prevalence is not None:

@@ -189,7 +189,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         code_version=code_version(),
         notes=[f"trained by: scehr train --config {run_dir}/config.json",
-               "not for clinical use without local validation"],
+               *robustness_notes(cfg), "not for clinical use without local validation"],
         value_reference=value_reference(cfg, data),
     )
     (out / "manifest.json").write_text(manifest_json(manifest))
@@ -198,6 +198,19 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     write_model_card(out, manifest, command, limitations)
     changes = register(out, manifest, set_default)
     return out, changes
+
+
+def robustness_notes(cfg: dict[str, Any]) -> list[str]:
+    """Manifest notes for the training options a reader of the model should know about."""
+    notes = []
+    if cfg.get("channel_dropout"):
+        notes.append(f"channel_dropout = {cfg['channel_dropout']}: each channel of each "
+                     "training stay was made absent with this probability")
+    if cfg.get("extra_data"):
+        notes.append("multi-source training: train and val splits of "
+                     + ", ".join([cfg["data"], *cfg["extra_data"]]) + f"; test split of "
+                     f"{cfg['data']}")
+    return notes
 
 
 def _source_info(data: Path) -> dict[str, Any]:

@@ -72,8 +72,9 @@ def test_the_export_names_every_source_and_evaluation_warns_on_a_training_site(
     assert json.loads((root / "run" / "config.json").read_text())["extra_data"] == [str(site)]
     out = root / "models" / "mortality" / "0.1.0"
     export_run(root / "run", out)
-    dataset = load_manifest(out / "manifest.json").provenance.dataset
-    assert dataset.count(" + ") == 1
+    manifest = load_manifest(out / "manifest.json")
+    assert manifest.provenance.dataset.count(" + ") == 1
+    assert any(n.startswith("multi-source training") for n in manifest.notes)
     report = evaluate_external(out, site, n_boot=5)
     assert any("was trained on" in w and "only its test split" in w
                for w in report["warnings"])

@@ -34,16 +34,49 @@ def column_owner(fs: FeatureSet) -> np.ndarray:
     return owner
 
 
-class ChannelDropout:
-    """Drops each channel of each stay with probability `p` (a batch at a time)."""
+LABS = ("ph", "paco2", "pao2", "sao2", "hco3", "lactate", "glucose", "bun", "creatinine",
+        "sodium", "potassium", "magnesium", "hematocrit", "wbc", "platelets", "albumin",
+        "bilirubin", "alp", "alt", "ast", "cholesterol", "troponin_i", "troponin_t")
+#: Channels a unit records or lacks together (a group keeps the ids its feature set has).
+CHANNEL_GROUPS: dict[str, tuple[str, ...]] = {
+    "GCS": ("gcs_total", "gcs_eye", "gcs_motor", "gcs_verbal"),
+    "labs": LABS,
+    "blood gases": ("ph", "paco2", "pao2", "sao2", "hco3", "lactate"),
+    "invasive pressures": ("invasive_systolic_bp", "invasive_diastolic_bp", "invasive_mean_bp"),
+    "ventilation, FiO2": ("mechanical_ventilation", "fio2"),
+    "urine output": ("urine_output",),
+}
 
-    def __init__(self, fs: FeatureSet, normalizer: Normalizer, p: float) -> None:
+
+def dropout_units(fs: FeatureSet, groups: bool) -> list[list[int]]:
+    """What is dropped as one: every channel alone, and with `groups` also every non-empty
+    group of CHANNEL_GROUPS."""
+    units = [[c] for c in range(fs.n_channels)]
+    if groups:
+        ids = fs.variable_ids
+        units += [idx for members in CHANNEL_GROUPS.values()
+                  if len(idx := [ids.index(v) for v in members if v in ids]) > 1]
+    return units
+
+
+class ChannelDropout:
+    """Drops each channel of each stay with probability `p` (a batch at a time); with `groups`
+    also each channel group as a whole, with the same probability, since a site that lacks one
+    lab usually lacks them all (independent drops of 23 labs almost never remove them all)."""
+
+    def __init__(self, fs: FeatureSet, normalizer: Normalizer, p: float,
+                 groups: bool = False) -> None:
         if not 0.0 <= p < 1.0:
             raise ValueError(f"channel_dropout must be in [0, 1), not {p!r}")
         self.p = p
         self.n_channels = fs.n_channels
         self.absent = torch.from_numpy(absent_row(fs, normalizer))
         self.owner = torch.from_numpy(column_owner(fs))
+        units = dropout_units(fs, groups)
+        member = np.zeros((len(units), fs.n_channels), dtype=np.float32)
+        for u, chans in enumerate(units):
+            member[u, chans] = 1.0
+        self.member = torch.from_numpy(member)  # [U, C]
 
     def drop(self, x: Tensor, lengths: Tensor, dropped: Tensor) -> Tensor:
         """`x` [B, T, F] with the channels where `dropped` [B, C] is true made absent."""
@@ -56,5 +89,6 @@ class ChannelDropout:
         """`x` with random channels absent; draws nothing (and changes nothing) when p = 0."""
         if self.p == 0.0:
             return x
-        dropped = torch.rand(x.shape[0], self.n_channels, generator=gen) < self.p
+        drawn = torch.rand(x.shape[0], self.member.shape[0], generator=gen) < self.p
+        dropped = (drawn.float() @ self.member) > 0  # [B, C]: any unit holding the channel
         return self.drop(x, lengths.to(x.device), dropped.to(x.device))

@@ -114,6 +114,10 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--channel-dropout", type=_dropout_rate, dest="channel_dropout",
                    help="make each channel of each training stay absent with this probability "
                    "(robustness to channels a site never records)" + _d("channel_dropout"))
+    p.add_argument("--channel-dropout-groups", action="store_true", default=None,
+                   dest="channel_dropout_groups", help="with --channel-dropout, also drop "
+                   "whole channel groups (GCS, labs, blood gases, ...) at the same rate"
+                   + _d("channel_dropout_groups"))
     p.add_argument("--encoder-param", action="append", default=[], metavar="KEY=VALUE",
                    help="encoder hyper-parameter override, repeatable (e.g. units=32)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,

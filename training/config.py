@@ -65,6 +65,8 @@ class TrainConfig:
     #: Probability of making each channel of each training stay absent for the whole stay
     #: (training/channel_dropout.py); 0 = off.
     channel_dropout: float = 0.0
+    #: Also drop whole channel groups (GCS, labs, blood gases, ...) with the same probability.
+    channel_dropout_groups: bool = False
 
     def __post_init__(self) -> None:
         if self.task not in TASK_NAMES:

@@ -359,7 +359,8 @@ class _Fit:
         pre_step = pretrain_step(cfg.regime, cfg.pretrain) if "pretrain" in phases else None
         return cls(cfg, data, run_dir, gen, model, crit, labelled, phases, st, opt,
                    task_spec(cfg.task).headline_metric, pre_step, on_step, resume is not None,
-                   ChannelDropout(cfg.features(), data.normalizer, cfg.channel_dropout))
+                   ChannelDropout(cfg.features(), data.normalizer, cfg.channel_dropout,
+                                  cfg.channel_dropout_groups))
 
     def checkpoint(self, where: str, signum: int) -> None:
         """Write the resume checkpoint (with a run folder) and stop the run."""

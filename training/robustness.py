@@ -17,23 +17,13 @@ import numpy as np
 
 from training.bootstrap import bootstrap_ci
 from training.calibration import expected_calibration_error
+from training.channel_dropout import CHANNEL_GROUPS
 from training.data.eicu_demo import empty_channels
 from training.external import ExportedModel
 from training.metrics import auroc
 
-LABS = ("ph", "paco2", "pao2", "sao2", "hco3", "lactate", "glucose", "bun", "creatinine",
-        "sodium", "potassium", "magnesium", "hematocrit", "wbc", "platelets", "albumin",
-        "bilirubin", "alp", "alt", "ast", "cholesterol", "troponin_i", "troponin_t")
-#: Group name -> channel ids; a group keeps the ids its feature set has (empty groups are left
-#: out). "eICU demo gaps" is every channel the eICU demo conversion never fills.
-CHANNEL_GROUPS: dict[str, tuple[str, ...]] = {
-    "GCS": ("gcs_total", "gcs_eye", "gcs_motor", "gcs_verbal"),
-    "labs": LABS,
-    "blood gases": ("ph", "paco2", "pao2", "sao2", "hco3", "lactate"),
-    "invasive pressures": ("invasive_systolic_bp", "invasive_diastolic_bp", "invasive_mean_bp"),
-    "ventilation, FiO2": ("mechanical_ventilation", "fio2"),
-    "urine output": ("urine_output",),
-}
+# The groups removed one at a time are CHANNEL_GROUPS (training/channel_dropout.py), then
+# "eICU demo gaps": every channel the eICU demo conversion never fills.
 ALL = "all channels"
 EICU_GAPS = "eICU demo gaps"
 

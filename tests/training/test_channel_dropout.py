@@ -13,7 +13,7 @@ import torch
 
 from schemas.featureset import FEATURE_SETS, FeatureSet
 from schemas.tensorize import Normalizer, Observations, discretize
-from training.channel_dropout import ChannelDropout
+from training.channel_dropout import LABS, ChannelDropout
 from training.cli import _dropout_rate
 from training.config import TrainConfig
 from training.data.synthetic import write_synthetic
@@ -88,6 +88,22 @@ def test_the_rate_is_the_share_of_channels_dropped() -> None:
     masks = out[:, :, fs.n_value_columns:]
     share = float((masks.sum(dim=1) == 0).float().mean())  # every channel observed before
     assert share == pytest.approx(0.3, abs=0.02)
+
+
+def test_groups_are_also_dropped_as_a_whole() -> None:
+    fs = FEATURE_SETS["physionet2012-full"]
+    x, lengths = discretize(random_obs(fs, 400, seed=4), fs)
+    norm = Normalizer.fit(x, lengths, fs)
+    xt = torch.from_numpy(norm.transform(x, lengths))
+    labs = [fs.variable_ids.index(v) for v in LABS if v in fs.variable_ids]
+    share = {}
+    for groups in (False, True):
+        out = ChannelDropout(fs, norm, 0.3, groups=groups)(
+            xt, torch.from_numpy(lengths), torch.Generator().manual_seed(0))
+        absent = out[:, :, fs.n_value_columns:].sum(dim=1) == 0  # [stays, channels]
+        share[groups] = float(absent[:, labs].all(dim=1).float().mean())
+    assert share[False] == 0.0  # 0.3 ** 23: independent drops never remove every lab
+    assert share[True] == pytest.approx(0.3, abs=0.05)
 
 
 def test_out_of_range_rates_are_refused_naming_the_option() -> None:

@@ -42,6 +42,37 @@ def eicu_scores(folder: Path, eicu: Path) -> dict[str, Scored]:
     return {s: model.score(model.load(eicu, s)) for s in ("train", "val", "test")}
 
 
+def plot(rob: dict[str, dict[str, Any]], path: Path) -> None:
+    """Set C: AUROC (with CI) and mean risk per removed group, one bar colour per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(next(iter(rob.values()))["test"]["rows"])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    h = 0.8 / len(rob)
+    for k, (name, r) in enumerate(rob.items()):
+        rows = r["test"]["rows"]
+        y = np.arange(len(groups)) + k * h
+        auc = np.array([rows[g]["auroc"]["value"] for g in groups])
+        err = np.array([[auc[i] - rows[g]["auroc"]["low"], rows[g]["auroc"]["high"] - auc[i]]
+                        for i, g in enumerate(groups)]).T
+        ax1.barh(y, auc, h, xerr=err, label=name)
+        ax2.barh(y, [rows[g]["mean_risk"] for g in groups], h, label=name)
+    obs = next(iter(rob.values()))["test"]["observed_rate"]
+    ax2.axvline(obs, color="k", ls="--", lw=1, label=f"observed rate {obs:.3f}")
+    ax1.set_xlim(0.75, 0.9)
+    ax1.set_xlabel("set C AUROC (95% CI)")
+    ax2.set_xlabel("set C mean risk")
+    ax1.set_yticks(np.arange(len(groups)) + 0.4 - h / 2, groups)
+    ax1.invert_yaxis()
+    ax2.legend(loc="lower right", fontsize=8)
+    ax1.set_title("removed from every stay")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("p12", type=Path)
@@ -49,6 +80,7 @@ def main() -> None:
     ap.add_argument("models", type=Path, nargs="+")
     ap.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"))
     ap.add_argument("--n-boot", type=int, default=1000)
+    ap.add_argument("--plot", type=Path, help="also draw set C per removed group (PNG)")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}")
     rob: dict[str, dict[str, Any]] = {}
@@ -87,6 +119,8 @@ def main() -> None:
         cells = [f"{format_ci(r['test']['rows'][g]['auroc'])}, "
                  f"{r['test']['rows'][g]['mean_risk']:.3f}" for r in rob.values()]
         print(f"| {g} | " + " | ".join(cells) + " |")
+    if args.plot:
+        plot(rob, args.plot)
     for a, b in args.pair:
         ta, tb = eicu[a]["test"], eicu[b]["test"]
         assert np.array_equal(ta.y, tb.y)

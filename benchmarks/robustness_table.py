@@ -50,7 +50,7 @@ def plot(rob: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     groups = list(next(iter(rob.values()))["test"]["rows"])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
     h = 0.8 / len(rob)
     for k, (name, r) in enumerate(rob.items()):
         rows = r["test"]["rows"]
@@ -67,7 +67,7 @@ def plot(rob: dict[str, dict[str, Any]], path: Path) -> None:
     ax2.set_xlabel("set C mean risk")
     ax1.set_yticks(np.arange(len(groups)) + 0.4 - h / 2, groups)
     ax1.invert_yaxis()
-    ax2.legend(loc="lower right", fontsize=8)
+    ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=4, fontsize=8)
     ax1.set_title("removed from every stay")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

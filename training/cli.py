@@ -66,6 +66,13 @@ def _d(name: str) -> str:
     return f" (default: from --config, else {getattr(_DEFAULTS, name)!r})"
 
 
+def _dropout_rate(text: str) -> float:
+    value = _nonnegative(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"{text} must be in [0, 1)")
+    return value
+
+
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file; command-line options override it")
     p.add_argument("--task", choices=TASK_NAMES, help="prediction task" + _d("task"))
@@ -73,6 +80,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    help="input variables and window (schemas/resources/feature_sets.json) "
                    "(default: from --config, else the task's own)")
     p.add_argument("--data", help="benchmark-layout data folder (see `scehr data`)")
+    p.add_argument("--extra-data", action="append", dest="extra_data", metavar="DIR",
+                   help="another benchmark-layout folder whose train and val splits join "
+                   "--data's (multi-source training; repeatable); the test split is --data's")
     p.add_argument("--out", help="run directory (default runs/<task>-...)")
     p.add_argument("--encoder", choices=list(TRAINABLE), help="encoder Φ" + _d("encoder"))
     p.add_argument("--loss", choices=list(CCE_LOSSES),
@@ -108,6 +118,13 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    + _d("train_prevalence"))
     p.add_argument("--max-train-stays", type=_positive_int, dest="max_train_stays",
                    help="use at most this many training stays" + _d("max_train_stays"))
+    p.add_argument("--channel-dropout", type=_dropout_rate, dest="channel_dropout",
+                   help="make each channel of each training stay absent with this probability "
+                   "(robustness to channels a site never records)" + _d("channel_dropout"))
+    p.add_argument("--channel-dropout-groups", action="store_true", default=None,
+                   dest="channel_dropout_groups", help="with --channel-dropout, also drop "
+                   "whole channel groups (GCS, labs, blood gases, ...) at the same rate"
+                   + _d("channel_dropout_groups"))
     p.add_argument("--encoder-param", action="append", default=[], metavar="KEY=VALUE",
                    help="encoder hyper-parameter override, repeatable (e.g. units=32)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,
@@ -161,8 +178,9 @@ def _config(args: argparse.Namespace) -> Any:
                       **{k: getattr(args, k, None) for k in _TRAIN_KEYS})
     if not cfg.data:
         raise ValueError("--data is required (a benchmark-layout folder, see `scehr data`)")
-    if not Path(cfg.data).is_dir():
-        raise FileNotFoundError(f"data folder {cfg.data} does not exist")
+    for folder in (cfg.data, *cfg.extra_data):
+        if not Path(folder).is_dir():
+            raise FileNotFoundError(f"data folder {folder} does not exist")
     return cfg
 
 
@@ -330,6 +348,18 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_robustness(args: argparse.Namespace) -> int:
+    from training.data.writer import write_json
+    from training.robustness import evaluate_missing, markdown_table
+
+    report = evaluate_missing(Path(args.model_dir), Path(args.data), split=args.split,
+                              n_boot=args.n_boot)
+    if args.out:
+        write_json(Path(args.out), report)
+    print(json.dumps(report, indent=2) if args.json else markdown_table(report))
+    return 0
+
+
 def print_table(header: list[str], rows: list[list[str]]) -> None:
     """Left-aligned columns, two spaces apart (the human-readable default; --json for tools)."""
     cells = [header, *rows]
@@ -458,6 +488,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(its index.json gets the entry; never the shipped models/)")
     p.add_argument("--version", help="default: the folder name of --out")
     p.set_defaults(func=cmd_recalibrate)
+
+    p = sub.add_parser("robustness", help="score an exported model with whole channel groups "
+                       "removed (GCS, labs, ...), each as if never recorded")
+    p.add_argument("model_dir", help="exported model folder, e.g. models/mortality/1.2.0")
+    p.add_argument("--data", required=True, help="converted dataset to score it on")
+    p.add_argument("--split", choices=["train", "val", "test"], default="test",
+                   help="which split (default test; choose settings on val)")
+    p.add_argument("--n-boot", type=_positive_int, default=1000,
+                   help="bootstrap resamples for the CIs")
+    p.add_argument("--out", help="also write the report as JSON here")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_robustness)
 
     p = sub.add_parser("grid", help="resumable grid over batch size x lambda x loss")
     _train_args(p)

@@ -25,6 +25,9 @@ class TrainConfig:
     #: Name of a feature set (schemas/resources/feature_sets.json); "" = the task's own.
     feature_set: str = ""
     data: str = ""
+    #: More benchmark-layout datasets whose train and val splits join `data`'s (multi-source
+    #: training); their test splits are left out, for `scehr evaluate MODEL --data`.
+    extra_data: list[str] = field(default_factory=list)
     out: str = ""
     encoder: str = "lstm"
     encoder_hparams: dict[str, Any] = field(default_factory=dict)
@@ -66,6 +69,11 @@ class TrainConfig:
     #: Batches of stays of similar length (padding per bucket); None: on for tasks whose
     #: stays vary in length (TaskSpec.dynamic_length), off for fixed windows.
     length_buckets: bool | None = None
+    #: Probability of making each channel of each training stay absent for the whole stay
+    #: (training/channel_dropout.py); 0 = off.
+    channel_dropout: float = 0.0
+    #: Also drop whole channel groups (GCS, labs, blood gases, ...) with the same probability.
+    channel_dropout_groups: bool = False
 
     def __post_init__(self) -> None:
         if self.task not in TASK_NAMES:
@@ -77,6 +85,8 @@ class TrainConfig:
             raise ValueError("lam must be >= 0")
         if self.train_prevalence is not None and not 0 < self.train_prevalence < 1:
             raise ValueError("train_prevalence must be in (0, 1)")
+        if not 0 <= self.channel_dropout < 1:  # also rejects NaN
+            raise ValueError(f"channel_dropout must be in [0, 1), not {self.channel_dropout!r}")
         if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
             raise ValueError("label_fraction must be in (0, 1]")
         # torch: imported only when a config is made

@@ -158,7 +158,8 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
             risk_reference=risk_reference(val_risk[1]),
             uncertainty=fit_uncertainty(risk(calib, "calib", c), val_risk, UNCERTAINTY_WHERE,
                                         test=risk(calib, "test", c)) if has_calib else None))
-    prov = _provenance(Path(cfg["data"]), metrics, preds, data_description or "")
+    prov = _provenance([Path(d) for d in (cfg["data"], *cfg.get("extra_data", []))], metrics,
+                       preds, data_description or "")
     data = prepared_data(cfg)
     audit = fairness_at_export(model, crit, data, preds, classes[0]) if spec.binary else None
     version = version or out.name
@@ -191,7 +192,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         code_version=code_version(),
         notes=[f"trained by: scehr train --config {run_dir}/config.json",
-               "not for clinical use without local validation"],
+               *robustness_notes(cfg), "not for clinical use without local validation"],
         value_reference=value_reference(cfg, data),
     )
     (out / "manifest.json").write_text(manifest_json(manifest))
@@ -202,13 +203,31 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     return out, changes
 
 
-def _provenance(data: Path, metrics: dict, preds: dict[str, np.ndarray], description: str
-                ) -> Provenance:
-    info: dict[str, Any] = {}
+def robustness_notes(cfg: dict[str, Any]) -> list[str]:
+    """Manifest notes for the training options a reader of the model should know about."""
+    notes = []
+    if cfg.get("channel_dropout"):
+        notes.append(f"channel_dropout = {cfg['channel_dropout']}: each channel of each "
+                     "training stay was made absent with this probability")
+    if cfg.get("extra_data"):
+        notes.append("multi-source training: train and val splits of "
+                     + ", ".join([cfg["data"], *cfg["extra_data"]]) + f"; test split of "
+                     f"{cfg['data']}")
+    return notes
+
+
+def _source_info(data: Path) -> dict[str, Any]:
     for candidate in (data / "provenance.json", data.parent / "provenance.json"):
         if candidate.is_file():
-            info = json.loads(candidate.read_text())
-            break
+            return dict(json.loads(candidate.read_text()))
+    return {}
+
+
+def _provenance(sources: list[Path], metrics: dict, preds: dict[str, np.ndarray],
+                description: str) -> Provenance:
+    """Where the training data came from; several sources (multi-source training) are joined
+    with " + ", the first being the one whose test split the metrics are on."""
+    infos = [_source_info(d) for d in sources]
     splits = {}
     for s in ("val", "test", "calib"):
         if f"{s}_y" in preds:
@@ -217,9 +236,10 @@ def _provenance(data: Path, metrics: dict, preds: dict[str, np.ndarray], descrip
     splits["train"] = SplitInfo(n=int(metrics["n"]["train"]),
                                 prevalence=[round(float(x), 4)
                                             for x in metrics["train_prevalence"]])
-    return Provenance(dataset=str(info.get("source", data.name)),
-                      description=description,
-                      splits=splits, source=str(info.get("converter", "")))
+    return Provenance(dataset=" + ".join(str(i.get("source", d.name))
+                                         for i, d in zip(infos, sources, strict=True)),
+                      description=description, splits=splits,
+                      source=" + ".join(str(i.get("converter", "")) for i in infos))
 
 
 def register(folder: Path, manifest: Manifest, set_default: bool) -> list[str]:

@@ -16,7 +16,7 @@ import datetime as dt
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +127,12 @@ class ExportedModel:
         p, m = self.outputs(x, lengths, static_raw)
         return p[:, 0], m[:, 0]
 
-    def score(self, a: SplitArrays) -> Scored:
+    def score(self, a: SplitArrays, absent: list[int] | None = None) -> Scored:
+        """The split scored; `absent` channels (indices) as if never recorded in any stay."""
         if not len(a):
             raise ValueError(f"the {a.split} split of {a.task} is empty")
+        if absent:
+            a = replace(a, x=neutralise(a.x, a.lengths, self.fs, absent))
         p, m = self._outputs(a.x, a.lengths, a.static_raw)
         pf, mf = self._outputs(a.x, a.lengths, fairness.flip_sex(a.static_raw))
         cal = self.card.calibration
@@ -229,7 +232,12 @@ def training_data_warning(manifest: Manifest, data: Path, n_test: int) -> str | 
     except (OSError, ValueError):
         return None
     test = manifest.provenance.splits.get("test")
-    if not source or source != manifest.provenance.dataset or test is None or test.n != n_test:
+    sources = manifest.provenance.dataset.split(" + ")
+    if source and source in sources[1:]:  # an extra source of multi-source training
+        return (f"{data} is one of the datasets this model was trained on ({source}): its "
+                "train and val splits were training stays, so the figures on all stays are "
+                "optimistic; only its test split was kept out of training")
+    if not source or source != sources[0] or test is None or test.n != n_test:
         return None
     return (f"{data} is the dataset this model was trained on ({source}): the figures on all "
             "stays include its training stays (optimistic), so this is not an external "

@@ -22,8 +22,9 @@ from torch import Tensor, nn
 from schemas.run_artifacts import check_checkpoint
 from schemas.tasks import task_spec
 from schemas.tensorize import Normalizer, StaticImputer
+from training.channel_dropout import ChannelDropout
 from training.config import TrainConfig
-from training.data.splits import SplitArrays, load_split
+from training.data.splits import SplitArrays, concat_splits, load_split
 from training.encoders import build_encoder
 from training.heads import AnchorHead
 from training.interrupt import StopRequest, TrainingInterrupted
@@ -112,10 +113,19 @@ def _to_tensors(a: SplitArrays, norm: Normalizer, imp: StaticImputer) -> TensorS
     )
 
 
+def load_sources(cfg: TrainConfig, split: str) -> SplitArrays:
+    """`split` of `cfg.data`; for train and val, joined by the same split of every
+    `cfg.extra_data` source (multi-source training). The test split is `cfg.data`'s alone."""
+    fs = cfg.features()
+    roots = [cfg.data, *(cfg.extra_data if split != "test" else [])]
+    parts = [load_split(r, cfg.task, split, fs) for r in roots]
+    return concat_splits(parts, [Path(r).name for r in roots])
+
+
 def prepare(cfg: TrainConfig) -> Prepared:
     """Load the three splits (cached arrays) and fit normalisation on the training split."""
     fs = cfg.features()
-    raw = {s: load_split(cfg.data, cfg.task, s, fs) for s in ("train", "val", "test")}
+    raw = {s: load_sources(cfg, s) for s in ("train", "val", "test")}
     check_splits(raw, cfg.task)
     train = raw["train"]
     if cfg.train_prevalence is not None:
@@ -315,6 +325,7 @@ class _Fit:
     pre_step: Callable[..., tuple[Tensor, dict[str, Tensor]]] | None
     on_step: Callable[[LoopState], None] | None
     resumed: bool
+    channel_dropout: ChannelDropout
 
     @classmethod
     def start(cls, cfg: TrainConfig, data: Prepared, run_dir: Path | None,
@@ -347,7 +358,9 @@ class _Fit:
             opt = _phase_setup(cfg, st.phase, model)
         pre_step = pretrain_step(cfg.regime, cfg.pretrain) if "pretrain" in phases else None
         return cls(cfg, data, run_dir, gen, model, crit, labelled, phases, st, opt,
-                   task_spec(cfg.task).headline_metric, pre_step, on_step, resume is not None)
+                   task_spec(cfg.task).headline_metric, pre_step, on_step, resume is not None,
+                   ChannelDropout(cfg.features(), data.normalizer, cfg.channel_dropout,
+                                  cfg.channel_dropout_groups))
 
     def checkpoint(self, where: str, signum: int) -> None:
         """Write the resume checkpoint (with a run folder) and stop the run."""
@@ -411,6 +424,7 @@ class _Fit:
         assert st.batches is not None
         idx = st.batches[st.next_batch]
         x, lengths, static, y = split.batch(idx)
+        x = self.channel_dropout(x, lengths, self.gen)
         if pre:
             assert self.pre_step is not None
             loss, parts = self.pre_step(self.model.pretrain_embedding, x, lengths, static, y, idx)

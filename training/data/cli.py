@@ -37,7 +37,10 @@ def register(subparsers: Any) -> None:
                        help="eICU demo (+ YAIB hourly grid) -> phenotyping and mortality layouts")
     p.add_argument("src", type=Path, help="eicu-demo folder")
     p.add_argument("out", type=Path, help="output dataset folder")
-    p.add_argument("--seed", type=int, default=0, help="patient split seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="split seed (default 0)")
+    p.add_argument("--split-by", dest="split_by", choices=["patient", "hospital"],
+                   default="patient", help="draw test and validation by patient, or by "
+                   "hospital so they hold hospitals training never saw (default patient)")
     p.add_argument("--ccs-definitions", type=Path, default=None,
                    help="hcup_ccs_2015_definitions.yaml (default: from SCEHR_DATA_DIR)")
     p.add_argument("--limit-patients", type=int, default=None,
@@ -111,7 +114,7 @@ def _eicu(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     prov = convert_eicu_demo(args.src, args.out, ccs_definitions=args.ccs_definitions,
                              limit_patients=args.limit_patients, seed=args.seed,
-                             fs=FEATURE_SETS[args.feature_set])
+                             fs=FEATURE_SETS[args.feature_set], split_by=args.split_by)
     wall = time.perf_counter() - t0
     ph, ihm = prov["phenotyping"], prov["in_hospital_mortality"]
     print(f"ICU stays {prov['stays_in_patient_table']}, with grid data "

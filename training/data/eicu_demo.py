@@ -36,8 +36,12 @@ Cohorts: phenotyping keeps stays with at least one observation and at least one 
 (stays without any are excluded, not labelled all-negative); `period_length` = ICU length of
 stay (unitdischargeoffset / 60). In-hospital mortality keeps stays of at least 48 h with a known
 hospitaldischargestatus (Expired = 1, Alive = 0) and an observation in the first 48 h, and
-writes their first 48 h. Patients (`uniquepid`) are split once, seeded: 20% test, then 15% of
-the rest validation; all stays of a patient stay on one side, in both tasks.
+writes their first 48 h. Splits are drawn once, seeded, for both tasks: 20% test, then 15% of
+the rest validation. By default the units drawn are patients (`uniquepid`: all stays of a
+patient on one side), as a single site would split its own data; with `split_by="hospital"`
+they are hospitals (`hospitalid`, joined with any hospital that shares a patient with it), so
+test and validation hospitals are ones training never saw: the split for training on this site
+together with another dataset and testing on hospitals of neither (docs/robustness.md).
 Stay files are `<uniquepid>_episode<k>_timeseries.csv`, k numbering the patient's ICU stays.
 """
 
@@ -166,6 +170,42 @@ def read_stays(src: Path, limit_patients: int | None = None) -> pd.DataFrame:
     })
 
 
+SPLIT_UNITS = ("patient", "hospital")
+
+
+def hospital_groups(hospitals: np.ndarray, patients: np.ndarray) -> np.ndarray:
+    """Per stay, its group of hospitals: hospitals sharing a patient are joined (connected
+    components), so a split by group keeps every hospital and every patient on one side."""
+    parent: dict[str, str] = {h: h for h in np.unique(hospitals.astype(str))}
+
+    def root(h: str) -> str:
+        while parent[h] != h:
+            parent[h] = parent[parent[h]]
+            h = parent[h]
+        return h
+
+    first: dict[str, str] = {}
+    for h, p in zip(hospitals.astype(str), patients.astype(str), strict=True):
+        if p in first:
+            parent[root(h)] = root(first[p])
+        else:
+            first[p] = h
+    return np.array([root(h) for h in hospitals.astype(str)])
+
+
+def split_masks(stays: pd.DataFrame, split_by: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(is_test, is_val) per stay, drawn by patient or by hospital group."""
+    if split_by not in SPLIT_UNITS:
+        raise ValueError(f"split_by must be one of {', '.join(SPLIT_UNITS)}, not {split_by!r}")
+    pids = stays["uniquepid"].to_numpy(dtype=str)
+    units = (pids if split_by == "patient"
+             else hospital_groups(stays["hospitalid"].to_numpy(), pids))
+    is_test = split_groups(units, TEST_FRACTION, seed)
+    is_val = np.zeros(len(units), dtype=bool)
+    is_val[~is_test] = split_groups(units[~is_test], VAL_FRACTION, seed + 1)
+    return is_test, is_val
+
+
 def grid_observations(src: Path, stays: pd.DataFrame, fs: FeatureSet
                       ) -> tuple[Observations, dict[str, Any]]:
     """Observations of all stays from the hourly grid plus height/weight at t = 0 (uncleaned)."""
@@ -238,7 +278,8 @@ def _write_task(tdir: Path, obs: Observations, stays: pd.DataFrame, table: pd.Da
 def convert_eicu_demo(src: str | Path, out: str | Path, *, ccs_definitions: str | Path |
                       None = None, limit_patients: int | None = None, seed: int = 0,
                       progress: bool | None = None,
-                      fs: FeatureSet = BENCHMARK_STAY) -> dict[str, Any]:
+                      fs: FeatureSet = BENCHMARK_STAY, split_by: str = "patient"
+                      ) -> dict[str, Any]:
     """Convert the eICU demo into feature set `fs`'s channels (both tasks); returns the
     provenance (also written to `provenance.json`, which names the feature set)."""
     t0 = time.perf_counter()
@@ -266,9 +307,7 @@ def convert_eicu_demo(src: str | Path, out: str | Path, *, ccs_definitions: str 
     y_pheno = label_matrix(code_stay, codes, n, definitions)
 
     pids = stays["uniquepid"].to_numpy(dtype=str)
-    is_test = split_groups(pids, TEST_FRACTION, seed)
-    is_val = np.zeros(n, dtype=bool)
-    is_val[~is_test] = split_groups(pids[~is_test], VAL_FRACTION, seed + 1)
+    is_test, is_val = split_masks(stays, split_by, seed)
     part_of = np.where(is_test, "test", "train")
 
     los = stays["los_hours"].to_numpy()
@@ -295,6 +334,7 @@ def convert_eicu_demo(src: str | Path, out: str | Path, *, ccs_definitions: str 
             sel = keep & m
             prev = y[sel].mean(axis=0) if sel.any() else np.zeros(y.shape[1])
             res[split] = {"stays": int(sel.sum()), "patients": len(np.unique(pids[sel])),
+                          "hospitals": len(np.unique(stays["hospitalid"].to_numpy()[sel])),
                           "positives": dict(zip(names, y[sel].sum(axis=0).tolist(),
                                                 strict=True)),
                           "prevalence": dict(zip(names, np.round(prev, 4).tolist(),
@@ -307,7 +347,8 @@ def convert_eicu_demo(src: str | Path, out: str | Path, *, ccs_definitions: str 
         "source_sha256": {name: sha256_file(src / name) for name in SOURCES},
         "converter": "training.data.eicu_demo", "converter_version": CONVERTER_VERSION,
         "seed": seed, "limit_patients": limit_patients,
-        "split": {"by": "uniquepid", "test_fraction": TEST_FRACTION,
+        "split": {"by": "uniquepid" if split_by == "patient" else "hospitalid",
+                  "test_fraction": TEST_FRACTION,
                   "val_fraction_of_train": VAL_FRACTION},
         "stays_in_patient_table": n,
         "stays_with_grid_data": int(has_grid.sum()),

@@ -89,6 +89,32 @@ class SplitArrays:
                        cache_path=None, from_cache=False)
 
 
+def concat_splits(parts: list[SplitArrays], names: list[str]) -> SplitArrays:
+    """One split made of several datasets' (same task and feature set): stays padded to the
+    longest, each stay name prefixed by its dataset's name (`names`) so names stay unique."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    for a in parts[1:]:
+        if a.feature_set.sha256 != first.feature_set.sha256 or a.task != first.task:
+            raise ValueError(f"cannot train on {first.split_source} and {a.split_source} "
+                             "together: they differ in task or feature set")
+    t = max(a.x.shape[1] for a in parts)
+    x = np.concatenate([np.pad(a.x, ((0, 0), (0, t - a.x.shape[1]), (0, 0))) for a in parts])
+    n = np.array([len(a) for a in parts], dtype=np.float64)
+    cov = (np.stack([a.coverage for a in parts]) * n[:, None]).sum(axis=0) / max(n.sum(), 1)
+    return replace(
+        first, x=x, lengths=np.concatenate([a.lengths for a in parts]),
+        y=np.concatenate([a.y for a in parts]),
+        static_raw=np.concatenate([a.static_raw for a in parts]),
+        stays=np.concatenate([np.char.add(f"{name}/", a.stays.astype(str))
+                              for a, name in zip(parts, names, strict=True)]),
+        end_hours=np.concatenate([a.end_hours for a in parts]), coverage=cov,
+        dropped=sum(a.dropped for a in parts), clipped=sum(a.clipped for a in parts),
+        split_source=" + ".join(a.split_source for a in parts), cache_path=None,
+        from_cache=False, read_report={})
+
+
 def load_split(root: str | Path, task: str, split: str = "train",
                feature_set: FeatureSet | None = None, *, cache: bool = True,
                progress: bool | None = None, seed: int = 0,

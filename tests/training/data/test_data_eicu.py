@@ -10,7 +10,12 @@ import pandas as pd
 import pytest
 
 from training.data import load_split
-from training.data.eicu_demo import convert_eicu_demo, grid_time, parse_age
+from training.data.eicu_demo import (
+    convert_eicu_demo,
+    grid_time,
+    hospital_groups,
+    parse_age,
+)
 from training.data.layout import ccs_definitions_path, data_dir
 from training.data.phenotypes import (
     PHENOTYPE_LABELS,
@@ -99,6 +104,35 @@ def test_real_subset(tmp_path: Path) -> None:
     m = load_split(tmp_path, "mortality", "test", progress=False)
     assert m.x.shape[1:] == (48, 76)
     assert json.loads((tmp_path / "provenance.json").read_text())["converter_version"]
+
+
+def test_hospitals_sharing_a_patient_form_one_group() -> None:
+    hospitals = np.array([1, 2, 2, 3, 4, 4, 5])
+    patients = np.array(["a", "a", "b", "c", "d", "e", "e"])
+    g = hospital_groups(hospitals, patients)
+    assert g[0] == g[1] == g[2]  # patient a was in hospitals 1 and 2
+    assert g[4] == g[5] == g[6]  # patient e was in hospitals 4 and 5
+    assert len({g[0], g[3], g[4]}) == 3
+
+
+@pytest.mark.realdata
+@needs_data
+def test_hospital_split_keeps_every_hospital_and_patient_on_one_side(tmp_path: Path) -> None:
+    prov = convert_eicu_demo(SRC, tmp_path, limit_patients=600, progress=False,
+                             split_by="hospital")
+    assert prov["split"]["by"] == "hospitalid"
+    for task in ("in-hospital-mortality", "phenotyping"):
+        d = tmp_path / task
+        demo = pd.concat([pd.read_csv(d / p / "demographics.csv")
+                          for p in ("train", "test")]).set_index("stay")
+        sides = {s: list(pd.read_csv(d / f"{s}_listfile.csv")["stay"])
+                 for s in ("train", "val", "test")}
+        for key in ("hospitalid", "uniquepid"):
+            held = {s: set(demo.loc[stays, key]) for s, stays in sides.items()}
+            assert all(held.values()), (task, key)
+            assert not held["train"] & held["val"], (task, key)
+            assert not held["train"] & held["test"], (task, key)
+            assert not held["val"] & held["test"], (task, key)
 
 
 def test_wrong_source_names_the_path(tmp_path: Path) -> None:

@@ -78,9 +78,7 @@ def main() -> None:
     for n in args.batches:
         part = ModelInputs(inputs.x[:n], inputs.lengths[:n],
                            None if inputs.static is None else inputs.static[:n])
-        feeds = {GRAPH.x.name: part.x, GRAPH.lengths.name: part.lengths}
-        if GRAPH.static.name in m.input_names:
-            feeds[GRAPH.static.name] = part.static
+        feeds = m.feeds(part)
         raw = timed(lambda f=feeds: m.session.run(names, f), args.reps)
         served = timed(lambda p=part: m.run(p), args.reps)
         a, b = m.session.run(names, feeds)[2], m.run(part).probability

@@ -27,10 +27,7 @@ from service.settings import Settings
 
 
 def unpadded(m: LoadedModel, inputs: ModelInputs) -> object:
-    feeds = {GRAPH.x.name: inputs.x, GRAPH.lengths.name: inputs.lengths}
-    if GRAPH.static.name in m.input_names:
-        feeds[GRAPH.static.name] = inputs.static
-    return m.session.run(list(GRAPH.output_names), feeds)
+    return m.session.run(list(GRAPH.output_names), m.feeds(inputs))
 
 
 def main() -> None:

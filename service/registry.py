@@ -122,18 +122,22 @@ class LoadedModel:
     def task(self) -> str:
         return self.spec.task
 
-    def run(self, inputs: ModelInputs) -> ModelOutputs:
-        """One blocking ORT call (releases the GIL; call it from a worker thread)."""
+    def feeds(self, inputs: ModelInputs) -> dict[str, np.ndarray]:
+        """The session's input feed of `inputs` (`static` only where the graph takes it)."""
         feeds = {GRAPH.x.name: inputs.x, GRAPH.lengths.name: inputs.lengths}
         if GRAPH.static.name in self.input_names:
             feeds[GRAPH.static.name] = inputs.static
+        return feeds
+
+    def run(self, inputs: ModelInputs) -> ModelOutputs:
+        """One blocking ORT call (releases the GIL; call it from a worker thread)."""
         t0 = time.perf_counter()
         if self.bound is not None:
             out = self.bound.run(inputs, self.input_names)
         elif inputs.rows % RUN_ROW_BLOCK:
             out = self._run_padded(inputs)
         else:
-            out = ModelOutputs(*self.session.run(list(GRAPH.output_names), feeds))
+            out = ModelOutputs(*self.session.run(list(GRAPH.output_names), self.feeds(inputs)))
         if self.observe is not None:
             self.observe(inputs.rows, time.perf_counter() - t0)
         return out
@@ -146,11 +150,10 @@ class LoadedModel:
         def pad(a: np.ndarray) -> np.ndarray:
             return np.concatenate([a, np.repeat(a[-1:], extra, axis=0)])
 
-        feeds = {GRAPH.x.name: pad(inputs.x), GRAPH.lengths.name: pad(inputs.lengths)}
-        if GRAPH.static.name in self.input_names:
-            feeds[GRAPH.static.name] = pad(inputs.static)
-        return ModelOutputs(*self.session.run(list(GRAPH.output_names), feeds)).take(
-            0, inputs.rows)
+        padded = ModelInputs(pad(inputs.x), pad(inputs.lengths),
+                             None if inputs.static is None else pad(inputs.static))
+        return ModelOutputs(*self.session.run(list(GRAPH.output_names),
+                                              self.feeds(padded))).take(0, inputs.rows)
 
     def info(self, available: list[AvailableModel] | None = None) -> ModelInfo:
         m = self.spec.manifest

@@ -78,6 +78,13 @@ class FeatureSet:
     def begins(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.widths)[:-1]]).astype(np.int64)
 
+    @cached_property
+    def channel_columns(self) -> tuple[np.ndarray, ...]:
+        """Per channel, its tensor columns: its value column(s), then its mask column (what
+        making a channel absent, occluding it or dropping it rewrites)."""
+        return tuple(np.array([*range(int(b), int(b) + int(w)), self.n_value_columns + c])
+                     for c, (b, w) in enumerate(zip(self.begins, self.widths, strict=True)))
+
     @property
     def n_channels(self) -> int:
         return len(self.variable_ids)

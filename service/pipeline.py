@@ -9,7 +9,7 @@ training, occlusion variants for `explain=full`, and the read-outs of the output
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -179,13 +179,6 @@ def _observed_channels(obs: Observations, n_ok: int, end_hours: np.ndarray
     return out
 
 
-@lru_cache(maxsize=32)
-def _channel_columns(fs: FeatureSet) -> tuple[np.ndarray, ...]:
-    """Per channel, its tensor columns: its value column(s), then its mask column."""
-    return tuple(np.array([*range(int(b), int(b) + int(w)), fs.n_value_columns + c])
-                 for c, (b, w) in enumerate(zip(fs.begins, fs.widths, strict=True)))
-
-
 def _occlusion_rows(x: np.ndarray, unobserved: np.ndarray, occluded: list[np.ndarray],
                     fs: FeatureSet) -> tuple[np.ndarray, np.ndarray]:
     """The stays' rows, then per stay one copy per occluded channel with that channel's
@@ -196,7 +189,7 @@ def _occlusion_rows(x: np.ndarray, unobserved: np.ndarray, occluded: list[np.nda
     fraction of the cost: a channel fills only its own value and mask columns (forward fill
     and the normal value are per channel) and normalization is per column
     (tests/service/test_svc_occlusion_rows.py compares the two on real stays)."""
-    cols = _channel_columns(fs)
+    cols = fs.channel_columns
     src = np.concatenate([np.arange(len(x)),
                           np.repeat(np.arange(len(x)), [len(c) for c in occluded])])
     out = x[src]

@@ -28,9 +28,8 @@ def absent_row(fs: FeatureSet, normalizer: Normalizer) -> np.ndarray:
 def column_owner(fs: FeatureSet) -> np.ndarray:
     """int64 [F]: the channel each column belongs to (value or one-hot columns, then masks)."""
     owner = np.empty(fs.n_features, dtype=np.int64)
-    for c, (b, w) in enumerate(zip(fs.begins, fs.widths, strict=True)):
-        owner[int(b) : int(b + w)] = c
-        owner[fs.n_value_columns + c] = c
+    for c, cols in enumerate(fs.channel_columns):
+        owner[cols] = c
     return owner
 
 

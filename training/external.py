@@ -168,8 +168,7 @@ def neutralise(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet, channels: lis
     out = np.array(x, copy=True)
     valid = np.arange(x.shape[1])[None, :] < lengths[:, None]
     for c in channels:
-        cols = [*range(int(fs.begins[c]), int(fs.begins[c] + fs.widths[c])),
-                fs.n_value_columns + c]
+        cols = fs.channel_columns[c]
         out[..., cols] = np.where(valid[..., None], empty[0, 0, cols], 0.0)
     return out
 

@@ -5,9 +5,10 @@
 
 Servers (each started fresh per block; repetitions interleave them, so a drift in the machine
 touches all alike), each at every `--workers` count (equal process counts side by side):
-  scehr-top        `scehr serve`, the request a client sends: `POST /predict/<task>`, whose
-                   default `explain=top` adds the occlusion contributions
-  scehr-basic      the same server, `?explain=basic` (anchors, percentiles, no contributions)
+  scehr-default    `scehr serve`, the request a client sends: `POST /predict/<task>` (its
+                   default `explain=basic`: anchors, percentiles, prototypes)
+  scehr-top        the same server, `?explain=top`: also the occlusion contributions (one
+                   more model row per observed channel)
   fastapi-ort      plain FastAPI + ORT, ORT's default session (benchmarks/alternatives/
                    plain_fastapi.py: validate, tensorize, one run, return only the risk)
   fastapi-tuned    the same app with scehr's ORT session options
@@ -73,7 +74,7 @@ from service.registry import load_model, read_index, resolve
 from service.settings import Settings
 
 TOL = 1e-6
-KINDS = ("scehr-top", "scehr-basic", "fastapi-ort", "fastapi-tuned", "litserve",
+KINDS = ("scehr-default", "scehr-top", "fastapi-ort", "fastapi-tuned", "litserve",
          "litserve-tuned")
 #: The rows every other is divided by, at the same worker count.
 BASELINES = ("fastapi-tuned", "litserve")
@@ -211,10 +212,11 @@ def specs(models: Path, task: str, workers: int) -> dict[str, Spec]:
     litserve = [py, str(alt / "litserve_app.py"), *common]
     w = f"{workers} worker{'s' if workers > 1 else ''}"
     return {
-        "scehr-top": Spec(f"scehr, default request (explain=top), {w}",
-                          lambda: server(models, workers=workers), f"/predict/{task}", "/livez"),
-        "scehr-basic": Spec(f"scehr, explain=basic, {w}", lambda: server(models, workers=workers),
-                            f"/predict/{task}?explain=basic", "/livez"),
+        "scehr-default": Spec(f"scehr, default request (explain=basic), {w}",
+                              lambda: server(models, workers=workers), f"/predict/{task}",
+                              "/livez"),
+        "scehr-top": Spec(f"scehr, explain=top, {w}", lambda: server(models, workers=workers),
+                          f"/predict/{task}?explain=top", "/livez"),
         "fastapi-ort": Spec(f"plain FastAPI + ORT defaults, {w}", lambda: process_server(
             [*fastapi, "--session", "default"], "/health"), "/predict", "/health"),
         "fastapi-tuned": Spec(f"plain FastAPI + ORT tuned, {w}", lambda: process_server(

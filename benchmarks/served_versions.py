@@ -5,7 +5,7 @@
 
 One `scehr serve --workers 1` serves both versions (`SCEHR_VERSIONS`); one keep-alive client
 sends the same real test stays to `?version=A` and `?version=B` in turn, request by request,
-at the default request (`explain=top`) and at `explain=basic`, so both versions see the same
+at `explain=top` and at `explain=basic` (the default request), so both versions see the same
 machine state. Prints the p50 and p95 per version and the ratio of the p50s, with the load
 average before and after. Stays a version abstains on are left out for both. Timings are only
 printed.

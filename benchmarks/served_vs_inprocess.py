@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/served_vs_inprocess.py [--task mortality] [--stays 200]
         [--passes 3]
 
-For each of `explain=top` (the single-stay route's default) and `explain=basic`:
+For each of `explain=basic` (every route's default) and `explain=top`:
 
 - **in-process work**: the route's own steps called directly on this thread, per stay:
   parse + validate the bytes (`parse_stay`), ingest + tensorize (`prepare`, with the occlusion

@@ -46,6 +46,10 @@ audit_log = logging.getLogger("scehr.audit")
 T = TypeVar("T")
 
 Explain = Literal["basic", "top", "full"]
+#: Every interface's default explanation: the nearest-anchor read-outs and prototypes, which
+#: come with the stay's own model row. Contributions (`top`, `full`) are asked for: each costs
+#: one more model row per observed channel (docs/method.md, "Explanations").
+DEFAULT_EXPLAIN: Explain = "basic"
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class ScoreOptions:
     model's default), and `all_or_none` (stop before the model when any stay is refused, for
     interfaces that answer a request as a whole)."""
 
-    explain: Explain = "basic"
+    explain: Explain = DEFAULT_EXPLAIN
     strict: bool = False
     choice: Choice | None = None
     all_or_none: bool = False

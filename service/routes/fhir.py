@@ -25,7 +25,7 @@ from service.routes.predict import (
     Strict,
     as_body_parameter,
 )
-from service.scorer import ScoreOptions, choose_point, released
+from service.scorer import DEFAULT_EXPLAIN, ScoreOptions, choose_point, released
 
 router = APIRouter(tags=["fhir"])
 
@@ -71,7 +71,7 @@ def _bundle(raw: bytes, limits: FhirLimits) -> dict[str, Any]:
 async def fhir_predict(
     task: str,
     request: Request, registry: RegistryDep, settings: SettingsDep, scorer: ScorerDep,
-    _: ApiKey, explain: ExplainParam = "basic", strict: Strict = False,
+    _: ApiKey, explain: ExplainParam = DEFAULT_EXPLAIN, strict: Strict = False,
     admission_time: Annotated[datetime | None, Query(
         description="ICU admission time (with a timezone) when the Bundle has no Encounter "
         "with period.start; overrides it otherwise")] = None,

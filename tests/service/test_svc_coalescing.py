@@ -104,7 +104,7 @@ async def test_a_lone_explain_top_request_runs_its_occlusion_rows_on_the_loop_un
             return run(inputs)
 
         batcher._run = recorded
-        r = await c.post("/predict/mortality", json=stay())
+        r = await c.post("/predict/mortality?explain=top", json=stay())
     assert r.status_code == 200 and r.json()["results"][0]["contributions"]
     [(thread, rows)] = threads
     assert rows > 1  # the stay and its occlusion rows, in one run

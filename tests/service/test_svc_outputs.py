@@ -111,7 +111,7 @@ async def test_bad_operating_point_is_a_422_naming_the_parameter(
 
 async def test_explanations_carry_percentiles_prototypes_and_top_contributions(
         named: httpx.AsyncClient) -> None:
-    top = (await named.post("/predict/mortality", json=stay())).json()["results"][0]
+    top = (await named.post("/predict/mortality?explain=top", json=stay())).json()["results"][0]
     mp = top["explanation"]["margin_percentile"]
     m = top["explanation"]["margin"]
     # fixture quantiles: without outcome linspace(-3, 1), with outcome linspace(-1, 3)

@@ -51,8 +51,12 @@ async def test_mortality_response_follows_the_contract(client: httpx.AsyncClient
     assert res["prototype"]["count"] >= 20 and res["prototype"]["label"] in (0, 1)
     assert len(res["prototypes"]) == 3 and res["prototypes"][0]["cluster"] == res["prototype"][
         "cluster"]
-    assert len(res["contributions"]) == 3 and res["contributions_total"] == 5  # explain=top
+    # the default explanation has no occlusion contributions (one model row per channel)
+    assert res["contributions"] is None and res["contributions_total"] is None
     assert out["response_version"] == "1.1" and out["audit"]["model_version"] == "v1"
+    top = (await client.post("/predict/mortality?explain=top", json=body)).json()["results"][0]
+    assert len(top["contributions"]) == 3 and top["contributions_total"] == 5
+    assert top["risk"] == res["risk"]
 
 
 async def test_wide_form_scores_like_long_form(client: httpx.AsyncClient) -> None:

@@ -377,13 +377,14 @@ def main() -> None:
     base = [b for b in BASELINES if any(k == b for k, _ in rows)]
     names = {"fastapi-tuned": "FastAPI tuned", "litserve": "LitServe"}
     ratios = "".join(f"req/s ÷ {names[b]} | CPU ÷ {names[b]} | " for b in base)
-    print("| server | seq p50 ms | health p50 ms | req/s | p99 ms | CPU ms/req | "
+    print("| server | seq p50 ms | health p50 ms | req/s | p99 ms | CPU ms/req | server cores | "
           f"generator cores | other processes' cores | {ratios}")
-    print("|---|" + "---|" * (7 + 2 * len(base)))
+    print("|---|" + "---|" * (8 + 2 * len(base)))
     for k, w in rows:
         cells = [f"{med((k, w), 'p50'):.2f}", f"{med((k, w), 'probe'):.2f}",
                  f"{med((k, w), 'rps'):.0f}", f"{med((k, w), 'p99'):.0f}",
-                 f"{med((k, w), 'cpu_ms'):.2f}", f"{med((k, w), 'generator_cores'):.2f}",
+                 f"{med((k, w), 'cpu_ms'):.2f}", f"{med((k, w), 'server_cores'):.2f}",
+                 f"{med((k, w), 'generator_cores'):.2f}",
                  f"{med((k, w), 'other_cores'):.2f}"]
         for b in base:
             if (b, w) in results:
@@ -392,7 +393,7 @@ def main() -> None:
             else:
                 cells += ["–", "–"]
         print(f"| {table[w][k].label} | " + " | ".join(cells) + " |")
-    print(f"| raw `session.run`, batch 1, 1 thread | {floor:.3f} |" + " |" * (6 + 2 * len(base)))
+    print(f"| raw `session.run`, batch 1, 1 thread | {floor:.3f} |" + " |" * (7 + 2 * len(base)))
     print()
     print(f"largest risk difference between servers over the same {len(ref)} stays: "
           f"{worst:.2e} (tolerance {TOL:g})")

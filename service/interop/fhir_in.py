@@ -165,15 +165,17 @@ def problems_of(err: ValidationError, prefix: Loc, root: str) -> list[Problem]:
     return out
 
 
-def validate(model: type, raw: Any, prefix: Loc, root: str) -> Any:
-    """One resource validated by fhir.resources, or a 422 naming the FHIR path."""
+def validate(model: type, raw: Any, prefix: Loc, root: str,
+             context: dict[str, Any] | None = None) -> Any:
+    """One resource validated (a lean model or fhir.resources'), or a 422 naming the FHIR
+    path; `context`: the request's validation context (`fhir_lean.seen_times`)."""
     if not isinstance(raw, dict) or raw.get("resourceType") != model.__name__:
         raise ApiError(422, "invalid_fhir", [Problem(
             loc=[*prefix, "resourceType"], rule="fhir_resource_type",
             message=f"{root}: expected a FHIR {model.__name__} resource",
             allowed=model.__name__)])
     try:
-        return model.model_validate(raw)
+        return model.model_validate(raw, context=context)
     except ValidationError as e:
         raise ApiError(422, "invalid_fhir", problems_of(e, prefix, root)) from None
 
@@ -205,13 +207,21 @@ def model_for(resource_type: str, full: bool = False) -> type:
     return get_fhir_model_class(resource_type) if full else fhir_lean.MODELS[resource_type]
 
 
+#: The resource types the library has answered for (a lookup costs microseconds per entry); at
+#: most the library's own types, whatever clients send.
+_KNOWN_TYPES: set[str] = set()
+
+
 def known_type(raw: Any, loc: Loc, root: str) -> str:
     """The resourceType of an entry's resource, refused (422 naming it) unless a FHIR R4
     resource type."""
     kind = raw.get("resourceType")
+    if isinstance(kind, str) and kind in _KNOWN_TYPES:
+        return kind
     try:
         if isinstance(kind, str) and kind.isalpha():
             get_fhir_model_class(kind)
+            _KNOWN_TYPES.add(kind)
             return kind
     except ValueError:
         pass
@@ -221,12 +231,10 @@ def known_type(raw: Any, loc: Loc, root: str) -> str:
         allowed="a FHIR R4 resource type, e.g. Observation")])
 
 
-def _entry_resource(raw: Any, loc: Loc, root: str, full: bool) -> Any:
+def _entry_resource(raw: Any, loc: Loc, root: str, context: dict[str, Any]) -> Any:
     kind = known_type(raw, loc, root)
-    if full:
-        return validate(get_fhir_model_class(kind), raw, loc, root)
     if kind in fhir_lean.MODELS:
-        return validate(fhir_lean.MODELS[kind], raw, loc, root)
+        return validate(fhir_lean.MODELS[kind], raw, loc, root, context)
     return fhir_lean.Unread(kind, raw.get("id"))
 
 
@@ -252,12 +260,13 @@ def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
             loc=[*prefix, "type"], rule="fhir_bundle_type",
             message=f"{root}.type is {bundle.type!r}", allowed=" or ".join(BUNDLE_TYPES))])
     out = []
+    context = fhir_lean.seen_times()
     for i, e in enumerate(bundle.entry or []):
         if e.resource is None:
             continue
         loc = [*prefix, "entry", i, "resource"]
         resource = e.resource if full else _entry_resource(
-            e.resource, loc, f"{root}.entry[{i}].resource", full)
+            e.resource, loc, f"{root}.entry[{i}].resource", context)
         out.append(Located(resource, loc, e.fullUrl))
     return out
 

@@ -365,9 +365,13 @@ class StayBuilder:
         self.ids = {v.id for v in codes.values()} | set(ids)
         self.obs: list[Observation] = []
         self.sources: list[tuple[Loc, str]] = []
-        self.basis: list[str] = []
+        #: the references used, in order (a dict as an ordered set: a stay of thousands of
+        #: Observations is not a quadratic list search)
+        self.basis: dict[str, None] = {}
         self.refs: list[str] = []
         self.issues: list[Issue] = []
+        #: (variable, unit) -> why the unit is refused (None: accepted), once per request
+        self._units: dict[tuple[str, str | None], str | None] = {}
 
     def _warn(self, code: str, message: str, item: Located, path: Loc) -> None:
         self.issues.append(Issue(code, message, item.ref, expression(path)))
@@ -414,8 +418,8 @@ class StayBuilder:
         used = False
         for holder, loc, p_code, p_var in parts:
             used |= self._add_value(item, ref, holder, loc, p_code, p_var, when)
-        if used and ref not in self.basis:
-            self.basis.append(ref)
+        if used:
+            self.basis[ref] = None
 
     def _add_value(self, item: Located, ref: str, holder: Any, loc: Loc, code: str | None,
                    var: Variable | None, when: datetime) -> bool:
@@ -441,7 +445,7 @@ class StayBuilder:
             elif isinstance(value, str):
                 raise UnitError(f"{var.id} needs a number (valueQuantity)")
             else:
-                var.convert(value, unit)
+                self._check_unit(var, unit)
         except (UnitError, CategoryError) as e:
             self._warn("unit_not_convertible" if isinstance(e, UnitError) else
                        "value_not_a_category", f"{ref}: {e}; not used", item, loc)
@@ -450,6 +454,20 @@ class StayBuilder:
         self.sources.append((loc, kind))
         self.refs.append(ref)
         return True
+
+    def _check_unit(self, var: Variable, unit: str | None) -> None:
+        """`var.unit_for(unit)` (the catalog's one rule), looked up once per variable and
+        unit in a request: a stay repeats a few units hundreds of times."""
+        key = (var.id, unit)
+        if key not in self._units:
+            try:
+                var.unit_for(unit)
+                self._units[key] = None
+            except UnitError as e:
+                self._units[key] = str(e)
+        why = self._units[key]
+        if why is not None:
+            raise UnitError(why)
 
     def _direct(self, item: Located, variable: str, when: datetime, value: str | float,
                 loc: Loc, kind: str) -> bool:
@@ -462,8 +480,7 @@ class StayBuilder:
         self.sources.append((loc, kind))
         ref = item.ref or expression(item.loc)
         self.refs.append(ref)
-        if ref not in self.basis:
-            self.basis.append(ref)
+        self.basis[ref] = None
         return True
 
     def add_location(self, item: Located) -> None:
@@ -541,7 +558,7 @@ def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
     payload = StayPayload(id=patient.resource.id, admission_time=admission,
                           end_hours=end_hours, observations=builder.obs,
                           demographics=_demographics(patient.resource, admission))
-    return FhirStay(payload, patient.ref or "Patient", encounter, builder.basis,
+    return FhirStay(payload, patient.ref or "Patient", encounter, list(builder.basis),
                     builder.sources, builder.issues, builder.refs)
 
 

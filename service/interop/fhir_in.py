@@ -165,15 +165,17 @@ def problems_of(err: ValidationError, prefix: Loc, root: str) -> list[Problem]:
     return out
 
 
-def validate(model: type, raw: Any, prefix: Loc, root: str) -> Any:
-    """One resource validated by fhir.resources, or a 422 naming the FHIR path."""
+def validate(model: type, raw: Any, prefix: Loc, root: str,
+             context: dict[str, Any] | None = None) -> Any:
+    """One resource validated (a lean model or fhir.resources'), or a 422 naming the FHIR
+    path; `context`: the request's validation context (`fhir_lean.seen_times`)."""
     if not isinstance(raw, dict) or raw.get("resourceType") != model.__name__:
         raise ApiError(422, "invalid_fhir", [Problem(
             loc=[*prefix, "resourceType"], rule="fhir_resource_type",
             message=f"{root}: expected a FHIR {model.__name__} resource",
             allowed=model.__name__)])
     try:
-        return model.model_validate(raw)
+        return model.model_validate(raw, context=context)
     except ValidationError as e:
         raise ApiError(422, "invalid_fhir", problems_of(e, prefix, root)) from None
 
@@ -205,13 +207,21 @@ def model_for(resource_type: str, full: bool = False) -> type:
     return get_fhir_model_class(resource_type) if full else fhir_lean.MODELS[resource_type]
 
 
+#: The resource types the library has answered for (a lookup costs microseconds per entry); at
+#: most the library's own types, whatever clients send.
+_KNOWN_TYPES: set[str] = set()
+
+
 def known_type(raw: Any, loc: Loc, root: str) -> str:
     """The resourceType of an entry's resource, refused (422 naming it) unless a FHIR R4
     resource type."""
     kind = raw.get("resourceType")
+    if isinstance(kind, str) and kind in _KNOWN_TYPES:
+        return kind
     try:
         if isinstance(kind, str) and kind.isalpha():
             get_fhir_model_class(kind)
+            _KNOWN_TYPES.add(kind)
             return kind
     except ValueError:
         pass
@@ -221,12 +231,10 @@ def known_type(raw: Any, loc: Loc, root: str) -> str:
         allowed="a FHIR R4 resource type, e.g. Observation")])
 
 
-def _entry_resource(raw: Any, loc: Loc, root: str, full: bool) -> Any:
+def _entry_resource(raw: Any, loc: Loc, root: str, context: dict[str, Any]) -> Any:
     kind = known_type(raw, loc, root)
-    if full:
-        return validate(get_fhir_model_class(kind), raw, loc, root)
     if kind in fhir_lean.MODELS:
-        return validate(fhir_lean.MODELS[kind], raw, loc, root)
+        return validate(fhir_lean.MODELS[kind], raw, loc, root, context)
     return fhir_lean.Unread(kind, raw.get("id"))
 
 
@@ -252,12 +260,13 @@ def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
             loc=[*prefix, "type"], rule="fhir_bundle_type",
             message=f"{root}.type is {bundle.type!r}", allowed=" or ".join(BUNDLE_TYPES))])
     out = []
+    context = fhir_lean.seen_times()
     for i, e in enumerate(bundle.entry or []):
         if e.resource is None:
             continue
         loc = [*prefix, "entry", i, "resource"]
         resource = e.resource if full else _entry_resource(
-            e.resource, loc, f"{root}.entry[{i}].resource", full)
+            e.resource, loc, f"{root}.entry[{i}].resource", context)
         out.append(Located(resource, loc, e.fullUrl))
     return out
 
@@ -356,9 +365,13 @@ class StayBuilder:
         self.ids = {v.id for v in codes.values()} | set(ids)
         self.obs: list[Observation] = []
         self.sources: list[tuple[Loc, str]] = []
-        self.basis: list[str] = []
+        #: the references used, in order (a dict as an ordered set: a stay of thousands of
+        #: Observations is not a quadratic list search)
+        self.basis: dict[str, None] = {}
         self.refs: list[str] = []
         self.issues: list[Issue] = []
+        #: (variable, unit) -> why the unit is refused (None: accepted), once per request
+        self._units: dict[tuple[str, str | None], str | None] = {}
 
     def _warn(self, code: str, message: str, item: Located, path: Loc) -> None:
         self.issues.append(Issue(code, message, item.ref, expression(path)))
@@ -405,8 +418,8 @@ class StayBuilder:
         used = False
         for holder, loc, p_code, p_var in parts:
             used |= self._add_value(item, ref, holder, loc, p_code, p_var, when)
-        if used and ref not in self.basis:
-            self.basis.append(ref)
+        if used:
+            self.basis[ref] = None
 
     def _add_value(self, item: Located, ref: str, holder: Any, loc: Loc, code: str | None,
                    var: Variable | None, when: datetime) -> bool:
@@ -432,7 +445,7 @@ class StayBuilder:
             elif isinstance(value, str):
                 raise UnitError(f"{var.id} needs a number (valueQuantity)")
             else:
-                var.convert(value, unit)
+                self._check_unit(var, unit)
         except (UnitError, CategoryError) as e:
             self._warn("unit_not_convertible" if isinstance(e, UnitError) else
                        "value_not_a_category", f"{ref}: {e}; not used", item, loc)
@@ -441,6 +454,20 @@ class StayBuilder:
         self.sources.append((loc, kind))
         self.refs.append(ref)
         return True
+
+    def _check_unit(self, var: Variable, unit: str | None) -> None:
+        """`var.unit_for(unit)` (the catalog's one rule), looked up once per variable and
+        unit in a request: a stay repeats a few units hundreds of times."""
+        key = (var.id, unit)
+        if key not in self._units:
+            try:
+                var.unit_for(unit)
+                self._units[key] = None
+            except UnitError as e:
+                self._units[key] = str(e)
+        why = self._units[key]
+        if why is not None:
+            raise UnitError(why)
 
     def _direct(self, item: Located, variable: str, when: datetime, value: str | float,
                 loc: Loc, kind: str) -> bool:
@@ -453,8 +480,7 @@ class StayBuilder:
         self.sources.append((loc, kind))
         ref = item.ref or expression(item.loc)
         self.refs.append(ref)
-        if ref not in self.basis:
-            self.basis.append(ref)
+        self.basis[ref] = None
         return True
 
     def add_location(self, item: Located) -> None:
@@ -532,7 +558,7 @@ def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
     payload = StayPayload(id=patient.resource.id, admission_time=admission,
                           end_hours=end_hours, observations=builder.obs,
                           demographics=_demographics(patient.resource, admission))
-    return FhirStay(payload, patient.ref or "Patient", encounter, builder.basis,
+    return FhirStay(payload, patient.ref or "Patient", encounter, list(builder.basis),
                     builder.sources, builder.issues, builder.refs)
 
 

@@ -14,7 +14,7 @@ other types) are not looked at. The full validation stays an opt-in
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from fhir.resources.R4B import get_fhir_model_class
 from fhir_core.types import (
@@ -35,6 +35,8 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -53,6 +55,33 @@ def _required(value: Any, info: ValidationInfo) -> Any:
 def _present() -> Any:
     """A required primitive's field: absent is checked by `_required`, not by pydantic."""
     return Field(None, validate_default=True)
+
+
+#: The validation context key of a request's dateTime cache (`seen_times`).
+TIMES = "dateTimes"
+
+
+def seen_times() -> dict[str, dict[str, Any]]:
+    """A validation context whose dateTime strings are validated once per request."""
+    return {TIMES: {}}
+
+
+def _once(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+    """A dateTime string already validated in this request (`seen_times` context): its value
+    again. A stay's Observations share their charting times, and the library's dateTime
+    validator is Python (several microseconds each); a refused one is never stored, so it
+    is refused each time with the library's own error."""
+    seen = info.context.get(TIMES) if isinstance(info.context, dict) else None
+    if seen is None or not isinstance(value, str):
+        return handler(value)
+    out = seen.get(value)
+    if out is None:
+        out = seen[value] = handler(value)
+    return out
+
+
+#: FHIR dateTime, validated by the library's type, once per distinct string in a request.
+DateTime = Annotated[DateTimeType, WrapValidator(_once)]
 
 
 @cache
@@ -108,8 +137,8 @@ class Reference(_Lean):
 
 
 class Period(_Lean):
-    start: DateTimeType | None = None
-    end: DateTimeType | None = None
+    start: DateTime | None = None
+    end: DateTime | None = None
 
 
 class Quantity(_Lean):
@@ -140,7 +169,7 @@ class Observation(_Resource, _Choices):
     status: CodeType = _present()
     code: CodeableConcept
     subject: Reference | None = None
-    effectiveDateTime: DateTimeType | None = None
+    effectiveDateTime: DateTime | None = None
     effectiveInstant: InstantType | None = None
     effectivePeriod: Period | None = None
     valueQuantity: Quantity | None = None
@@ -173,7 +202,7 @@ class Procedure(_Resource, _Choices):
     status: CodeType = _present()
     subject: Reference
     code: CodeableConcept | None = None
-    performedDateTime: DateTimeType | None = None
+    performedDateTime: DateTime | None = None
     performedPeriod: Period | None = None
 
     _status = field_validator("status", mode="before")(_required)

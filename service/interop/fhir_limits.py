@@ -2,10 +2,10 @@
 
 FHIR validation costs about a millisecond per Observation and recurses once per nesting level,
 so a Bundle over a limit is refused from its raw bytes first: nesting depth, the number of
-JSON objects and the length of number literals come from a scan at C speed (bytes methods and
-one numpy cumulative sum over the brackets, a regular expression counting Observations; never a
-Python loop over the body), then the exact entry and Observation counts from the plain JSON
-parse, all before `fhir.resources` sees a byte.
+JSON objects and the length of number literals come from a scan at C speed (bytes methods,
+numpy cumulative sums over the quotes and brackets, a regular expression counting
+Observations; never a Python loop over the body), then the exact entry and Observation counts
+from the plain JSON parse, all before FHIR validation sees a byte.
 """
 
 from __future__ import annotations
@@ -30,12 +30,18 @@ OBJECTS_PER_ENTRY = 16
 #: Entries besides the Observations (Patient, Encounter, Location, Procedures...).
 OTHER_ENTRIES = 1_000
 
-_BRACKETS = bytes(range(256)).translate(None, b"{}[]")  # every byte but the brackets
+#: Every byte but the brackets and the quote: what `_brackets` keeps of a body.
+_NOT_MARKS = bytes(range(256)).translate(None, b'{}[]"')
+_QUOTE = ord('"')
+_OPEN = ord("{")
 _STEP = np.zeros(256, dtype=np.int8)
 _STEP[[ord("{"), ord("[")]] = 1
 _STEP[[ord("}"), ord("]")]] = -1
 _OBSERVATION = re.compile(rb'"resourceType"\s*:\s*"Observation"')
-_LONG_NUMBER = re.compile(rb"(?<![-+.0-9eE])[-+.0-9eE]{%d}" % (MAX_NUMBER_CHARS + 1))
+#: The characters of a JSON number literal as 1, every other byte as 0: a number longer than
+#: the limit is a run of 1s (a substring search, not a regular expression).
+_NUMBER_CHARS = bytes(int(chr(b) in "-+.0123456789eE") for b in range(256))
+_LONG_NUMBER = b"\x01" * (MAX_NUMBER_CHARS + 1)
 
 
 @dataclass(frozen=True)
@@ -59,11 +65,23 @@ def _refuse(rule: str, message: str, allowed: str, loc: list[str | int] | None =
                                                 message=message, allowed=allowed)])
 
 
+def _unescaped(raw: bytes) -> bytes:
+    """The body without its escaped backslashes and quotes: every quote left delimits a
+    string."""
+    return raw.replace(b"\\\\", b"").replace(b'\\"', b"") if b"\\" in raw else raw
+
+
 def structure(raw: bytes) -> bytes:
-    """The body without its string literals (escapes first, so every quote left delimits a
-    string): what is left is brackets, separators, numbers and literals."""
-    plain = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    return b"".join(plain.split(b'"')[0::2])
+    """The body without its string literals: brackets, separators, numbers and literals."""
+    return b"".join(_unescaped(raw).split(b'"')[0::2])
+
+
+def _brackets(raw: bytes) -> np.ndarray:
+    """The body's brackets outside its string literals, in order (a quote toggles "inside a
+    string"; only brackets and quotes are looked at, as one small array)."""
+    marks = np.frombuffer(_unescaped(raw).translate(None, _NOT_MARKS), dtype=np.uint8)
+    quote = marks == _QUOTE
+    return marks[((np.cumsum(quote, dtype=np.int32) & 1) == 0) & ~quote]
 
 
 def check_raw(raw: bytes, limits: FhirLimits) -> None:
@@ -75,20 +93,20 @@ def check_raw(raw: bytes, limits: FhirLimits) -> None:
         raise _refuse("fhir_too_many_observations", f"the body holds {observations} "
                       "Observations", f"<= {limits.max_observations} (the observations a "
                       "stay may have)")
-    outside = structure(raw)
-    objects = outside.count(b"{")
+    brackets = _brackets(raw)
+    objects = int(np.count_nonzero(brackets == _OPEN))
     if objects > limits.max_objects:
         raise _refuse("fhir_too_many_elements", f"the body holds {objects} JSON objects",
                       f"<= {limits.max_objects} ({OBJECTS_PER_ENTRY} per entry, "
                       f"{limits.max_entries} entries)")
-    brackets = outside.translate(None, _BRACKETS)
-    if brackets:
-        depth = int(np.cumsum(_STEP[np.frombuffer(brackets, dtype=np.uint8)],
-                              dtype=np.int32).max())
+    if brackets.size:
+        depth = int(np.cumsum(_STEP[brackets], dtype=np.int32).max())
         if depth > MAX_DEPTH:
             raise _refuse("fhir_too_deep", f"the body nests {depth} levels deep (e.g. "
                           "extensions inside extensions)", f"<= {MAX_DEPTH} levels")
-    if _LONG_NUMBER.search(outside):
+    # a long run of number characters anywhere, then (rare) outside the strings
+    if _LONG_NUMBER in raw.translate(_NUMBER_CHARS) and \
+            _LONG_NUMBER in structure(raw).translate(_NUMBER_CHARS):
         raise _refuse("fhir_number_too_long", "a number literal is longer than "
                       f"{MAX_NUMBER_CHARS} characters", f"<= {MAX_NUMBER_CHARS} characters "
                       "(a float64 needs 25)")

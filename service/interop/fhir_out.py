@@ -1,7 +1,10 @@
 """FHIR R4 out: a Prediction -> a Bundle of RiskAssessment (one per class) + OperationOutcome.
 
-Built with the `fhir.resources` models, so what is returned is valid by construction (tests
-validate it again). Risk, level and words come from `service.interop.readout`.
+Built as plain JSON objects and serialised by pydantic's encoder (the one the JSON routes use):
+constructing the `fhir.resources` models cost as much as the rest of a FHIR request. The
+elements are those of the FHIR R4 resources; the tests validate every shape this module
+writes with `fhir.resources` and check that the models give back exactly the same JSON. Risk,
+level and words come from `service.interop.readout`.
 """
 
 from __future__ import annotations
@@ -10,16 +13,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from fhir.resources.R4B.bundle import Bundle, BundleEntry
-from fhir.resources.R4B.codeableconcept import CodeableConcept
-from fhir.resources.R4B.coding import Coding
-from fhir.resources.R4B.extension import Extension
-from fhir.resources.R4B.identifier import Identifier
-from fhir.resources.R4B.operationoutcome import OperationOutcome, OperationOutcomeIssue
-from fhir.resources.R4B.quantity import Quantity
-from fhir.resources.R4B.range import Range
-from fhir.resources.R4B.reference import Reference
-from fhir.resources.R4B.riskassessment import RiskAssessment, RiskAssessmentPrediction
+from pydantic_core import to_json as encode
 
 from schemas.manifest import Manifest
 from schemas.outcomes import outcome_coding
@@ -35,104 +29,113 @@ MODEL_SYSTEM = "urn:scehr:model"
 RISK_INTERVAL_URL = "https://scehr.dev/fhir/StructureDefinition/risk-interval"
 RISK_PROBABILITY = "http://terminology.hl7.org/CodeSystem/risk-probability"
 FHIR_JSON = "application/fhir+json"
+Json = dict[str, Any]
 
 
-def _method(pred: Prediction) -> CodeableConcept:
+def _method(pred: Prediction) -> Json:
     m = pred.model
-    return CodeableConcept(
-        coding=[Coding(system=MODEL_SYSTEM, code=m.name, version=m.version,
-                       display=f"{m.name} {m.version}")],
-        text=f"{m.name} {m.version} (task {m.task}, loss {m.loss}, "
-             f"model.onnx sha256 {m.sha256})")
+    return {"coding": [{"system": MODEL_SYSTEM, "version": m.version, "code": m.name,
+                        "display": f"{m.name} {m.version}"}],
+            "text": f"{m.name} {m.version} (task {m.task}, loss {m.loss}, "
+                    f"model.onnx sha256 {m.sha256})"}
 
 
-def _outcome(r: ClassResult) -> CodeableConcept:
+def _outcome(r: ClassResult) -> Json:
     c = outcome_coding(r.label)
-    coding = [] if c is None else [Coding(system=c.system, code=c.code, display=c.display)]
-    return CodeableConcept(coding=coding or None, text=r.label)
+    if c is None:
+        return {"text": r.label}
+    return {"coding": [{"system": c.system, "code": c.code, "display": c.display}],
+            "text": r.label}
 
 
-def interval_extension(r: ClassResult) -> list[Extension] | None:
+def interval_extension(r: ClassResult) -> list[Json] | None:
     """The risk's uncertainty as the RISK_INTERVAL_URL extension (None: the model has none)."""
     ri = interval_of(r)
     if ri is None:
         return None
-    parts = [Extension(url="interval", valueRange=Range(low=Quantity(value=ri.low),
-                                                        high=Quantity(value=ri.high))),
-             Extension(url="wide", valueBoolean=ri.wide),
-             Extension(url="level", valueDecimal=ri.level),
-             *(Extension(url="outcome", valueCode=o) for o in ri.outcomes)]
-    return [Extension(url=RISK_INTERVAL_URL, extension=parts)]
+    parts = [{"url": "interval", "valueRange": {"low": {"value": ri.low},
+                                                "high": {"value": ri.high}}},
+             {"url": "wide", "valueBoolean": ri.wide},
+             {"url": "level", "valueDecimal": ri.level},
+             *({"url": "outcome", "valueCode": o} for o in ri.outcomes)]
+    return [{"extension": parts, "url": RISK_INTERVAL_URL}]
+
+
+def _reference(ref: str) -> Json:
+    """A basis reference: a resource reference, or (a resource without id nor fullUrl) its
+    place in the Bundle as a display."""
+    return {"display": ref} if ref.startswith("Bundle.") else {"reference": ref}
 
 
 def risk_assessment(r: ClassResult, pred: Prediction, manifest: Manifest, stay: FhirStay,
-                    when: datetime, basis: list[str] | None = None) -> RiskAssessment:
+                    when: datetime, basis: list[str] | None = None) -> Json:
     """One class result as a RiskAssessment; `basis` the references whose values the model
     read (default: every one the Bundle mapped)."""
     code, display = QUALITATIVE[level_of(r, manifest)]
     basis = stay.basis if basis is None else basis
-    return RiskAssessment(
-        id=str(uuid.uuid4()),
-        status="final",
-        identifier=[Identifier(system=MODEL_SYSTEM, value=f"{pred.model.name}:{r.label}")],
-        subject=Reference(reference=stay.patient),
-        encounter=Reference(reference=stay.encounter) if stay.encounter else None,
-        occurrenceDateTime=when,
-        method=_method(pred),
-        basis=[Reference(display=b) if b.startswith("Bundle.") else Reference(reference=b)
-               for b in basis] or None,
-        prediction=[RiskAssessmentPrediction(
-            extension=interval_extension(r),
-            outcome=_outcome(r),
-            probabilityDecimal=risk_of(r),
-            qualitativeRisk=CodeableConcept(
-                coding=[Coding(system=RISK_PROBABILITY, code=code, display=display)]),
-            rationale=rationale(r, manifest),
-        )],
-    )
+    prediction: Json = {}
+    if (ext := interval_extension(r)) is not None:
+        prediction["extension"] = ext
+    prediction |= {"outcome": _outcome(r), "probabilityDecimal": risk_of(r),
+                   "qualitativeRisk": {"coding": [{"system": RISK_PROBABILITY, "code": code,
+                                                   "display": display}]},
+                   "rationale": rationale(r, manifest)}
+    out: Json = {"resourceType": "RiskAssessment", "id": str(uuid.uuid4()),
+                 "identifier": [{"system": MODEL_SYSTEM,
+                                 "value": f"{pred.model.name}:{r.label}"}],
+                 "status": "final", "method": _method(pred),
+                 "subject": {"reference": stay.patient}}
+    if stay.encounter:
+        out["encounter"] = {"reference": stay.encounter}
+    out["occurrenceDateTime"] = when
+    if basis:
+        out["basis"] = [_reference(b) for b in basis]
+    out["prediction"] = [prediction]
+    return out
 
 
-def operation_outcome(issues: list[Issue], pred: Prediction, stay: FhirStay
-                      ) -> OperationOutcome | None:
+def _issue(code: str, details: Json, diagnostics: str, where: str | None) -> Json:
+    issue = {"severity": "warning", "code": code, "details": details,
+             "diagnostics": diagnostics}
+    return issue | {"expression": [where]} if where else issue
+
+
+def operation_outcome(issues: list[Issue], pred: Prediction, stay: FhirStay) -> Json | None:
     """Conversion warnings and the prediction's own warnings, as FHIR issues."""
-    out = [OperationOutcomeIssue(
-        severity="warning", code="informational",
-        details=CodeableConcept(text=i.code), diagnostics=i.message,
-        expression=[i.expression] if i.expression else None) for i in issues]
+    out = [_issue("informational", {"text": i.code}, i.message, i.expression)
+           for i in issues]
     if pred.status == "insufficient_data" and pred.sufficiency is not None:
-        out.append(OperationOutcomeIssue(
-            severity="warning", code="incomplete",
-            details=CodeableConcept(coding=[Coding(system=MODEL_SYSTEM,
-                                                   code="insufficient_data")],
-                                    text="insufficient_data"),
-            diagnostics=f"not enough data to estimate the risk with {pred.model.name} "
+        out.append(_issue(
+            "incomplete", {"coding": [{"system": MODEL_SYSTEM, "code": "insufficient_data"}],
+                           "text": "insufficient_data"},
+            f"not enough data to estimate the risk with {pred.model.name} "
             f"{pred.model.version}: " + "; ".join(pred.sufficiency.reasons)
-            + ". No RiskAssessment is given."))
+            + ". No RiskAssessment is given.", None))
     for n in pred.warnings:
         where = stay.locate(n.loc) if n.loc else None
-        out.append(OperationOutcomeIssue(
-            severity="warning", code="informational", details=CodeableConcept(text=n.code),
-            diagnostics=n.message,
-            expression=[expression(where)] if where else None))
-    return OperationOutcome(id=str(uuid.uuid4()), issue=out) if out else None
+        out.append(_issue("informational", {"text": n.code}, n.message,
+                          expression(where) if where else None))
+    return {"resourceType": "OperationOutcome", "id": str(uuid.uuid4()),
+            "issue": out} if out else None
 
 
 def risk_bundle(pred: Prediction, manifest: Manifest, stay: FhirStay,
-                when: datetime | None = None) -> Bundle:
+                when: datetime | None = None) -> Json:
     """The answer: a collection Bundle of RiskAssessments (+ an OperationOutcome if warned).
     A stay below the model's data minimum gets no RiskAssessment, only the OperationOutcome
     (code `incomplete`, details `insufficient_data`) naming what is missing."""
     when = when or datetime.now(UTC)
     basis = stay.contributed(pred.contributed_rows)
-    entries: list[Any] = [risk_assessment(r, pred, manifest, stay, when, basis)
-                          for r in pred.results]
+    entries = [risk_assessment(r, pred, manifest, stay, when, basis) for r in pred.results]
     oo = operation_outcome(stay.issues, pred, stay)
     if oo is not None:
         entries.append(oo)
-    return Bundle(type="collection", timestamp=when,
-                  entry=[BundleEntry(fullUrl=f"urn:uuid:{e.id}", resource=e) for e in entries])
+    bundle: Json = {"resourceType": "Bundle", "type": "collection", "timestamp": when}
+    if entries:
+        bundle["entry"] = [{"fullUrl": f"urn:uuid:{e['id']}", "resource": e} for e in entries]
+    return bundle
 
 
-def to_json(resource: Any) -> str:
-    """FHIR JSON text (fhir.resources' own serializer, compact, no empty elements)."""
-    return resource.model_dump_json(exclude_none=True)
+def to_json(resource: Json) -> bytes:
+    """FHIR JSON (compact; datetimes as ISO 8601 with `Z` for UTC, as FHIR writes them)."""
+    return encode(resource)

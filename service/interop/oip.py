@@ -18,10 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from schemas.contract import INPUT_LENGTHS, INPUT_STATIC, INPUT_X
 from schemas.payloads import Prediction, StayPayload
 from service.batcher import ModelInputs, ModelOutputs
-from service.interop.readout import alert_of, risk_of
+from service.interop.readout import alert_of, interval_of, risk_of
 from service.pipeline import ModelSpec
 
 INPUT_STAY = "stay"
+#: The risk's uncertainty as tensors, for a model that serves it (`RiskInterval`: the interval's
+#: ends, and whether it is wide); its conformal outcome set, of varying length, is in
+#: `prediction`.
+INTERVAL_OUTPUTS = {"risk_low": "FP64", "risk_high": "FP64", "risk_wide": "BOOL"}
 #: Longest dynamic input accepted (time steps): the benchmark's 240 h at 1 h steps.
 MAX_STEPS = 240
 DTYPES: dict[str, Any] = {"BOOL": np.bool_, "INT32": np.int32, "INT64": np.int64,
@@ -116,6 +120,9 @@ def metadata(task: str, spec: ModelSpec, versions: list[str] | None = None) -> M
                TensorMeta(name="risk", datatype="FP64", shape=[-1, n_cls]),
                TensorMeta(name="alert", datatype="BOOL", shape=[-1, n_cls]),
                TensorMeta(name="prediction", datatype="BYTES", shape=[-1])]
+    if all(c.uncertainty is not None for c in spec.manifest.classes):  # served intervals
+        outputs[4:4] = [TensorMeta(name=n, datatype=d, shape=[-1, n_cls])
+                        for n, d in INTERVAL_OUTPUTS.items()]
     return ModelMetadata(name=task, versions=versions or [spec.manifest.version],
                          platform="onnxruntime_onnx", inputs=inputs, outputs=outputs)
 
@@ -211,6 +218,19 @@ def stays(t: TensorIn, max_rows: int) -> list[StayPayload]:
     return out
 
 
+def _intervals(preds: list[Prediction]) -> dict[str, tuple[str, np.ndarray]]:
+    """`INTERVAL_OUTPUTS` of the rows, when every risk has its interval (a model without an
+    uncertainty map has none: the outputs are then absent, as in its metadata)."""
+    rows = [[interval_of(r) for r in p.results] for p in preds]
+    ris = [[ri for ri in row if ri is not None] for row in rows]
+    if not preds or ris != rows:
+        return {}
+    return {"risk_low": ("FP64", np.asarray([[r.low for r in row] for row in ris])),
+            "risk_high": ("FP64", np.asarray([[r.high for r in row] for row in ris])),
+            "risk_wide": ("BOOL", np.asarray([[r.wide for r in row] for row in ris],
+                                             dtype=np.bool_))}
+
+
 def outputs(out: ModelOutputs, preds: list[Prediction], wanted: list[str] | None
             ) -> list[TensorOut]:
     """The requested outputs (all by default), row-major flattened."""
@@ -228,7 +248,7 @@ def outputs(out: ModelOutputs, preds: list[Prediction], wanted: list[str] | None
     alert = np.asarray([[alert_of(r) for r in p.results] for p in preds], dtype=np.bool_)
     tensors: dict[str, tuple[str, np.ndarray | list[str]]] = {
         **{k: ("FP32", v.astype(np.float32)) for k, v in graph.items()},
-        "risk": ("FP64", risk), "alert": ("BOOL", alert),
+        "risk": ("FP64", risk), **_intervals(preds), "alert": ("BOOL", alert),
         "prediction": ("BYTES", [p.model_dump_json() for p in preds]),
     }
     names = wanted or list(tensors)

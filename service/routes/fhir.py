@@ -15,7 +15,7 @@ from schemas.payloads import ErrorBody, Problem
 from service.auth import ApiKey
 from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
 from service.errors import ApiError
-from service.interop.fhir_in import read_bundle
+from service.interop.fhir_in import FhirStay, read_bundle
 from service.interop.fhir_limits import FhirLimits, check_bundle, check_raw
 from service.interop.fhir_out import FHIR_JSON, risk_bundle, to_json
 from service.routes.predict import (
@@ -25,7 +25,7 @@ from service.routes.predict import (
     Strict,
     as_body_parameter,
 )
-from service.scorer import DEFAULT_EXPLAIN, ScoreOptions, choose_point, released
+from service.scorer import DEFAULT_EXPLAIN, ScoreOptions, choose_point, release
 
 router = APIRouter(tags=["fhir"])
 
@@ -85,20 +85,29 @@ async def fhir_predict(
     handle = handle_for(registry, settings, task, version)
     request.state.model = task
     # Parsing, FHIR validation and building are pure Python and grow with the Bundle: off the
-    # event loop, like the rest of the request's CPU work
+    # event loop (one worker-thread call before scoring, one after), like the rest of the
+    # request's CPU work
     raw = await request.body()
     since = time.perf_counter()
     reject_xml(request.headers.get("content-type"), raw)
-    bundle = await run_in_threadpool(_bundle, raw, FhirLimits(settings.max_observations))
-    stay = await run_in_threadpool(read_bundle, bundle, admission_time=admission_time,
-                                   end_hours=end_hours, variables=handle.model.spec.fs.variables,
-                                   full=settings.fhir_validation == "full")
+    variables, full = handle.model.spec.fs.variables, settings.fhir_validation == "full"
+
+    def read() -> tuple[dict[str, Any], FhirStay]:
+        bundle = _bundle(raw, FhirLimits(settings.max_observations))
+        return bundle, read_bundle(bundle, admission_time=admission_time, end_hours=end_hours,
+                                   variables=variables, full=full)
+
+    bundle, stay = await run_in_threadpool(read)
     choice = choose_point(handle.model.spec, None, None, allow_insufficient)
     pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain, strict, choice),
                                    locate=stay.locate, since=since)
-    text = await run_in_threadpool(
-        lambda: to_json(risk_bundle(pred, handle.model.spec.manifest, stay)))
     entries = bundle.get("entry")
-    await released(True, entries if isinstance(entries, list) else [],
-                   stay.payload.observations, stay.sources, stay.refs)
+
+    def answer() -> bytes:
+        text = to_json(risk_bundle(pred, handle.model.spec.manifest, stay))
+        release(entries if isinstance(entries, list) else [], stay.payload.observations,
+                stay.sources, stay.refs)
+        return text
+
+    text = await run_in_threadpool(answer)
     return Response(text, media_type=FHIR_JSON)

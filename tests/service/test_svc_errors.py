@@ -125,3 +125,27 @@ async def test_internal_error_is_json_500_with_request_id(
     r = await client.post("/predict/mortality", json=stay(), headers={"x-request-id": "abc-1"})
     assert r.status_code == 500 and r.json()["error"] == "internal_error"
     assert r.json()["request_id"] == "abc-1" == r.headers["x-request-id"]
+
+
+JSON_EDGES = [b'{"a":NaN,"b":-Infinity,"c":1e400}', b'{"a":1,"a":2}', b'{"a":"\\ud800"}',
+              b'{"a":"\\ud83d\\ude00"}', b'{"a":"\x01"}', b'{"a":01}', b'\xef\xbb\xbf{}',
+              b'{"a":"\xff"}', b'{"a":"\xed\xa0\x80"}', '{"a":"é"}'.encode("utf-16"),
+              b'{"a":' + b"9" * 400 + b"}", b'{"a":2.5e-324,"b":0.1,"c":-0.0,"d":1E2}',
+              b"[1,]", b'{"a":1}\x0c', b"", b" {} "]
+
+
+@pytest.mark.parametrize("raw", JSON_EDGES)
+def test_the_body_parser_reads_and_refuses_as_json_loads(raw: bytes) -> None:
+    """pydantic's parser first, `json.loads` for what it refuses: always json.loads's answer
+    (the FHIR and CDS Hooks bodies, whose errors are FastAPI's)."""
+    import json
+
+    from service.routes.predict import loads_json
+
+    def answer(loads: Callable[[bytes], object]) -> object:
+        try:
+            return repr(loads(raw))
+        except ValueError as e:
+            return type(e), str(e)
+
+    assert answer(loads_json) == answer(json.loads)

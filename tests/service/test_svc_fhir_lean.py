@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from service.errors import ApiError
+from service.interop import fhir_in, fhir_lean
 from service.interop.fhir_in import bundle_resources, read_bundle
 from service.settings import Settings
 from tests.service.conftest import serve
@@ -75,6 +76,9 @@ SAME: dict[str, Mutation] = {
     "entry not an object": lambda b: b["entry"].append(5),
     "unknown resourceType": lambda b: b["entry"].append({"resource": {"resourceType": "Foo"}}),
     "resourceType a number": lambda b: b["entry"].append({"resource": {"resourceType": 7}}),
+    "a time valid in Observations, the same text in a period end": lambda b: (
+        _encounter(b)["period"].update(end=_obs(b)["effectiveDateTime"]),
+        _procedure(b).update(performedDateTime="2026-01-15T09:00:00+15:00")),
 }
 #: Accepted alike (FHIR allows them; the adapter warns or reads them).
 ACCEPTED: dict[str, Mutation] = {
@@ -86,6 +90,32 @@ ACCEPTED: dict[str, Mutation] = {
     "a resource type not read": lambda b: b["entry"].append(
         {"resource": {"resourceType": "Medication", "id": "m1"}}),
 }
+
+
+def _every_time(text: str) -> Mutation:
+    return lambda b: [e["resource"].update(effectiveDateTime=text) for e in b["entry"]
+                      if e["resource"]["resourceType"] == "Observation"]
+
+
+@pytest.mark.parametrize("change", [
+    lambda b: None, _every_time("2026-13-01T00:00:00Z"), _every_time("2026-01"),
+    _every_time("2026-01-15T09:00:60Z"), _every_time("2026-01-15")])
+def test_a_time_validated_once_per_request_reads_and_refuses_as_each_time(
+        change: Mutation, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each distinct dateTime string is validated once per request (`fhir_lean.seen_times`):
+    the same values and the same refusals as validating every one."""
+    b = example_bundle()
+    change(b)
+
+    def read() -> Any:
+        try:
+            return [r.resource for r in bundle_resources(copy.deepcopy(b))]
+        except ApiError as e:
+            return e.status, [(p.loc, p.rule, p.message) for p in e.detail]
+
+    once = read()
+    monkeypatch.setattr(fhir_lean, "seen_times", dict)  # a context without the cache
+    assert read() == once
 
 
 def _outcome(raw: dict[str, Any], full: bool) -> Any:
@@ -115,6 +145,17 @@ def test_lean_and_full_read_the_same_stay() -> None:
     assert len(lean.payload.observations) > 150
     assert (lean.basis, lean.sources, lean.refs, lean.issues) == \
         (full.basis, full.sources, full.refs, full.issues)
+
+
+def test_unknown_resource_types_are_not_remembered() -> None:
+    """Resource types are looked up once per process, but only those FHIR has: what clients
+    send cannot grow the set."""
+    for i in range(50):
+        b = example_bundle()
+        b["entry"].append({"resource": {"resourceType": f"Foo{i}"}})
+        assert _outcome(b, False)[0] == 422
+    assert not any(t.startswith("Foo") for t in fhir_in._KNOWN_TYPES)
+    assert {"Observation", "Patient", "Encounter"} <= fhir_in._KNOWN_TYPES
 
 
 def test_lean_validation_reads_only_what_the_adapter_reads() -> None:

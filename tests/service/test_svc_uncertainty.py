@@ -3,7 +3,9 @@ wide interval is information), and a model without a map serving no interval, wi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from schemas.payloads import ClassResult, RiskInterval
 from schemas.uncertainty import RiskUncertainty
 from service.interop.fhir_out import RISK_INTERVAL_URL
+from service.interop.oip import INTERVAL_OUTPUTS
 from service.interop.readout import uncertainty_words
 from service.pipeline import _intervals
 from service.settings import Settings
@@ -24,6 +27,12 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def v2_request() -> dict[str, Any]:
+    """The JSON stay as an Open Inference `stay` tensor."""
+    return {"inputs": [{"name": "stay", "shape": [1], "datatype": "BYTES",
+                        "data": [json.dumps(json_stay())]}]}
 
 
 def test_intervals_read_the_steps_and_the_outcome_set() -> None:
@@ -68,6 +77,11 @@ async def test_a_model_without_an_uncertainty_map_serves_no_interval(tmp_path: P
         [card] = cds.json()["cards"]
         assert "serves no uncertainty interval" in card["detail"]
         assert card["extension"]["dev.scehr.result"]["risk_interval"] is None
+        v2 = await c.post("/v2/models/mortality/infer", json=v2_request())
+        assert v2.status_code == 200 and not INTERVAL_OUTPUTS.keys() & {
+            o["name"] for o in v2.json()["outputs"]}
+        meta = (await c.get("/v2/models/mortality")).json()
+        assert not INTERVAL_OUTPUTS.keys() & {o["name"] for o in meta["outputs"]}
 
 
 async def test_a_model_with_a_map_says_so_and_serves_it(model_dir: Path) -> None:
@@ -79,3 +93,11 @@ async def test_a_model_with_a_map_says_so_and_serves_it(model_dir: Path) -> None
         schema = (await c.get("/openapi.json")).json()["components"]["schemas"]
         assert "RiskInterval" in schema
         assert "risk_interval" in schema["ClassResult"]["properties"]
+        v2 = await c.post("/v2/models/mortality/infer", json=v2_request())
+        assert v2.status_code == 200, v2.text
+        out = {o["name"]: o for o in v2.json()["outputs"]}
+        assert (out["risk_low"]["data"], out["risk_high"]["data"], out["risk_wide"]["data"]) \
+            == ([ri["low"]], [ri["high"]], [ri["wide"]])
+        assert out["risk_low"]["datatype"] == "FP64" and out["risk_wide"]["shape"] == [1, 1]
+        meta = {o["name"]: o for o in (await c.get("/v2/models/mortality")).json()["outputs"]}
+        assert {k: meta[k]["datatype"] for k in INTERVAL_OUTPUTS} == INTERVAL_OUTPUTS

@@ -13,6 +13,7 @@ import pytest
 from schemas.profile import psi
 from service import monitoring
 from service.monitoring import ModelMonitor, Reference
+from service.operating import PointTable
 from service.settings import Settings
 from tests.service.conftest import serve
 from tests.service.fixture_model import write_index, write_model
@@ -150,3 +151,20 @@ def test_queued_stays_give_the_summary_of_stays_entered_one_by_one(
     assert a["stays"] == window
     assert a["risk"][0].pop("mean_risk") == pytest.approx(b["risk"][0].pop("mean_risk"))
     assert a == b
+
+
+def test_alerts_of_every_point_follow_each_class_threshold_and_value() -> None:
+    """The monitor's [n, C, P] alerts: at or above the point's threshold, on the score where
+    the point says so, else on the risk; never where a class lacks the point."""
+    thresholds = np.array([[0.3, np.nan], [0.6, 0.5]])  # [P, C]
+    table = PointTable(("a", "b"), thresholds, np.array([[False, False], [True, False]]),
+                       thresholds, np.zeros(2, dtype=np.int64), False)
+    risk = np.array([[0.3, 0.9], [0.29, 0.5], [np.nan, 0.49]])
+    score = np.array([[0.59, 0.0], [0.6, 0.0], [0.7, 1.0]])
+    got = table.alerts(risk, score)
+    assert got.dtype == bool and got.shape == (3, 2, 2)
+    assert got[:, 0, 0].tolist() == [True, False, False]  # class 0, point a: risk >= 0.3
+    assert got[:, 0, 1].tolist() == [False, True, True]  # class 0, point b: score >= 0.6
+    assert not got[:, 1, 0].any()  # class 1 lacks point a
+    assert got[:, 1, 1].tolist() == [True, True, False]  # class 1, point b: risk >= 0.5
+    assert (table.alerts(risk, score) == got).all()  # the cached bounds give the same again

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
+from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -300,14 +301,14 @@ def _wide_rows(w: WideTable) -> _Rows | None:
             return None
         if None in col:
             idx = [r for r, v in enumerate(col) if v is not None]
-            values += [col[r] for r in idx]
-            times += [w.hours[r] for r in idx]
+            values += map(col.__getitem__, idx)  # list.__iadd__ of a map: filled in C
+            times += map(w.hours.__getitem__, idx)
         else:
             idx = list(range(n))
             values += col
             times += w.hours
-        names += [name] * len(idx)
-        units += [w.units.get(name)] * len(idx)
+        names += repeat(name, len(idx))
+        units += repeat(w.units.get(name), len(idx))
         rows += idx
     return _Rows(names, units, times, values, lambda i: ["wide", "columns", names[i], rows[i]])
 

@@ -36,6 +36,15 @@ MIN_STAYS_FOR_PSI = 50
 #: Observed hourly values a variable needs in the window before its PSI is reported.
 MIN_VALUES_FOR_PSI = 100
 REFRESH_SECONDS = 1.0
+#: Rows `ModelMonitor.observe` queues before they enter the window in one update.
+PENDING_ROWS = 32
+
+
+def _joined(arrays: list[np.ndarray | None]) -> np.ndarray | None:
+    """The queued stays' arrays as one (None stays None: a model without value bins)."""
+    if arrays[0] is None:
+        return None
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,9 @@ class ModelMonitor:
         self._count = 0
         self._lock = threading.Lock()
         self._refreshed = 0.0
+        #: Stays observed but not yet in the window (`observe`), and their rows.
+        self._pending: list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]] = []
+        self._pending_rows = 0
 
     @property
     def nbytes(self) -> int:
@@ -96,29 +108,44 @@ class ModelMonitor:
     def observe(self, observed: np.ndarray, values: np.ndarray | None, risk: np.ndarray,
                 alerts: np.ndarray) -> None:
         """Add stays: observed [n, V], value counts [n, V, width] (or None), risk [n, C],
-        alerts [n, C, P]; the oldest leave once the window is full."""
+        alerts [n, C, P]; the oldest leave once the window is full.
+
+        The stays wait in a short queue (at most PENDING_ROWS rows) and enter the window
+        together: the window's numpy updates cost about the same for one stay as for a few
+        dozen. Every reading (`summary`, the gauges) lets the queue in first."""
         n = observed.shape[0]
         if n == 0:
             return
+        with self._lock:
+            self._pending.append((observed, values, risk, alerts))
+            self._pending_rows += n
+            if self._pending_rows >= PENDING_ROWS:
+                self._enter()
+        if time.monotonic() - self._refreshed >= REFRESH_SECONDS:
+            self.refresh_gauges()
+
+    def _enter(self) -> None:
+        """Move the queued stays into the window, oldest first (call with the lock held)."""
+        parts, self._pending, self._pending_rows = self._pending, [], 0
+        if not parts:
+            return
+        observed, values, risk, alerts = (_joined([p[k] for p in parts]) for k in range(4))
+        n = observed.shape[0]
         if n > self.size:  # only the newest `size` stays can be in the window
             observed, risk, alerts = observed[-self.size:], risk[-self.size:], alerts[-self.size:]
             values = None if values is None else values[-self.size:]
             n = self.size
-        rbins = self.risk_bins(risk)
-        with self._lock:
-            idx = (self._next + np.arange(n)) % self.size
-            old = idx[idx < self._count] if self._count < self.size else idx
-            self._add(old, -1)
-            self._observed[idx] = observed
-            self._values[idx] = 0 if values is None else values
-            self._risk[idx] = risk
-            self._risk_bin[idx] = rbins
-            self._alerts[idx] = alerts
-            self._add(idx, +1)
-            self._next = int((self._next + n) % self.size)
-            self._count = min(self.size, self._count + n)
-        if time.monotonic() - self._refreshed >= REFRESH_SECONDS:
-            self.refresh_gauges()
+        idx = (self._next + np.arange(n)) % self.size
+        old = idx[idx < self._count] if self._count < self.size else idx
+        self._add(old, -1)
+        self._observed[idx] = observed
+        self._values[idx] = 0 if values is None else values
+        self._risk[idx] = risk
+        self._risk_bin[idx] = self.risk_bins(risk)
+        self._alerts[idx] = alerts
+        self._add(idx, +1)
+        self._next = int((self._next + n) % self.size)
+        self._count = min(self.size, self._count + n)
 
     def _add(self, idx: np.ndarray, sign: int) -> None:
         if idx.size == 0:
@@ -135,6 +162,7 @@ class ModelMonitor:
     def summary(self) -> MonitoringSummary:
         ref = self.ref
         with self._lock:
+            self._enter()
             n = self._count
             obs, vals = self._sum_observed.copy(), self._sum_values.copy()
             risk_sum, rbins = self._sum_risk.copy(), self._sum_risk_bins.copy()

@@ -146,8 +146,15 @@ class PointTable:
         used = [name if h else u for h, u in zip(have.tolist(), base.used, strict=True)]
         return Choice(name, thr, on_score, used, "request", why if any(why) else ())
 
+    @cached_property
+    def _alert_bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """[1, C, P] each: where the point exists, its threshold (+inf where not), and whether
+        it applies to the score: `alerts` runs on every scored request."""
+        thr = self.thresholds.T[None]
+        return ~np.isnan(thr), np.nan_to_num(thr, nan=np.inf), self.on_score.T[None]
+
     def alerts(self, risk: np.ndarray, score: np.ndarray) -> np.ndarray:
         """[n, C, P] alert of every named point (False where a class lacks it)."""
-        thr = self.thresholds.T[None]  # [1, C, P]
-        value = np.where(self.on_score.T[None], score[:, :, None], risk[:, :, None])
-        return np.where(np.isnan(thr), False, value >= np.nan_to_num(thr, nan=np.inf))
+        exists, bound, on_score = self._alert_bounds
+        value = np.where(on_score, score[:, :, None], risk[:, :, None])
+        return exists & (value >= bound)

@@ -42,6 +42,7 @@ from service.examples import (
     stay_examples,
 )
 from service.pipeline import ModelSpec, parse_stays
+from service.query_route import QueryRoute
 from service.scorer import (
     DEFAULT_EXPLAIN,
     Explain,
@@ -191,7 +192,8 @@ for _task in TASK_NAMES:
         f"/predict/{_task}", _single(_task), methods=["POST"], response_model=Prediction,
         responses={**ERRORS, **(response_examples() if _task == _EXAMPLE_TASK else {})},
         name=f"predict_{_task}", summary=f"Score one stay ({_task})",
-        operation_id=f"predict_{_task}", openapi_extra={**_stay_body(_task), **API_KEY_SECURITY})
+        operation_id=f"predict_{_task}", openapi_extra={**_stay_body(_task), **API_KEY_SECURITY},
+        route_class_override=QueryRoute)
 
 
 _DECODER = json.JSONDecoder()

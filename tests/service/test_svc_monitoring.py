@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 from schemas.profile import psi
+from service import monitoring
+from service.monitoring import ModelMonitor, Reference
+from service.operating import PointTable
 from service.settings import Settings
 from tests.service.conftest import serve
 from tests.service.fixture_model import write_index, write_model
@@ -111,3 +114,57 @@ def test_psi_is_zero_on_the_reference_and_large_on_a_shift() -> None:
     assert psi(ref, np.full(10, 7)) == pytest.approx(0.0)
     assert psi(ref, np.array([0] * 8 + [50, 50])) > 1.0
     assert psi(ref, np.zeros(10)) is None
+
+
+def _reference() -> Reference:
+    return Reference(task="mortality", version="t", variables=("a", "b", "c"),
+                     coverage=np.array([0.5, 0.9, np.nan]), bins=None, value_fractions=None,
+                     n_value_bins=np.ones(3, dtype=np.int64), labels=("y",),
+                     risk_edges=[np.array([0.2, 0.5])], risk_fractions=[np.array([0.3, 0.4, 0.3])],
+                     points=("high_sensitivity",), validation_alert_rate=np.array([[0.2]]))
+
+
+def _stays(rng: np.random.Generator, n: int) -> tuple[np.ndarray, None, np.ndarray, np.ndarray]:
+    risk = rng.uniform(size=(n, 1))
+    return rng.uniform(size=(n, 3)) < 0.6, None, risk, (risk > 0.4)[:, :, None]
+
+
+@pytest.mark.parametrize("window", [7, 60])
+def test_queued_stays_give_the_summary_of_stays_entered_one_by_one(
+        window: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stays wait in a short queue before entering the window together; every reading lets
+    them in first, so a summary is the one of a window that took each stay as it came."""
+    rng = np.random.default_rng(3)
+    queued, at_once = ModelMonitor(_reference(), window), ModelMonitor(_reference(), window)
+    for k in range(150):
+        stays = _stays(rng, int(rng.integers(1, 4)))
+        queued.observe(*stays)
+        monkeypatch.setattr(monitoring, "PENDING_ROWS", 1)  # the window takes it at once
+        at_once.observe(*stays)
+        monkeypatch.undo()
+        assert queued._pending_rows < monitoring.PENDING_ROWS  # bounded whatever the traffic
+        if k % 37 == 5:  # readings in between
+            a, b = queued.summary().model_dump(), at_once.summary().model_dump()
+            assert a["risk"][0].pop("mean_risk") == pytest.approx(b["risk"][0].pop("mean_risk"))
+            assert a == b
+    a, b = queued.summary().model_dump(), at_once.summary().model_dump()
+    assert a["stays"] == window
+    assert a["risk"][0].pop("mean_risk") == pytest.approx(b["risk"][0].pop("mean_risk"))
+    assert a == b
+
+
+def test_alerts_of_every_point_follow_each_class_threshold_and_value() -> None:
+    """The monitor's [n, C, P] alerts: at or above the point's threshold, on the score where
+    the point says so, else on the risk; never where a class lacks the point."""
+    thresholds = np.array([[0.3, np.nan], [0.6, 0.5]])  # [P, C]
+    table = PointTable(("a", "b"), thresholds, np.array([[False, False], [True, False]]),
+                       thresholds, np.zeros(2, dtype=np.int64), False)
+    risk = np.array([[0.3, 0.9], [0.29, 0.5], [np.nan, 0.49]])
+    score = np.array([[0.59, 0.0], [0.6, 0.0], [0.7, 1.0]])
+    got = table.alerts(risk, score)
+    assert got.dtype == bool and got.shape == (3, 2, 2)
+    assert got[:, 0, 0].tolist() == [True, False, False]  # class 0, point a: risk >= 0.3
+    assert got[:, 0, 1].tolist() == [False, True, True]  # class 0, point b: score >= 0.6
+    assert not got[:, 1, 0].any()  # class 1 lacks point a
+    assert got[:, 1, 1].tolist() == [True, True, False]  # class 1, point b: risk >= 0.5
+    assert (table.alerts(risk, score) == got).all()  # the cached bounds give the same again

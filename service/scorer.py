@@ -48,7 +48,7 @@ T = TypeVar("T")
 Explain = Literal["basic", "top", "full"]
 #: Every interface's default explanation: the nearest-anchor read-outs and prototypes, which
 #: come with the stay's own model row. Contributions (`top`, `full`) are asked for: each costs
-#: one more model row per observed channel (docs/method.md, "Explanations").
+#: one more model row per observed channel (docs/service.md, "What contributions cost").
 DEFAULT_EXPLAIN: Explain = "basic"
 
 

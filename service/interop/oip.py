@@ -222,12 +222,11 @@ def _intervals(preds: list[Prediction]) -> dict[str, tuple[str, np.ndarray]]:
     """`INTERVAL_OUTPUTS` of the rows, when every risk has its interval (a model without an
     uncertainty map has none: the outputs are then absent, as in its metadata)."""
     rows = [[interval_of(r) for r in p.results] for p in preds]
-    ris = [[ri for ri in row if ri is not None] for row in rows]
-    if not preds or ris != rows:
+    if not rows or any(ri is None for row in rows for ri in row):
         return {}
-    return {"risk_low": ("FP64", np.asarray([[r.low for r in row] for row in ris])),
-            "risk_high": ("FP64", np.asarray([[r.high for r in row] for row in ris])),
-            "risk_wide": ("BOOL", np.asarray([[r.wide for r in row] for row in ris],
+    return {"risk_low": ("FP64", np.asarray([[r.low for r in row] for row in rows])),
+            "risk_high": ("FP64", np.asarray([[r.high for r in row] for row in rows])),
+            "risk_wide": ("BOOL", np.asarray([[r.wide for r in row] for row in rows],
                                              dtype=np.bool_))}
 
 

@@ -27,8 +27,9 @@ makes the run exit 2 (its table is not valid). Medians of `--reps` repetitions. 
 that meet the model's data minimum are sent (below it scehr abstains: less work than scoring).
 Every server's risk for every stay must equal scehr's within 1e-6 (else exit 1). Prints one
 markdown table: figures and ratios side by side (ratios against the plain FastAPI app with the
-tuned session and against LitServe's defaults, at the same worker count). Figures are printed,
-never asserted.
+tuned session and against LitServe's defaults, at the same worker count; and against LitServe
+at equal working processes: LitServe's one worker is two processes, an API server and an
+inference worker, so it pairs with scehr's two). Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -78,6 +79,13 @@ KINDS = ("scehr-default", "scehr-top", "fastapi-ort", "fastapi-tuned", "litserve
          "litserve-tuned")
 #: The rows every other is divided by, at the same worker count.
 BASELINES = ("fastapi-tuned", "litserve")
+
+
+def processes(kind: str, workers: int) -> int:
+    """The processes that work on each request: LitServe runs one API server process per
+    inference worker process (a request crosses both); scehr and uvicorn apps, one worker
+    process each (the supervisor of `--workers N` only watches)."""
+    return 2 * workers if kind.startswith("litserve") else workers
 
 
 @contextmanager
@@ -377,11 +385,16 @@ def main() -> None:
     base = [b for b in BASELINES if any(k == b for k, _ in rows)]
     names = {"fastapi-tuned": "FastAPI tuned", "litserve": "LitServe"}
     ratios = "".join(f"req/s ÷ {names[b]} | CPU ÷ {names[b]} | " for b in base)
-    print("| server | seq p50 ms | health p50 ms | req/s | p99 ms | CPU ms/req | server cores | "
-          f"generator cores | other processes' cores | {ratios}")
-    print("|---|" + "---|" * (8 + 2 * len(base)))
+    # LitServe at w workers runs 2w working processes: the row with as many processes as a
+    # scehr row with 2w workers, when both were run
+    same_procs = {w: lw for w in args.workers for lw in args.workers
+                  if ("litserve", lw) in results and processes("litserve", lw) == w}
+    extra = "req/s ÷ LitServe, equal processes | " if same_procs else ""
+    print("| server | processes | seq p50 ms | health p50 ms | req/s | p99 ms | CPU ms/req | "
+          f"server cores | generator cores | other processes' cores | {ratios}{extra}")
+    print("|---|" + "---|" * (9 + 2 * len(base) + bool(extra)))
     for k, w in rows:
-        cells = [f"{med((k, w), 'p50'):.2f}", f"{med((k, w), 'probe'):.2f}",
+        cells = [str(processes(k, w)), f"{med((k, w), 'p50'):.2f}", f"{med((k, w), 'probe'):.2f}",
                  f"{med((k, w), 'rps'):.0f}", f"{med((k, w), 'p99'):.0f}",
                  f"{med((k, w), 'cpu_ms'):.2f}", f"{med((k, w), 'server_cores'):.2f}",
                  f"{med((k, w), 'generator_cores'):.2f}",
@@ -392,8 +405,13 @@ def main() -> None:
                           f"{med((k, w), 'cpu_ms') / med((b, w), 'cpu_ms'):.2f}x"]
             else:
                 cells += ["–", "–"]
+        if extra:
+            lw = same_procs.get(w)
+            cells.append(f"{med((k, w), 'rps') / med(('litserve', lw), 'rps'):.2f}x"
+                         if lw is not None and not k.startswith("litserve") else "–")
         print(f"| {table[w][k].label} | " + " | ".join(cells) + " |")
-    print(f"| raw `session.run`, batch 1, 1 thread | {floor:.3f} |" + " |" * (7 + 2 * len(base)))
+    print(f"| raw `session.run`, batch 1, 1 thread | | {floor:.3f} |"
+          + " |" * (7 + 2 * len(base) + bool(extra)))
     print()
     print(f"largest risk difference between servers over the same {len(ref)} stays: "
           f"{worst:.2e} (tolerance {TOL:g})")

@@ -93,6 +93,14 @@ RunObserver = Callable[[int, float], None]  # rows, seconds of one ORT run
 #: the same bytes for any chunk size, and the HTTP routes whatever the batcher coalesces.
 #: benchmarks/chunk_invariance.py measures it; tests/service/test_scoring.py checks it.
 RUN_ROW_BLOCK = 4
+#: Runs of at most this many rows (a lone stay padded to RUN_ROW_BLOCK, or two) go to a
+#: second CPU session with one intra-op thread when the model's has more. A small run has
+#: too little work per operator to share: a second non-spinning thread is woken for every
+#: parallel section (each step of a recurrent graph) and costs more CPU than it saves time
+#: (a lone mortality 1.3.1 stay: 0.79 vs 0.62 CPU ms at about the same wall time;
+#: benchmarks/ort_threads.py). The outputs are bit for bit the same with either session
+#: (tests/service/test_svc_light_session.py checks every shipped model).
+LIGHT_ROWS = 2 * RUN_ROW_BLOCK
 
 
 @dataclass
@@ -113,6 +121,9 @@ class LoadedModel:
     #: Set when runs go through an ORT I/O binding (SCEHR_IO_BINDING; `service.device_io`).
     #: Not yet verified on a GPU (docs/benchmarks.md, "GPU path").
     bound: BoundRunner | None = field(default=None, repr=False)
+    #: The same graph with one intra-op thread, for runs of at most LIGHT_ROWS rows (None:
+    #: the session has one thread already, or runs on a GPU).
+    light: ort.InferenceSession | None = field(default=None, repr=False)
 
     @property
     def io_binding(self) -> bool:
@@ -134,15 +145,18 @@ class LoadedModel:
         t0 = time.perf_counter()
         if self.bound is not None:
             out = self.bound.run(inputs, self.input_names)
-        elif inputs.rows % RUN_ROW_BLOCK:
-            out = self._run_padded(inputs)
         else:
-            out = ModelOutputs(*self.session.run(list(GRAPH.output_names), self.feeds(inputs)))
+            session = (self.light if self.light is not None and inputs.rows <= LIGHT_ROWS
+                       else self.session)
+            if inputs.rows % RUN_ROW_BLOCK:
+                out = self._run_padded(session, inputs)
+            else:
+                out = ModelOutputs(*session.run(list(GRAPH.output_names), self.feeds(inputs)))
         if self.observe is not None:
             self.observe(inputs.rows, time.perf_counter() - t0)
         return out
 
-    def _run_padded(self, inputs: ModelInputs) -> ModelOutputs:
+    def _run_padded(self, session: ort.InferenceSession, inputs: ModelInputs) -> ModelOutputs:
         """A run padded to a multiple of RUN_ROW_BLOCK rows with copies of its last row, cut
         back: a stay's outputs then never depend on how many stays share its run."""
         extra = -inputs.rows % RUN_ROW_BLOCK
@@ -152,8 +166,8 @@ class LoadedModel:
 
         padded = ModelInputs(pad(inputs.x), pad(inputs.lengths),
                              None if inputs.static is None else pad(inputs.static))
-        return ModelOutputs(*self.session.run(list(GRAPH.output_names),
-                                              self.feeds(padded))).take(0, inputs.rows)
+        return ModelOutputs(*session.run(list(GRAPH.output_names),
+                                         self.feeds(padded))).take(0, inputs.rows)
 
     def info(self, available: list[AvailableModel] | None = None) -> ModelInfo:
         m = self.spec.manifest
@@ -199,6 +213,8 @@ def load_model(folder: Path, task: str, settings: Settings,
                                           settings.gpu_max_batch_size)
     if settings.io_binding == "on" or (settings.io_binding == "auto" and model.provider == CUDA):
         model.bound = BoundRunner(sess, model.max_batch_size, gpu=model.provider == CUDA)
+    elif model.provider == CPU and runtime.threads > 1:
+        model.light = runtime.session(folder / m.onnx.file, threads=1)
     try:
         warm_up(model, model.max_batch_size)
     except ModelLoadError:

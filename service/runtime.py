@@ -106,8 +106,9 @@ class OrtRuntime:
         self.check_provider(sess.get_providers()[0])
         return sess
 
-    def session(self, onnx_path: Path) -> ort.InferenceSession:
-        return self._create(str(onnx_path), self.threads)
+    def session(self, onnx_path: Path, threads: int | None = None) -> ort.InferenceSession:
+        """A session with `threads` intra-op threads (default: this runtime's)."""
+        return self._create(str(onnx_path), self.threads if threads is None else threads)
 
     def probe(self) -> str:
         """The provider a session really gets here; raises DeviceError at start."""

@@ -101,7 +101,8 @@ class Settings(BaseSettings):
     workers: int = Field(1, ge=1, description="uvicorn worker processes (sizes ORT threads); "
                          "`scehr serve` sets it, by default to the available cores")
     intra_op_threads: int | None = Field(
-        None, ge=1, description="ORT intra-op threads per session; default cores // workers")
+        None, ge=1, description="ORT intra-op threads per session; default cores // workers "
+        "(with more than one, runs of at most 8 rows use a second, one-thread session)")
     max_batch_size: int = Field(32, ge=1, description="Rows per ONNX run of the micro-batcher; "
                                 "1 turns batching off")
     gpu_max_batch_size: int = Field(

@@ -34,7 +34,7 @@ from schemas.variables import (
     loinc_index,
 )
 from service.errors import ApiError
-from service.interop import fhir_lean
+from service.interop import fhir_fast, fhir_lean
 
 UCUM = "http://unitsofmeasure.org"
 #: CDC NHSN Healthcare Service Location codes (HSLOC, OID 2.16.840.1.113883.6.259), the code
@@ -233,6 +233,10 @@ def known_type(raw: Any, loc: Loc, root: str) -> str:
 
 def _entry_resource(raw: Any, loc: Loc, root: str, context: dict[str, Any]) -> Any:
     kind = known_type(raw, loc, root)
+    if kind == "Observation":  # the plain shape without pydantic objects, else the model
+        fast = fhir_fast.observation(raw, context)
+        if fast is not None:
+            return fast
     if kind in fhir_lean.MODELS:
         return validate(fhir_lean.MODELS[kind], raw, loc, root, context)
     return fhir_lean.Unread(kind, raw.get("id"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from schemas.payloads import Observation
 from service.interop import fhir_fast, fhir_lean
-from service.interop.fhir_in import bundle_resources
+from service.interop.fhir_in import StayBuilder, bundle_resources
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = settings(max_examples=400, deadline=None,
@@ -241,3 +242,19 @@ def test_edge_values_are_the_lean_models_or_left_to_it(
     fast, lean = fhir_fast.observation(raw, fhir_lean.seen_times()), _lean(raw)
     if fast is not None:
         assert lean is not None and _read(fast) == _read(lean), raw
+
+
+def test_the_payload_observations_built_together_are_those_built_one_by_one() -> None:
+    """`StayBuilder.observations` validates the rows in one call: the same models, and, when
+    one is refused, the very error building that one alone raises."""
+    when = datetime(2026, 1, 15, 8, tzinfo=UTC)
+    builder = StayBuilder(when, set(), {})
+    builder.rows = [{"variable": "heart_rate", "time": when, "value": 80.0, "unit": "bpm"},
+                    {"variable": "icu_type", "time": when, "value": "3", "unit": None}]
+    assert builder.observations() == [Observation(**r) for r in builder.rows]
+    builder.rows.append({"variable": "x", "time": when, "value": "\ud800", "unit": None})
+    with pytest.raises(ValidationError) as together:
+        builder.observations()
+    with pytest.raises(ValidationError) as alone:
+        Observation(**builder.rows[-1])
+    assert together.value.errors() == alone.value.errors()

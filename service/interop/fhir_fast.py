@@ -41,6 +41,8 @@ _TEXT = re.compile(r"[ -~]+")
 _DATE_TIME = re.compile(r"[1-9][0-9]{3}-[01][0-9]-[0-3][0-9]T(?:[01][0-9]|2[0-3]):[0-5][0-9]:"
                         r"[0-5][0-9](Z|([+-])(0[0-9]|1[0-3]):([0-5][0-9]))")
 INT32 = 2**31
+#: The validation context key of the strings a request holds that are in `_TOKEN`.
+TOKENS = "fastTokens"
 #: The choice-of-type elements this path reads: effective[x] as a dateTime, value[x] as a
 #: Quantity or an integer. Any other (or two values) sends the resource to the lean model,
 #: which checks "one of value[x]".
@@ -107,18 +109,24 @@ class _Fallback(Exception):
     """Not in the subset: validate with the lean model."""
 
 
-def _token(value: Any) -> str:
-    """A code or URI in the subset; raises `_Fallback` otherwise."""
-    if type(value) is str and _TOKEN.fullmatch(value):
+def _opt(raw: dict[str, Any], key: str, ok: set[str]) -> str | None:
+    """The code or URI at `key` (None when absent) if in the subset, else `_Fallback`. `ok`:
+    the strings of this request already found in it (a stay repeats a few dozen codes)."""
+    if key not in raw:
+        return None
+    value = raw[key]
+    if type(value) is str and (value in ok or (
+            _TOKEN.fullmatch(value) is not None and not ok.add(value))):  # type: ignore[func-returns-value]
         return value
     raise _Fallback
 
 
-def _opt(raw: dict[str, Any], key: str) -> str | None:
-    return _token(raw[key]) if key in raw else None
+def _text(value: Any, ok: set[str]) -> bool:
+    """A FHIR string in the subset (one of `ok` is)."""
+    return type(value) is str and (value in ok or _TEXT.fullmatch(value) is not None)
 
 
-def _concept(raw: Any) -> CodeableConcept:
+def _concept(raw: Any, ok: set[str]) -> CodeableConcept:
     if type(raw) is not dict:
         raise _Fallback
     if "coding" not in raw:
@@ -130,7 +138,7 @@ def _concept(raw: Any) -> CodeableConcept:
     for c in coding:
         if type(c) is not dict:
             raise _Fallback
-        out.append(Coding(_opt(c, "system"), _opt(c, "code")))
+        out.append(Coding(_opt(c, "system", ok), _opt(c, "code", ok)))
     return CodeableConcept(out)
 
 
@@ -144,13 +152,14 @@ def _decimal(value: Any) -> Decimal:
     raise _Fallback
 
 
-def _quantity(raw: Any) -> Quantity:
+def _quantity(raw: Any, ok: set[str]) -> Quantity:
     if type(raw) is not dict or "value" not in raw:
         raise _Fallback
     unit = raw.get("unit")
-    if "unit" in raw and not (type(unit) is str and _TEXT.fullmatch(unit)):
+    if "unit" in raw and not _text(unit, ok):
         raise _Fallback
-    return Quantity(_decimal(raw["value"]), unit, _opt(raw, "system"), _opt(raw, "code"))
+    return Quantity(_decimal(raw["value"]), unit, _opt(raw, "system", ok),
+                    _opt(raw, "code", ok))
 
 
 def date_time(text: str) -> datetime | None:
@@ -195,13 +204,14 @@ def observation(raw: dict[str, Any], context: dict[str, Any] | None = None
     given = keys & _choice_keys()
     if not given <= _READ or given >= _VALUES or "component" in keys or "status" not in keys:
         return None
+    ok = context.setdefault(TOKENS, set()) if context is not None else set()
     try:
         subject = raw.get("subject")
         if "subject" in keys:
             if type(subject) is not dict:
                 return None
             ref = subject.get("reference")
-            if "reference" in subject and not (type(ref) is str and _TEXT.fullmatch(ref)):
+            if "reference" in subject and not _text(ref, ok):
                 return None
             subject = Reference(ref)
         ident = raw.get("id")
@@ -211,8 +221,8 @@ def observation(raw: dict[str, Any], context: dict[str, Any] | None = None
         if "valueInteger" in keys and not (type(integer) is int and -INT32 <= integer < INT32):
             return None
         return Observation(
-            ident, _token(raw["status"]), _concept(raw.get("code")), subject,
+            ident, _opt(raw, "status", ok), _concept(raw.get("code"), ok), subject,
             _when(raw["effectiveDateTime"], context) if "effectiveDateTime" in keys else None,
-            _quantity(raw["valueQuantity"]) if "valueQuantity" in keys else None, integer)
+            _quantity(raw["valueQuantity"], ok) if "valueQuantity" in keys else None, integer)
     except _Fallback:
         return None

@@ -1,4 +1,5 @@
-"""A fast path for the commonest FHIR resource: an Observation with one value.
+"""A fast path for the commonest FHIR resource, an Observation with one value, and for the
+Bundle around it.
 
 Validating an Observation with its lean model (`service.interop.fhir_lean`) is mostly
 pydantic building a model object per element (Observation, CodeableConcept, Coding,
@@ -11,8 +12,10 @@ decimal; a 32-bit int; a dateTime with seconds and a timezone), and gives the sa
 (datetimes with pydantic's `TzInfo`, decimals as the library's `Decimal`). Anything else,
 malformed or merely unusual (components, valueString, effectivePeriod, nulls, another
 value[x]), returns None: the caller validates the resource with the lean model, so every
-refusal keeps its location, rule and message. tests/service/test_svc_fhir_fast.py checks the
-subset against the lean model on generated and mutated Observations.
+refusal keeps its location, rule and message. `bundle` does the same for a complete Bundle
+(no `link`, `total` or `entry.search`) whose entries are objects.
+tests/service/test_svc_fhir_fast.py checks both subsets against the lean models on generated
+and mutated resources.
 """
 from __future__ import annotations
 
@@ -224,5 +227,58 @@ def observation(raw: dict[str, Any], context: dict[str, Any] | None = None
             ident, _opt(raw, "status", ok), _concept(raw.get("code"), ok), subject,
             _when(raw["effectiveDateTime"], context) if "effectiveDateTime" in keys else None,
             _quantity(raw["valueQuantity"], ok) if "valueQuantity" in keys else None, integer)
+    except _Fallback:
+        return None
+
+
+@dataclass(slots=True)
+class BundleEntry:
+    fullUrl: str | None
+    resource: dict[str, Any] | None
+    search: None = None
+
+
+@dataclass(slots=True)
+class Bundle:
+    """The elements of a lean `Bundle` the adapter reads: a complete collection (no `link`,
+    `total` nor `entry.search`) whose entries are objects."""
+
+    id: str | None
+    type: str
+    entry: list[BundleEntry] | None
+    total: None = None
+    link: None = None
+
+    @staticmethod
+    def get_resource_type() -> str:
+        return "Bundle"
+
+
+def bundle(raw: dict[str, Any]) -> Bundle | None:
+    """The Bundle `raw` as the lean model reads it (its entries' resources not looked at:
+    each is validated by its own type after), when in this path's subset; None otherwise."""
+    keys = raw.keys()
+    if "link" in keys or "total" in keys or "type" not in keys:
+        return None
+    ok: set[str] = set()
+    try:
+        ident = raw.get("id")
+        if "id" in keys and not (type(ident) is str and _ID.fullmatch(ident)):
+            return None
+        kind = _opt(raw, "type", ok)
+        if "entry" not in keys:
+            return Bundle(ident, kind, None)  # type: ignore[arg-type]
+        entries = raw["entry"]
+        if type(entries) is not list:
+            return None
+        out = []
+        for e in entries:
+            if type(e) is not dict or "search" in e:
+                return None
+            resource = e.get("resource")
+            if "resource" in e and type(resource) is not dict:
+                return None
+            out.append(BundleEntry(_opt(e, "fullUrl", ok), resource))
+        return Bundle(ident, kind, out)  # type: ignore[arg-type]
     except _Fallback:
         return None

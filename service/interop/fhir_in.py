@@ -258,7 +258,10 @@ def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
     order; a paged or truncated searchset is refused (`refuse_incomplete`)."""
     if full:
         _checked_types(raw, list(prefix), root)
-    bundle = validate(model_for("Bundle", full), raw, list(prefix), root)
+    bundle = fhir_fast.bundle(raw) if not full and isinstance(raw, dict) and \
+        raw.get("resourceType") == "Bundle" else None
+    if bundle is None:
+        bundle = validate(model_for("Bundle", full), raw, list(prefix), root)
     refuse_incomplete(bundle, list(prefix), root)
     if bundle.type not in BUNDLE_TYPES:
         raise ApiError(422, "invalid_fhir", [Problem(

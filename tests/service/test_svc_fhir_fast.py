@@ -258,3 +258,52 @@ def test_the_payload_observations_built_together_are_those_built_one_by_one() ->
     with pytest.raises(ValidationError) as alone:
         Observation(**builder.rows[-1])
     assert together.value.errors() == alone.value.errors()
+
+
+def _bundle_read(b: Any) -> tuple[Any, ...]:
+    return (b.id, b.type, b.total, None if b.link is None else [
+        (lk.relation, lk.url) for lk in b.link], None if b.entry is None else [
+        (e.fullUrl, e.resource, None if e.search is None else e.search.mode) for e in b.entry])
+
+
+BUNDLE_CHANGES: dict[tuple[Any, ...], st.SearchStrategy[Any]] = {
+    ("id",): CHANGES[("id",)],
+    ("type",): st.one_of(st.sampled_from(["collection", "searchset", "batch"]), TOKENS),
+    ("total",): NUMBERS,
+    ("link",): st.one_of(ANY_JSON, st.just([{"relation": "next", "url": "http://x"}])),
+    ("entry",): st.one_of(ANY_JSON, st.lists(ANY_JSON, max_size=2)),
+    ("entry", 0): ANY_JSON,
+    ("entry", 0, "fullUrl"): TOKENS,
+    ("entry", 0, "resource"): ANY_JSON,
+    ("entry", 0, "search"): st.one_of(ANY_JSON, st.just({"mode": "match"})),
+    ("entry", 1, "vendorNote"): ANY_JSON,
+}
+
+
+@st.composite
+def bundles(draw: st.DrawFn) -> dict[str, Any]:
+    raw = json.loads((REPO / "examples" / "fhir_bundle.json").read_text())
+    raw["entry"] = raw["entry"][:4]
+    for path in draw(st.lists(st.sampled_from(list(BUNDLE_CHANGES)), max_size=3)):
+        _apply(raw, path, draw(st.one_of(st.just(ABSENT), BUNDLE_CHANGES[path])))
+    return raw
+
+
+@SETTINGS
+@given(bundles())
+def test_the_bundle_fast_path_accepts_only_what_the_lean_model_accepts_with_its_values(
+        raw: dict[str, Any]) -> None:
+    fast = fhir_fast.bundle(raw)
+    if fast is not None:
+        try:
+            lean = fhir_lean.Bundle.model_validate(raw)
+        except ValidationError:
+            pytest.fail(f"the lean model refuses {raw}")
+        assert _bundle_read(fast) == _bundle_read(lean)
+
+
+def test_the_example_bundle_takes_the_fast_path() -> None:
+    raw = json.loads((REPO / "examples" / "fhir_bundle.json").read_text())
+    fast = fhir_fast.bundle(raw)
+    assert fast is not None
+    assert _bundle_read(fast) == _bundle_read(fhir_lean.Bundle.model_validate(raw))

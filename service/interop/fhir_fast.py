@@ -46,6 +46,8 @@ _DATE_TIME = re.compile(r"[1-9][0-9]{3}-[01][0-9]-[0-3][0-9]T(?:[01][0-9]|2[0-3]
 INT32 = 2**31
 #: The validation context key of the strings a request holds that are in `_TOKEN`.
 TOKENS = "fastTokens"
+#: ... and of its CodeableConcepts of one coding, by (system, code).
+CONCEPTS = "fastConcepts"
 #: The choice-of-type elements this path reads: effective[x] as a dateTime, value[x] as a
 #: Quantity or an integer. Any other (or two values) sends the resource to the lean model,
 #: which checks "one of value[x]".
@@ -129,7 +131,10 @@ def _text(value: Any, ok: set[str]) -> bool:
     return type(value) is str and (value in ok or _TEXT.fullmatch(value) is not None)
 
 
-def _concept(raw: Any, ok: set[str]) -> CodeableConcept:
+def _concept(raw: Any, ok: set[str],
+             seen: dict[tuple[str, str], CodeableConcept]) -> CodeableConcept:
+    """The CodeableConcept; one object per request for each single (system, code) coding
+    (read only: a stay repeats a few dozen codes)."""
     if type(raw) is not dict:
         raise _Fallback
     if "coding" not in raw:
@@ -137,6 +142,14 @@ def _concept(raw: Any, ok: set[str]) -> CodeableConcept:
     coding = raw["coding"]
     if type(coding) is not list:
         raise _Fallback
+    if len(coding) == 1 and type(c := coding[0]) is dict:
+        key = (c.get("system"), c.get("code"))
+        if type(key[0]) is str and type(key[1]) is str:
+            found = seen.get(key)  # type: ignore[arg-type]
+            if found is None:
+                found = seen[key] = CodeableConcept(  # type: ignore[index]
+                    [Coding(_opt(c, "system", ok), _opt(c, "code", ok))])
+            return found
     out = []
     for c in coding:
         if type(c) is not dict:
@@ -208,6 +221,7 @@ def observation(raw: dict[str, Any], context: dict[str, Any] | None = None
     if not given <= _READ or given >= _VALUES or "component" in keys or "status" not in keys:
         return None
     ok = context.setdefault(TOKENS, set()) if context is not None else set()
+    concepts = context.setdefault(CONCEPTS, {}) if context is not None else {}
     try:
         subject = raw.get("subject")
         if "subject" in keys:
@@ -224,7 +238,7 @@ def observation(raw: dict[str, Any], context: dict[str, Any] | None = None
         if "valueInteger" in keys and not (type(integer) is int and -INT32 <= integer < INT32):
             return None
         return Observation(
-            ident, _opt(raw, "status", ok), _concept(raw.get("code"), ok), subject,
+            ident, _opt(raw, "status", ok), _concept(raw.get("code"), ok, concepts), subject,
             _when(raw["effectiveDateTime"], context) if "effectiveDateTime" in keys else None,
             _quantity(raw["valueQuantity"], ok) if "valueQuantity" in keys else None, integer)
     except _Fallback:

@@ -122,9 +122,13 @@ def loads_json(raw: bytes) -> Any:
     """`json.loads`'s result, faster: pydantic's JSON parser (Rust; no Python object per
     token), and `json.loads` for what that parser refuses (lone surrogates, a byte-order mark,
     UTF-16, malformed JSON), which also gives the standard errors. Whatever the Rust parser
-    accepts, `json.loads` reads the same (numbers, NaN/Infinity, duplicate keys)."""
+    accepts, `json.loads` reads the same (numbers, NaN/Infinity, duplicate keys). Object keys
+    come from pydantic's string cache (as `json.loads` shares a body's repeated keys): a FHIR
+    Bundle repeats a few dozen keys thousands of times, and shared key objects make building,
+    reading (dict look-ups by identity) and freeing the tree faster; values, which may be a
+    patient's, are never cached."""
     try:
-        return from_json(raw, cache_strings=False)
+        return from_json(raw, cache_strings="keys")
     except ValueError:
         return json.loads(raw)
 

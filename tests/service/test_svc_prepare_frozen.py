@@ -1,0 +1,101 @@
+"""Everything `prepare` and `predictions` produce for real stays does not move under speed work.
+
+The shipped mortality model `VERSION` on the first 200 real test stays (wide form as sent, the
+same stays in long form, every fourth one in reverse order, every tenth one strict): per stay a
+sha256 over the prepared model rows, lengths, demographics, notices, problems, data summary,
+input hash, observed variables, value bins, occluded channels and observation rows read, and
+over the response bytes at `explain=basic` and `top`. Recorded in `golden/prepare_real_stays.json`
+(`python -m tests.service.test_svc_prepare_frozen` rewrites it: only for a deliberate change).
+Skipped without the converted data (`data/physionet2012-full`) or pandas.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "golden" / "prepare_real_stays.json"
+N_STAYS = 200
+VERSION = "1.3.1"
+
+
+def _long(body: dict[str, Any], reverse: bool) -> dict[str, Any]:
+    """The same stay as long-form observations (in column order, or reversed)."""
+    w = body["wide"]
+    obs = [{"variable": name, "time": w["hours"][r], "value": v,
+            **({"unit": w["units"][name]} if name in w["units"] else {})}
+           for name, col in w["columns"].items() for r, v in enumerate(col) if v is not None]
+    out = {k: v for k, v in body.items() if k != "wide"}
+    out["observations"] = obs[::-1] if reverse else obs
+    return out
+
+
+def _h(*parts: Any) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.tobytes() if isinstance(p, np.ndarray) else
+                 json.dumps(p, sort_keys=True, default=str).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def digests() -> list[str]:
+    """One sha256 per (stay, form): see the module's docstring."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from payloads import real_stays
+
+    from schemas.payloads import StayPayload
+    from service.pipeline import predictions, prepare
+    from service.registry import load_model, read_index, resolve
+    from service.settings import Settings
+
+    models = REPO / "models"
+    found = real_stays("mortality", N_STAYS, models)
+    if found is None:
+        pytest.skip("no converted data under data/")
+    m = load_model(resolve(models, read_index(models), "mortality", version=VERSION), "mortality",
+                   Settings(model_dir=models, device="cpu", intra_op_threads=1))
+    out = []
+    for i, body in enumerate(found[0]):
+        for form in (body, _long(body, reverse=i % 4 == 0)):
+            stay = StayPayload.model_validate(form)
+            parts: list[Any] = []
+            for explain in ("basic", "top"):
+                p = prepare(m.spec, [stay], strict=i % 10 == 0, explain_full=explain == "top")
+                parts += [p.n, p.ok, {k: [x.model_dump() for x in v] for k, v in
+                                      p.problems.items()},
+                          [[x.model_dump() for x in v] for v in p.notices], p.ids,
+                          p.input_sha256, [d.as_dict() for d in p.data],
+                          [r() for r in p.rows], [c.tolist() for c in p.occluded]]
+                if not p.ok:
+                    continue
+                assert p.inputs is not None and p.observed is not None
+                parts += [p.inputs.x, p.inputs.lengths, p.observed,
+                          p.values if p.values is not None else "no values",
+                          p.inputs.static if p.inputs.static is not None else "no static"]
+                res = predictions(m.spec, p, m.run(p.inputs), explain=explain)
+                parts += [r.model_dump_json() for r in res.values()]
+            out.append(_h(*parts))
+    return out
+
+
+def test_prepare_and_predictions_of_real_stays_did_not_move() -> None:
+    pytest.importorskip("pandas")
+    if not (REPO / "data" / "physionet2012-full").exists():
+        pytest.skip("no converted data under data/physionet2012-full")
+    want = json.loads(GOLDEN.read_text())
+    got = digests()
+    moved = [i for i, (a, b) in enumerate(zip(got, want["digests"], strict=True)) if a != b]
+    assert not moved, f"{len(moved)} of {len(got)} stays/forms moved, first: {moved[:10]}"
+
+
+if __name__ == "__main__":
+    GOLDEN.write_text(json.dumps({"model": f"mortality {VERSION}",
+                                  "digests": digests()}, indent=0) + "\n")

@@ -13,19 +13,22 @@ batches those calls: each distinct (variable, unit) pair and category value is r
 by the rule functions and memoized, so rows need only C-level dict look-ups; times and values
 become numpy arrays and the time checks are vectorised. It only decides *whether* every row is
 acceptable: as problems are rare, a stay with any bad (or unusual) row is read again row by
-row (`_add`), which names each problem in payload order. Field paths (`loc`) are built on
-demand, for the few rows a notice or problem names. `tests/schemas/test_ingest_equivalence.py`
-holds both paths to the frozen per-row reference in `tests/oracles/ingest_reference.py`.
+row (`_add`), which names each problem in payload order. A wide table goes first through
+`_wide_fast`, which resolves each column's (variable, unit) pair once, not once per cell.
+Field paths (`loc`) are built on demand, for the few rows a notice or problem names.
+`tests/schemas/test_ingest_equivalence.py` holds both paths to the frozen per-row reference
+in `tests/oracles/ingest_reference.py`.
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from itertools import repeat
+from itertools import accumulate, repeat
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -313,6 +316,66 @@ def _wide_rows(w: WideTable) -> _Rows | None:
     return _Rows(names, units, times, values, lambda i: ["wide", "columns", names[i], rows[i]])
 
 
+def _wide_fast(w: WideTable, t: _Tables
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Callable[[int], Loc]] | None:
+    """(channel, hours, value, locate) of a common wide table, or None for anything unusual.
+
+    A wide column is one (variable, unit) pair, so it is resolved once per column, not once
+    per cell, and hours are read once and gathered by row. Numeric hours, memoized or
+    acceptable pairs, valid values only: otherwise (None) `_wide_rows` + `_convert` decide,
+    as for any payload, and the rows come out the same either way."""
+    n = len(w.hours)
+    try:
+        hours = np.fromiter(w.hours, np.float64, n)
+    except TypeError:  # ISO timestamps
+        return None
+    names: list[str] = []
+    pids: list[int] = []
+    counts: list[int] = []
+    rows: list[int] = []
+    values: list[float | str] = []
+    done = 0
+    for name, col in w.columns.items():
+        if len(col) != n:
+            return None
+        if None in col:
+            idx = [r for r, v in enumerate(col) if v is not None]
+            if not idx:
+                continue
+            values += map(col.__getitem__, idx)  # list.__iadd__ of a map: filled in C
+            rows += idx
+        elif n:
+            values += col
+            rows += range(n)
+        else:
+            continue
+        unit = w.units.get(name)
+        pid = t.pairs.get(name, _NO_PAIRS).get(unit)
+        if pid is None:
+            pid = _pair_id(t, name, unit)
+        if not pid:
+            return None
+        names.append(name)
+        pids.append(pid)
+        counts.append(len(rows) - done)
+        done = len(rows)
+    at = np.array(pids, dtype=np.intp)
+    ch = t.pair_channel[at].repeat(counts)
+    conv = t.pair_converter[at].repeat(counts)
+    hours = hours[np.array(rows, dtype=np.intp)]
+    if len(hours) and hours.min() < 0:
+        return None
+    value = _values(values, ch, conv, t)
+    if value is None:
+        return None
+    starts = list(accumulate(counts[:-1], initial=0))
+
+    def locate(i: int) -> Loc:
+        return ["wide", "columns", names[bisect_right(starts, i) - 1], rows[i]]
+
+    return ch, hours, value, locate
+
+
 def _channels(rows: _Rows, t: _Tables) -> tuple[np.ndarray, np.ndarray] | None:
     """Channel and converter index (0: as is) per row; None if any pair is rejected."""
     n = len(rows.value)
@@ -540,6 +603,11 @@ def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
 
 def _read(stay: StayPayload, fs: FeatureSet) -> StayIngest:
     """Column-wise when every row is acceptable, else row by row (naming each problem)."""
+    if stay.wide is not None and stay.observations is None:
+        fast = _wide_fast(stay.wide, _tables(fs))
+        if fast is not None:
+            return StayIngest(channel=fast[0], time=fast[1], value=fast[2],
+                              source=np.arange(len(fast[0])), locate=fast[3])
     rows = None
     if stay.observations is not None:
         rows = _long_rows(stay.observations)

@@ -230,3 +230,29 @@ def test_memo_limit_and_threads(monkeypatch) -> None:
     assert not errors, errors[0]
     t = fast._tables(fs)
     assert t.n_pairs == 8 and t.n_categories <= 8  # full, and never past the limit
+
+
+def test_wide_tables_take_the_per_column_path_when_acceptable(monkeypatch) -> None:
+    """An acceptable wide table is read column by column (`_wide_fast`), never cell by cell,
+    and gives the reference's rows, field paths and notices; any other falls back."""
+    generic: list[int] = []
+    cells = fast._wide_rows
+
+    def spy(*args: Any) -> Any:
+        generic.append(1)
+        return cells(*args)
+
+    monkeypatch.setattr(fast, "_wide_rows", spy)
+    rng = np.random.default_rng(17)
+    taken = fell_back = 0
+    for i in range(400):
+        d = random_stay(rng, bad=0.0 if i % 2 else 0.02)
+        if "wide" not in d:
+            continue
+        p = StayPayload.model_validate(d)
+        for fs in (BENCHMARK_48H, BENCHMARK_STAY):
+            generic.clear()
+            assert_same_stay(reference.ingest_stay(p, fs), fast.ingest_stay(p, fs), f"{i}")
+            taken += not generic
+            fell_back += bool(generic)
+    assert taken > 40 and fell_back > 0

@@ -93,14 +93,23 @@ def value_counts(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet, bins: Bins)
 
     Vectorised over variables (the service counts every request): a continuous value's bin is
     the number of its cut points at or below it (`bin_index`), a categorical one's its
-    one-hot position; one `bincount` over the observed cells then counts them all."""
-    n, v, w = x.shape[0], fs.n_channels, bins.width
+    one-hot position; one `bincount` over the observed cells then counts them all. Cells are
+    read from the flat tensor by offset (one 1-D gather each, far cheaper than 3-D fancy
+    indexing at one stay), and only categorical cells read their one-hot columns."""
+    n, t, f = x.shape
+    v, w = fs.n_channels, bins.width
     stay, hour, k = np.nonzero(observed_mask(x, lengths, fs))
     cols, cuts, n_cuts = bins.layout(fs)
-    read = x[stay[:, None], hour[:, None], cols[k]]  # [cells, width]: its value / one-hot
-    value = read[:, 0].astype(np.float64)
-    counted = np.where(np.isnan(value), n_cuts[k], (value[:, None] >= cuts[k]).sum(axis=1))
-    b = np.where(bins.categorical[k], read.argmax(axis=1), counted)
+    flat = x.reshape(-1)
+    at = (stay * t + hour) * f
+    value = flat[at + cols[k, 0]].astype(np.float64)  # its value / first one-hot column
+    b = (value[:, None] >= cuts[k]).sum(axis=1)
+    nan = np.isnan(value)
+    if nan.any():
+        b[nan] = n_cuts[k[nan]]
+    cat = bins.categorical[k].nonzero()[0]
+    if len(cat):
+        b[cat] = flat[at[cat, None] + cols[k[cat]]].argmax(axis=1)
     cell = (stay * v + k) * w + b
     return np.bincount(cell, minlength=n * v * w).astype(np.int32).reshape(n, v, w)
 

@@ -90,6 +90,8 @@ def summarize(obs: Observations, end_hours: np.ndarray, fs: FeatureSet) -> list[
     0 <= time <= the stay's window end, of counted channels."""
     end = np.asarray(end_hours, dtype=np.float64)
     n = len(end)
+    if n == 1:
+        return [_one(obs, float(end[0]), fs)]
     keep = (obs.stay < n) & counted(fs)[obs.channel] & (obs.time >= -EPS)
     keep &= obs.time <= end[np.minimum(obs.stay, n - 1)] + EPS
     st, ch, t = obs.stay[keep], obs.channel[keep], obs.time[keep]
@@ -108,6 +110,19 @@ def summarize(obs: Observations, end_hours: np.ndarray, fs: FeatureSet) -> list[
         out.append(DataSummary(int(count[i]), int(chans[i]), float(last[i] - first[i]),
                                float(max(end[i] - last[i], 0.0))))
     return out
+
+
+def _one(obs: Observations, end: float, fs: FeatureSet) -> DataSummary:
+    """`summarize` of stay 0 alone (a served request): the same figures in a few whole-array
+    calls, without the per-stay scatter (`ufunc.at`) and `unique` a batch needs."""
+    keep = (obs.stay == 0) & counted(fs)[obs.channel] & (obs.time >= -EPS)
+    keep &= obs.time <= end + EPS
+    t = obs.time[keep]
+    if not len(t):
+        return DataSummary(0, 0, 0.0, None)
+    chans = np.count_nonzero(np.bincount(obs.channel[keep], minlength=fs.n_channels))
+    first, last = t.min(), t.max()
+    return DataSummary(len(t), int(chans), float(last - first), float(max(end - last, 0.0)))
 
 
 def shortfalls(s: DataSummary, m: DataMinimum) -> list[str]:

@@ -48,3 +48,24 @@ def test_a_stay_meeting_every_bound_has_no_shortfall_and_stays_are_independent()
     assert a.observations == 1 and abs(a.hours_since_last - 1.0) < 1e-9
     stale = DataMinimum(min_observations=1, min_channels=1, max_hours_since_last=0.5, rule="t")
     assert "1.0 h before the window's end" in shortfalls(a, stale)[0]
+
+
+def test_one_stay_alone_is_summarized_as_in_a_batch() -> None:
+    """The single-stay path (a served request) gives the batch path's figures, bit for bit:
+    times at the window's edges, negative zero, descriptors, an empty stay."""
+    rng = np.random.default_rng(3)
+    n = 30
+    k = 2000
+    st = rng.integers(0, n, k)
+    chans = rng.integers(0, FS.n_channels, k)
+    t = rng.choice([-1e-7, -0.0, 0.0, 1e-7, 47.9999995, 48.0, 48.000002, 60.0,
+                    *rng.uniform(0, 48, 20)], k)
+    keep = st != 7  # stay 7 has no observations
+    obs = Observations(st[keep], chans[keep], t[keep], np.ones(keep.sum()), n)
+    end = rng.choice([48.0, 24.0, 0.5], n)
+    batch = summarize(obs, end, FS)
+    for i in range(n):
+        rows = obs.stay == i
+        alone = Observations(np.zeros(rows.sum(), dtype=np.int64), obs.channel[rows],
+                             obs.time[rows], obs.value[rows], 1)
+        assert repr(summarize(alone, end[i : i + 1], FS)) == repr([batch[i]]), i  # signs too

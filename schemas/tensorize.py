@@ -209,8 +209,9 @@ def in_stay_time_order(stay: np.ndarray, time: np.ndarray) -> bool:
     (stay, time, input) order, and a stay's later observations come later."""
     if len(stay) < 2:
         return True
-    d_stay, d_time = np.diff(stay), np.diff(time)
-    return bool(((d_stay > 0) | ((d_stay == 0) & (d_time >= 0))).all())
+    # Slices, not np.diff: a third of the cost on one stay's few hundred rows.
+    s0, s1, t0, t1 = stay[:-1], stay[1:], time[:-1], time[1:]
+    return bool(((s1 > s0) | ((s1 == s0) & (t1 >= t0))).all())
 
 
 def _winners(obs: Observations, bins: np.ndarray, n_t: int, c: int) -> np.ndarray:
@@ -222,7 +223,8 @@ def _winners(obs: Observations, bins: np.ndarray, n_t: int, c: int) -> np.ndarra
     `maximum.at` finds (exact with repeated cells, unlike a fancy-index assignment).
     """
     dtype = np.int32 if len(obs) < np.iinfo(np.int32).max else np.int64
-    win = np.tile(np.arange(-c, 0, dtype=dtype), obs.n_stays * n_t)
+    win = np.empty(obs.n_stays * n_t * c, dtype=dtype)
+    win.reshape(-1, c)[:] = np.arange(-c, 0, dtype=dtype)  # np.tile's result, cheaper
     np.maximum.at(win, (obs.stay * n_t + bins) * c + obs.channel,
                   np.arange(len(obs), dtype=dtype))
     return win.reshape(obs.n_stays, n_t, c)
@@ -257,8 +259,14 @@ def discretize(
     kept = obs
     if not inside.all():  # a copy of every array only when some rows fall outside
         kept, bins = obs.take(inside), bins[inside]
-    if not in_stay_time_order(kept.stay, kept.time):
-        order = np.lexsort((kept.time, kept.stay))  # stable: equal times keep input order
+    if n == 1:  # every row is stay 0: only the times need be in order
+        ordered = len(kept) < 2 or bool((kept.time[1:] >= kept.time[:-1]).all())
+    else:
+        ordered = in_stay_time_order(kept.stay, kept.time)
+    if not ordered:
+        # stable: equal times keep input order (one stay: the same order as the lexsort)
+        order = (kept.time.argsort(kind="stable") if n == 1
+                 else np.lexsort((kept.time, kept.stay)))
         kept, bins = kept.take(order), bins[order]
     win = _winners(kept, bins, n_t, c)
     observed = win >= 0

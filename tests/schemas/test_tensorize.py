@@ -127,6 +127,19 @@ def test_equals_row_oracle_on_random_stays(seed: int, n_stays: int, in_order: bo
     np.testing.assert_array_equal(x, ref)
 
 
+@pytest.mark.parametrize("in_order", [False, True])
+def test_one_stay_alone_equals_the_row_oracle(in_order: bool) -> None:
+    """A served request is one stay: its own order check and sort give the oracle's rows."""
+    rng = np.random.default_rng(11)
+    for _ in range(30):
+        o = random_obs(rng, 1, int(rng.integers(0, 120)))
+        if in_order:
+            o = o.take(np.argsort(o.time, kind="stable"))
+        end = rng.choice([48.0, 47.5, 10.0, 0.5], size=1)
+        x, _ = discretize(o, BENCHMARK_STAY, end)
+        np.testing.assert_array_equal(x, discretize_rows(o, BENCHMARK_STAY, end))
+
+
 def test_cleaning_drops_and_clips_by_benchmark_ranges() -> None:
     o = obs([
         (0, "temperature", 1.0, -17.8),  # below outlier low 14.2 -> dropped

@@ -724,10 +724,17 @@ def _window_notices(out: StayIngest, fs: FeatureSet, stay_end: float | None) -> 
                 message=f"{after} observations after the {out.end_hours:g} h window are ignored",
             ))
     seen = np.bincount(out.channel, minlength=fs.n_channels)
-    for i in (seen == 0).nonzero()[0].tolist():
-        v = fs.variables[i]
-        out.notices.append(Notice(code="channel_not_observed", variable=v.id,
-                                  message=f"{v.id} not observed: its normal value is used"))
+    unobserved = _not_observed(fs)
+    out.notices += map(unobserved.__getitem__, (seen == 0).nonzero()[0].tolist())
+
+
+@lru_cache(maxsize=32)
+def _not_observed(fs: FeatureSet) -> tuple[Notice, ...]:
+    """Per channel, its `channel_not_observed` notice: the same for every stay, so built once
+    (a served stay lacks a dozen channels); shared between answers and never modified."""
+    return tuple(Notice(code="channel_not_observed", variable=v.id,
+                        message=f"{v.id} not observed: its normal value is used")
+                 for v in fs.variables)
 
 
 def ingest(stays: list[StayPayload], fs: FeatureSet, *, strict: bool = False,
@@ -737,7 +744,8 @@ def ingest(stays: list[StayPayload], fs: FeatureSet, *, strict: bool = False,
     ok = [i for i, p in enumerate(parts) if not p.problems]
     good = [parts[i] for i in ok]
     obs = Observations(
-        np.arange(len(ok)).repeat([len(p.channel) for p in good]),
+        np.zeros(len(good[0].channel), dtype=np.int64) if len(good) == 1  # a lone stay: 0s
+        else np.arange(len(ok)).repeat([len(p.channel) for p in good]),
         _stack([p.channel for p in good], np.int64),
         _stack([p.time for p in good], np.float64),
         _stack([p.value for p in good], np.float64),

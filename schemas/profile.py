@@ -88,17 +88,21 @@ def observed_mask(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet) -> np.ndar
     return masks & valid[:, :, None]
 
 
-def value_counts(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet, bins: Bins) -> np.ndarray:
+def value_counts(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet, bins: Bins,
+                 observed: np.ndarray | None = None) -> np.ndarray:
     """[N, V, width] per stay and variable: observed hours per value bin (int32).
 
     Vectorised over variables (the service counts every request): a continuous value's bin is
     the number of its cut points at or below it (`bin_index`), a categorical one's its
     one-hot position; one `bincount` over the observed cells then counts them all. Cells are
     read from the flat tensor by offset (one 1-D gather each, far cheaper than 3-D fancy
-    indexing at one stay), and only categorical cells read their one-hot columns."""
+    indexing at one stay), and only categorical cells read their one-hot columns.
+    `observed`: `observed_mask(x, lengths, fs)` when the caller has it already."""
     n, t, f = x.shape
     v, w = fs.n_channels, bins.width
-    stay, hour, k = np.nonzero(observed_mask(x, lengths, fs))
+    if observed is None:
+        observed = observed_mask(x, lengths, fs)
+    stay, hour, k = np.nonzero(observed)
     cols, cuts, n_cuts = bins.layout(fs)
     flat = x.reshape(-1)
     at = (stay * t + hour) * f

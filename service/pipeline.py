@@ -29,7 +29,7 @@ from schemas.payloads import (
     Problem,
     StayPayload,
 )
-from schemas.profile import Bins, stays_observed, value_counts
+from schemas.profile import Bins, observed_mask, stays_observed, value_counts
 from schemas.sufficiency import DataSummary, shortfalls, summarize
 from schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
 from schemas.uncertainty import WIDE_INTERVAL, RiskUncertainty
@@ -233,9 +233,10 @@ def prepare(spec: ModelSpec, stays: list[StayPayload], *, strict: bool = False,
     prep.input_sha256 = [input_hash(spec.fs_hash, x[i], int(lengths[i]),
                                     None if static_raw is None else static_raw[i])
                          for i in range(n)]
-    prep.observed = stays_observed(x, lengths, spec.fs)
+    seen = observed_mask(x, lengths, spec.fs)  # once, for both read-outs of the profile
+    prep.observed = seen.any(axis=1)  # = stays_observed
     if spec.bins is not None:
-        prep.values = value_counts(x, lengths, spec.fs, spec.bins)
+        prep.values = value_counts(x, lengths, spec.fs, spec.bins, seen)
     x = spec.normalizer.transform(x, lengths)
     src = np.arange(n)
     if explain_full:

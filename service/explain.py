@@ -139,6 +139,10 @@ class ExplainAssets:
         # [n, C, most prototypes] with -inf after a class's own, then one stable argsort for
         # all classes: the same order per class as sorting each class's slice on its own.
         cos_all = _row_dot(_unit_rows(z), self._proto_unit)  # [n, all prototypes]
+        if len(self.prototypes) == 1:  # one class (mortality): its prototypes are the grid
+            idx1 = np.argsort(-cos_all, axis=1, kind="stable")[:, :k]  # [n, k]
+            near1 = cos_all[np.arange(len(z))[:, None], idx1]
+            return [(idx1, near1)]
         grid = np.full((len(z), *self._proto_slots.shape), -np.inf)
         rows, slots = self._proto_filled
         grid[:, rows, slots] = cos_all

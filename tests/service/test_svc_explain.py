@@ -46,6 +46,27 @@ def test_nearest_prototypes_equal_sorting_each_class_on_its_own() -> None:
     assert tied is not None and tied[0][0, :2].tolist() == [1, 4]
 
 
+def test_one_class_nearest_prototypes_equal_sorting_it_alone() -> None:
+    """One class (mortality's layout) takes its own path: same indices, cosines and dtypes,
+    a tie kept in index order, k above the class's count."""
+    for k_protos in (1, 2, 5):
+        a = assets([k_protos], seed=k_protos)
+        p = a.prototypes[0]
+        assert p is not None
+        if k_protos > 2:
+            p.unit[2] = p.unit[0]  # a tie
+            a.__post_init__()
+        z = np.random.default_rng(2).normal(size=(5, 4))
+        z[0] = p.unit[0]
+        [found] = a.nearest_prototypes(z, k=3)
+        assert found is not None
+        cos = _row_dot(_unit_rows(z), p.unit)
+        idx = np.argsort(-cos, axis=1, kind="stable")[:, :3]
+        assert found[0].dtype == idx.dtype and found[1].dtype == np.float64
+        np.testing.assert_array_equal(found[0], idx)
+        np.testing.assert_array_equal(found[1], np.take_along_axis(cos, idx, axis=1))
+
+
 def test_no_prototypes_at_all() -> None:
     assert assets([None, None]).nearest_prototypes(np.ones((2, 4)), k=3) == [None, None]
 

@@ -48,6 +48,7 @@ import os
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -141,6 +142,7 @@ class Metrics:
             ["task", "version"], registry=reg, multiprocess_mode="mostrecent")
         self.reloads = Counter("scehr_model_reloads", "Admin reloads by outcome",
                                ["model", "outcome"], registry=reg)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
         def monitor(name: str, doc: str, labels: list[str]) -> Gauge:
             return Gauge(f"scehr_monitor_{name}", doc, ["model", *labels], registry=reg,
@@ -166,6 +168,16 @@ class Metrics:
         self.monitor_validation_alert_rate = monitor(
             "validation_alert_rate", "The operating point's alert rate on validation",
             ["label", "operating_point"])
+
+    def child(self, metric: Counter | Histogram, *values: str) -> Any:
+        """`metric.labels(*values)`, memoized: per request the service counts a few label sets
+        of closed value sets, and `labels()` (a lock, label checks) costs more than the count
+        it precedes. Only for series never removed (not `model_info`, `default_since`)."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def set_model(self, task: str, name: str, version: str, provider: str,
                   previous: tuple[str, str, str] | None = None) -> None:

@@ -101,8 +101,10 @@ class RequestContextMiddleware:
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "unmatched"
             model = model_label(scope)
-            self.metrics.requests.labels(endpoint, model, str(status)).inc()
-            self.metrics.request_seconds.labels(endpoint, model, str(status)).observe(seconds)
+            code = str(status)
+            self.metrics.child(self.metrics.requests, endpoint, model, code).inc()
+            self.metrics.child(self.metrics.request_seconds, endpoint, model, code).observe(
+                seconds)
             quiet = endpoint in _QUIET or scope["state"].get("rejected")
             log.log(logging.DEBUG if quiet else logging.INFO, "request",
                     extra={"method": scope.get("method"), "endpoint": endpoint,

@@ -322,8 +322,8 @@ class Registry:
 
     def _observe_run(self, task: str) -> RunObserver:
         def observe(rows: int, seconds: float) -> None:
-            self.metrics.batch_size.labels(task).observe(rows)
-            self.metrics.compute_seconds.labels(task).observe(seconds)
+            self.metrics.child(self.metrics.batch_size, task).observe(rows)
+            self.metrics.child(self.metrics.compute_seconds, task).observe(seconds)
         return observe
 
     def _observe_queue(self, task: str) -> Callable[[list[float]], None]:

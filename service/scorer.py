@@ -237,7 +237,8 @@ class Scorer:
         task = spec.task
         t0 = time.perf_counter()
         prep = await in_worker(heavy, self._prepare, spec, stays, options)
-        self.metrics.preprocess_seconds.labels(task).observe(time.perf_counter() - t0)
+        self.metrics.child(self.metrics.preprocess_seconds, task).observe(
+            time.perf_counter() - t0)
         self._count(task, prep, refused)
         if prep.inputs is None or (options.all_or_none and prep.problems):
             return ScoredStays(_results(prep, {})), rows_before
@@ -349,7 +350,7 @@ class Scorer:
         typically has several `channel_not_observed` notices; each `labels()` takes a lock)."""
         rules = Counter(p.rule for ps in [*prep.problems.values(), *refused] for p in ps)
         for rule, k in rules.items():
-            self.metrics.validation_errors.labels(task, rule).inc(k)
+            self.metrics.child(self.metrics.validation_errors, task, rule).inc(k)
         for code, k in Counter(n.code for notes in prep.notices for n in notes).items():
-            self.metrics.warnings.labels(task, code).inc(k)
+            self.metrics.child(self.metrics.warnings, task, code).inc(k)
 

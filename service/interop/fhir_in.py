@@ -25,18 +25,22 @@ from pydantic import TypeAdapter, ValidationError
 from schemas.payloads import Demographics, Observation, Problem, StayPayload
 from schemas.variables import (
     LOINC_PANELS,
-    LOINC_SYSTEM,
     VARIABLES,
     CategoryError,
     UnitError,
     Variable,
-    by_loinc,
     loinc_index,
 )
 from service.errors import ApiError
 from service.interop import fhir_fast, fhir_lean
+from service.interop.fhir_rows import (
+    NO_VALUE,
+    ObservationRow,
+    RowReader,
+    loinc_of,
+    unit_of,
+)
 
-UCUM = "http://unitsofmeasure.org"
 #: CDC NHSN Healthcare Service Location codes (HSLOC, OID 2.16.840.1.113883.6.259), the code
 #: system of HL7's ICU Locations value set: a Location.type -> the PhysioNet ICU type.
 HSLOC = "https://www.cdc.gov/nhsn/cdaportal/terminology/codesystem/hsloc.html"
@@ -232,10 +236,11 @@ def known_type(raw: Any, loc: Loc, root: str) -> str:
         allowed="a FHIR R4 resource type, e.g. Observation")])
 
 
-def _entry_resource(raw: Any, loc: Loc, root: str, context: dict[str, Any]) -> Any:
+def _entry_resource(raw: Any, loc: Loc, root: str, context: dict[str, Any],
+                    rows: RowReader | None) -> Any:
     kind = known_type(raw, loc, root)
     if kind == "Observation":  # the plain shape without pydantic objects, else the model
-        fast = fhir_fast.observation(raw, context)
+        fast = fhir_fast.observation(raw, context) if rows is None else rows.read(raw)
         if fast is not None:
             return fast
     if kind in fhir_lean.MODELS:
@@ -253,9 +258,12 @@ def _checked_types(raw: Any, prefix: Loc, root: str) -> None:
 
 
 def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
-                     full: bool = False) -> list[Located]:
+                     full: bool = False, codes: Mapping[str, Variable] | None = None
+                     ) -> list[Located]:
     """The resources of a collection or searchset Bundle, validated (lean, or `full`), in entry
-    order; a paged or truncated searchset is refused (`refuse_incomplete`)."""
+    order; a paged or truncated searchset is refused (`refuse_incomplete`). `codes` (the
+    model's `loinc_index`, lean only): Observations of the fast path's subset are read
+    straight for `to_stay` (`fhir_rows.ObservationRow`), not as the lean model's elements."""
     if full:
         _checked_types(raw, list(prefix), root)
     bundle = fhir_fast.bundle(raw) if not full and isinstance(raw, dict) and \
@@ -269,12 +277,13 @@ def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
             message=f"{root}.type is {bundle.type!r}", allowed=" or ".join(BUNDLE_TYPES))])
     out = []
     context = fhir_lean.seen_times()
+    rows = None if codes is None or full else RowReader(context, codes)
     for i, e in enumerate(bundle.entry or []):
         if e.resource is None:
             continue
         loc = [*prefix, "entry", i, "resource"]
         resource = e.resource if full else _entry_resource(
-            e.resource, loc, f"{root}.entry[{i}].resource", context)
+            e.resource, loc, f"{root}.entry[{i}].resource", context, rows)
         out.append(Located(resource, loc, e.fullUrl))
     return out
 
@@ -339,27 +348,22 @@ def _effective(obs: Any) -> datetime | None:
 
 def _loinc(concept: Any, codes: Mapping[str, Variable]) -> tuple[str | None, Variable | None]:
     """(first LOINC code, the variable of `codes` it maps to) of a CodeableConcept."""
-    first = None
-    for c in (concept.coding or []) if concept is not None else []:
-        if c.system == LOINC_SYSTEM and c.code:
-            first = first or c.code
-            var = by_loinc(c.code, codes)
-            if var is not None:
-                return c.code, var
-    return first, None
+    return loinc_of([(c.system, c.code) for c in concept.coding or []]
+                    if concept is not None else [], codes)
 
 
 def _value(holder: Any) -> tuple[float | str | None, str | None, str]:
     """(value, unit, what it was) of an Observation or component value[x]."""
+    if type(holder) is ObservationRow:
+        return holder.value, holder.unit, holder.kind
     q = holder.valueQuantity
     if q is not None and q.value is not None:
-        unit = q.code if q.code and q.system in (None, UCUM) else q.unit
-        return float(q.value), unit, "valueQuantity"
+        return float(q.value), unit_of(q.system, q.code, q.unit), "valueQuantity"
     if holder.valueInteger is not None:
         return float(holder.valueInteger), None, "valueInteger"
     if holder.valueString is not None:
         return holder.valueString, None, "valueString"
-    return None, None, "no supported value[x] (valueQuantity, valueInteger, valueString)"
+    return None, None, NO_VALUE
 
 
 class StayBuilder:
@@ -396,8 +400,10 @@ class StayBuilder:
 
     def add(self, item: Located) -> None:
         obs = item.resource
+        row = type(obs) is ObservationRow  # read already (`fhir_rows`)
         ref = item.ref or expression(item.loc)  # no id nor fullUrl: named by its place
-        subject = obs.subject.reference if obs.subject is not None else None
+        subject = obs.subject if row else \
+            obs.subject.reference if obs.subject is not None else None
         if subject and subject not in self.patient_refs:
             raise ApiError(422, "invalid_fhir", [Problem(
                 loc=[*item.loc, "subject", "reference"], rule="fhir_subject_mismatch",
@@ -407,7 +413,7 @@ class StayBuilder:
             self._warn("status_skipped", f"{ref}: status {obs.status}, not used", item,
                        [*item.loc, "status"])
             return
-        when = _effective(obs)
+        when = obs.when if row else _effective(obs)
         if when is None:
             self._warn("no_effective_time", f"{ref}: no effectiveDateTime, effectiveInstant "
                        "or effectivePeriod with a time; not used", item, item.loc)
@@ -420,7 +426,14 @@ class StayBuilder:
             self._warn("before_admission", f"{ref}: effective before the ICU admission; "
                        "not used", item, item.loc)
             return
-        code, var = _loinc(obs.code, self.codes)
+        if row:  # one value, no components
+            if obs.variable is not None:
+                if self._add_value(item, ref, obs, item.loc, obs.code, obs.variable, when):
+                    self.basis[ref] = None
+                return
+            code, var = obs.code, None
+        else:
+            code, var = _loinc(obs.code, self.codes)
         parts: list[tuple[Any, Loc, str | None, Variable | None]] = []
         if var is not None:
             parts.append((obs, item.loc, code, var))
@@ -585,8 +598,9 @@ def read_bundle(raw: Any, *, admission_time: datetime | None = None,
                 variables: Sequence[Variable] = VARIABLES, full: bool = False) -> FhirStay:
     """A request body Bundle -> FhirStay (422 naming the FHIR path when malformed); `full`:
     every element validated by `fhir.resources`, not only those read."""
-    return to_stay(bundle_resources(raw, full=full), admission_time=admission_time,
-                   end_hours=end_hours, variables=variables)
+    codes = None if full else loinc_index(variables)
+    return to_stay(bundle_resources(raw, full=full, codes=codes),
+                   admission_time=admission_time, end_hours=end_hours, variables=variables)
 
 
 def validate_resource(resource_type: str, raw: Any, prefix: Loc, root: str,

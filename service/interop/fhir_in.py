@@ -130,7 +130,7 @@ class FhirStay:
         return ["body", *loc]
 
 
-@dataclass
+@dataclass(slots=True)
 class Located:
     """A validated resource, where it sits in the request, and how others reference it."""
 
@@ -213,8 +213,9 @@ def model_for(resource_type: str, full: bool = False) -> type:
 
 
 #: The resource types the library has answered for (a lookup costs microseconds per entry); at
-#: most the library's own types, whatever clients send.
-_KNOWN_TYPES: set[str] = set()
+#: most the library's own types, whatever clients send. An Observation read for the stay
+#: (`fhir_rows`) is one without a lookup.
+_KNOWN_TYPES: set[str] = {"Observation"}
 
 
 def known_type(raw: Any, loc: Loc, root: str) -> str:
@@ -236,11 +237,10 @@ def known_type(raw: Any, loc: Loc, root: str) -> str:
         allowed="a FHIR R4 resource type, e.g. Observation")])
 
 
-def _entry_resource(raw: Any, loc: Loc, root: str, context: dict[str, Any],
-                    rows: RowReader | None) -> Any:
+def _entry_resource(raw: Any, loc: Loc, root: str, context: dict[str, Any]) -> Any:
     kind = known_type(raw, loc, root)
     if kind == "Observation":  # the plain shape without pydantic objects, else the model
-        fast = fhir_fast.observation(raw, context) if rows is None else rows.read(raw)
+        fast = fhir_fast.observation(raw, context)
         if fast is not None:
             return fast
     if kind in fhir_lean.MODELS:
@@ -282,8 +282,14 @@ def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
         if e.resource is None:
             continue
         loc = [*prefix, "entry", i, "resource"]
-        resource = e.resource if full else _entry_resource(
-            e.resource, loc, f"{root}.entry[{i}].resource", context, rows)
+        if rows is not None and e.resource.get("resourceType") == "Observation":
+            resource = rows.read(e.resource)  # read for the stay, else by the lean model
+            if resource is None:
+                resource = validate(fhir_lean.Observation, e.resource, loc,
+                                    f"{root}.entry[{i}].resource", context)
+        else:
+            resource = e.resource if full else _entry_resource(
+                e.resource, loc, f"{root}.entry[{i}].resource", context)
         out.append(Located(resource, loc, e.fullUrl))
     return out
 

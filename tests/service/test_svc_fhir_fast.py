@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from pydantic_core import TzInfo
 
 from schemas.payloads import Observation
 from schemas.variables import VARIABLES, loinc_index
@@ -351,7 +352,7 @@ def _stay(raw: dict[str, Any], variables: Any) -> Any:
     except ApiError as e:
         return e.status, e.error, [p.model_dump() for p in e.detail]
     return (s.payload.model_dump(), s.patient, s.encounter, s.basis, s.sources, s.issues,
-            s.refs, [_time(o.time) for o in s.payload.observations])
+            s.refs, [(_time(o.time), o.model_fields_set) for o in s.payload.observations])
 
 
 @st.composite
@@ -393,3 +394,42 @@ def test_the_example_stay_is_read_through_rows_as_through_the_lean_model(
     assert fast[5], "some codes are not this model's"
     monkeypatch.setattr(fhir_rows.RowReader, "read", lambda self, raw: None)
     assert fast == _stay(raw, VARIABLES[::2])
+
+
+TRUSTED_ROWS = [
+    {"variable": "heart_rate", "time": datetime(2026, 1, 15, 8, tzinfo=TzInfo(3600)),
+     "value": 80.5, "unit": "/min"},
+    {"variable": "icu_type", "time": datetime(2026, 1, 15, 8, tzinfo=UTC), "value": "3",
+     "unit": None},
+    {"variable": "mechanical_ventilation", "time": datetime(2026, 1, 15, 9, tzinfo=UTC),
+     "value": 1.0, "unit": None},
+]
+
+
+@pytest.mark.parametrize("row", TRUSTED_ROWS)
+def test_a_trusted_row_is_the_model_validated_from_it(row: dict[str, Any]) -> None:
+    built, valid = fhir_in.trusted(dict(row)), Observation.model_validate(row)
+    assert built == valid == Observation.model_construct(**row)
+    assert built.model_fields_set == valid.model_fields_set
+    assert (built.__pydantic_extra__, built.__pydantic_private__) == (
+        valid.__pydantic_extra__, valid.__pydantic_private__)
+    assert built.model_dump_json() == valid.model_dump_json()
+    assert _time(built.time) == _time(valid.time)
+
+
+def test_checked_and_unchecked_rows_keep_their_order_and_errors() -> None:
+    when = datetime(2026, 1, 15, 8, tzinfo=UTC)
+    builder = StayBuilder(when, set(), {})
+    unchecked = {"variable": "glascow_coma_scale_total", "time": when, "value": "15",
+                 "unit": None}
+    for row in [TRUSTED_ROWS[0], unchecked, TRUSTED_ROWS[1]]:
+        builder.rows.append(dict(row))
+        builder.checked.append(row is not unchecked)
+    assert builder.observations() == [Observation(**r) for r in builder.rows]
+    builder.rows.append({"variable": "x", "time": when, "value": "\ud800", "unit": None})
+    builder.checked.append(False)
+    with pytest.raises(ValidationError) as together:
+        builder.observations()
+    with pytest.raises(ValidationError) as alone:
+        Observation(**builder.rows[-1])
+    assert together.value.errors() == alone.value.errors()

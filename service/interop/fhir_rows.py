@@ -144,11 +144,12 @@ class RowReader:
     """Reads a request's Observations (`read`) with its validation context and the model's
     `codes`; what repeats (codes, units) is checked once per request."""
 
-    __slots__ = ("codes", "context", "loincs", "ok", "units")
+    __slots__ = ("codes", "context", "loincs", "ok", "texts", "units")
 
     def __init__(self, context: dict[str, Any], codes: Mapping[str, Variable]) -> None:
         self.context, self.codes = context, codes
         self.ok: set[str] = context.setdefault(TOKENS, set())
+        self.texts: set[str] = set()  # subject references found FHIR strings
         self.loincs: dict[tuple[str, str], Loinc] = {}
         self.units: dict[tuple[Any, Any, Any], str | None] = {}
 
@@ -168,8 +169,12 @@ class RowReader:
                     return None
                 if "reference" in holder:
                     subject = holder["reference"]
-                    if not _text(subject, ok):
+                    if type(subject) is not str:
                         return None
+                    if subject not in self.texts:
+                        if not _text(subject, ok):
+                            return None
+                        self.texts.add(subject)
             ident = raw.get("id")
             if "id" in keys and not (type(ident) is str and _ID.fullmatch(ident)):
                 return None

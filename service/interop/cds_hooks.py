@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.manifest import Manifest
 from schemas.outcomes import outcome_coding
 from schemas.payloads import ClassResult, Prediction, Problem, RiskInterval
-from schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES, Variable
+from schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES, Variable, loinc_index
 from service.errors import ApiError
 from service.interop.fhir_in import (
     SNOMED,
@@ -185,7 +185,8 @@ def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES,
         validate_resource("Encounter", pre["encounter"], ["body", "prefetch", "encounter"],
                           "Encounter", full),
         *(r for r in bundle_resources(pre["observations"],
-                                      ["body", "prefetch", "observations"], "Bundle", full)
+                                      ["body", "prefetch", "observations"], "Bundle", full,
+                                      None if full else loinc_index(variables))
           if r.resource.get_resource_type() == "Observation"),
     ]
     resources += _optional(pre, "location", "Location", full)

@@ -14,10 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from pydantic_core import TzInfo
 
 from schemas.payloads import Observation
-from service.interop import fhir_fast, fhir_lean
-from service.interop.fhir_in import StayBuilder, bundle_resources
+from schemas.variables import VARIABLES, loinc_index
+from service.errors import ApiError
+from service.interop import fhir_fast, fhir_in, fhir_lean, fhir_rows
+from service.interop.fhir_in import StayBuilder, bundle_resources, read_bundle
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = settings(max_examples=400, deadline=None,
@@ -307,3 +310,126 @@ def test_the_example_bundle_takes_the_fast_path() -> None:
     fast = fhir_fast.bundle(raw)
     assert fast is not None
     assert _bundle_read(fast) == _bundle_read(fhir_lean.Bundle.model_validate(raw))
+
+
+# ---------------------------------------------------------------- rows for the stay
+
+VARIABLE_SETS = [VARIABLES, VARIABLES[::2]]
+
+
+def _row_read(raw: dict[str, Any], codes: Any) -> Any:
+    return fhir_rows.RowReader(fhir_lean.seen_times(), codes).read(raw)
+
+
+@SETTINGS
+@given(observations(), st.sampled_from(VARIABLE_SETS))
+def test_a_row_is_read_from_the_fast_paths_subset_as_the_lean_model_reads_it(
+        raw: dict[str, Any], variables: Any) -> None:
+    """`fhir_rows` takes exactly the Observations `fhir_fast.observation` takes, and reads
+    what `StayBuilder` reads of the lean model: reference, subject, time, code and variable,
+    value, unit and value[x] kind."""
+    codes = loinc_index(variables)
+    before = copy.deepcopy(raw)
+    row = _row_read(raw, codes)
+    assert raw == before
+    assert (row is None) == (fhir_fast.observation(raw, fhir_lean.seen_times()) is None), raw
+    if row is not None:
+        lean = _lean(raw)
+        assert lean is not None, raw
+        assert (row.id, row.status, row.get_resource_type()) == (
+            lean.id, lean.status, lean.get_resource_type())
+        assert row.subject == (None if lean.subject is None else lean.subject.reference)
+        assert _time(row.when) == _time(fhir_in._effective(lean))
+        assert (row.code, row.variable) == fhir_in._loinc(lean.code, codes)
+        assert (row.value, row.unit, row.kind) == fhir_in._value(lean)
+        assert type(row.value) is type(fhir_in._value(lean)[0])
+
+
+def _stay(raw: dict[str, Any], variables: Any) -> Any:
+    """What reading the Bundle gives: the stay's parts, or the refusal."""
+    try:
+        s = read_bundle(copy.deepcopy(raw), variables=variables)
+    except ApiError as e:
+        return e.status, e.error, [p.model_dump() for p in e.detail]
+    return (s.payload.model_dump(), s.patient, s.encounter, s.basis, s.sources, s.issues,
+            s.refs, [(_time(o.time), o.model_fields_set) for o in s.payload.observations])
+
+
+@st.composite
+def stay_bundles(draw: st.DrawFn) -> dict[str, Any]:
+    """The example Bundle with its Observations cut to a few, some of them changed."""
+    raw = json.loads((REPO / "examples" / "fhir_bundle.json").read_text())
+    others = [e for e in raw["entry"] if e["resource"]["resourceType"] != "Observation"]
+    obs = [{"fullUrl": f"urn:uuid:{i}", "resource": draw(observations())}
+           for i in range(draw(st.integers(1, 4)))]
+    for e in obs:
+        if draw(st.booleans()):
+            e.pop("fullUrl")
+    raw["entry"] = [*others[:draw(st.integers(2, len(others)))], *obs]
+    return raw
+
+
+@SETTINGS
+@given(stay_bundles(), st.sampled_from(VARIABLE_SETS))
+def test_a_stay_read_through_rows_is_the_stay_read_through_the_lean_model(
+        raw: dict[str, Any], variables: Any) -> None:
+    """Observations, their sources and references, warnings and refusals: the same whether
+    the fast path's Observations are read as rows or by the lean model."""
+    fast = _stay(raw, variables)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fhir_rows.RowReader, "read", lambda self, raw: None)
+        lean = _stay(raw, variables)
+    assert fast == lean
+
+
+def test_the_example_stay_is_read_through_rows_as_through_the_lean_model(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vacuous: every Observation of the example is read as a row, and the stay (with
+    its warnings of codes this model does not read) is the lean one."""
+    raw = json.loads((REPO / "examples" / "fhir_bundle.json").read_text())
+    codes = loinc_index(VARIABLES[::2])
+    resources = bundle_resources(copy.deepcopy(raw), codes=codes)
+    assert sum(type(r.resource) is fhir_rows.ObservationRow for r in resources) == 244
+    fast = _stay(raw, VARIABLES[::2])
+    assert fast[5], "some codes are not this model's"
+    monkeypatch.setattr(fhir_rows.RowReader, "read", lambda self, raw: None)
+    assert fast == _stay(raw, VARIABLES[::2])
+
+
+TRUSTED_ROWS = [
+    {"variable": "heart_rate", "time": datetime(2026, 1, 15, 8, tzinfo=TzInfo(3600)),
+     "value": 80.5, "unit": "/min"},
+    {"variable": "icu_type", "time": datetime(2026, 1, 15, 8, tzinfo=UTC), "value": "3",
+     "unit": None},
+    {"variable": "mechanical_ventilation", "time": datetime(2026, 1, 15, 9, tzinfo=UTC),
+     "value": 1.0, "unit": None},
+]
+
+
+@pytest.mark.parametrize("row", TRUSTED_ROWS)
+def test_a_trusted_row_is_the_model_validated_from_it(row: dict[str, Any]) -> None:
+    built, valid = fhir_in.trusted(dict(row)), Observation.model_validate(row)
+    assert built == valid == Observation.model_construct(**row)
+    assert built.model_fields_set == valid.model_fields_set
+    assert (built.__pydantic_extra__, built.__pydantic_private__) == (
+        valid.__pydantic_extra__, valid.__pydantic_private__)
+    assert built.model_dump_json() == valid.model_dump_json()
+    assert _time(built.time) == _time(valid.time)
+
+
+def test_checked_and_unchecked_rows_keep_their_order_and_errors() -> None:
+    when = datetime(2026, 1, 15, 8, tzinfo=UTC)
+    builder = StayBuilder(when, set(), {})
+    unchecked = {"variable": "glascow_coma_scale_total", "time": when, "value": "15",
+                 "unit": None}
+    for row in [TRUSTED_ROWS[0], unchecked, TRUSTED_ROWS[1]]:
+        builder.rows.append(dict(row))
+        builder.checked.append(row is not unchecked)
+    assert builder.observations() == [Observation(**r) for r in builder.rows]
+    builder.rows.append({"variable": "x", "time": when, "value": "\ud800", "unit": None})
+    builder.checked.append(False)
+    with pytest.raises(ValidationError) as together:
+        builder.observations()
+    with pytest.raises(ValidationError) as alone:
+        Observation(**builder.rows[-1])
+    assert together.value.errors() == alone.value.errors()

@@ -41,3 +41,22 @@ def test_brackets_in_strings_never_count_towards_depth() -> None:
     with pytest.raises(ApiError) as e:
         check_raw(deep, LIMITS)
     assert e.value.detail[0].rule == "fhir_too_deep"
+
+
+def _observations(real: int, mentions: int) -> bytes:
+    """A body with `real` Observation resources and `mentions` other `"Observation"`
+    strings (a display text, a reference type)."""
+    return json.dumps({"entry": [{"resource": {"resourceType": "Observation"}}] * real
+                      + [{"display": "Observation"}] * mentions}).encode()
+
+
+def test_observation_strings_that_are_not_resource_types_do_not_count() -> None:
+    check_raw(_observations(LIMITS.max_observations, 3 * LIMITS.max_observations), LIMITS)
+
+
+@pytest.mark.parametrize("mentions", [0, 500])
+def test_observations_over_the_limit_are_counted_exactly(mentions: int) -> None:
+    with pytest.raises(ApiError) as e:
+        check_raw(_observations(LIMITS.max_observations + 1, mentions), LIMITS)
+    assert e.value.detail[0].rule == "fhir_too_many_observations"
+    assert f"holds {LIMITS.max_observations + 1} Observations" in e.value.detail[0].message

@@ -6,7 +6,8 @@ sha256 over the prepared model rows, lengths, demographics, notices, problems, d
 input hash, observed variables, value bins, occluded channels and observation rows read, and
 over the response bytes at `explain=basic` and `top`. Recorded in `golden/prepare_real_stays.json`
 (`python -m tests.service.test_svc_prepare_frozen` rewrites it: only for a deliberate change).
-Skipped without the converted data (`data/physionet2012-full`) or pandas.
+The stays are converted from the open PhysioNet 2012 data in the shared data folder (the first
+records of each set, in the default model's feature set); skipped when that folder is absent.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
+
+from tests.conftest import SHARED_DATA, needs_shared_data
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden" / "prepare_real_stays.json"
@@ -46,8 +48,24 @@ def _h(*parts: Any) -> str:
     return h.hexdigest()
 
 
-def digests() -> list[str]:
-    """One sha256 per (stay, form): see the module's docstring."""
+def convert(out: Path) -> Path:
+    """The first `N_STAYS` records of each PhysioNet 2012 set, converted into `out` in the
+    default mortality model's feature set (its test split: the first records of set c)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from payloads import SOURCES, default_feature_set
+
+    from schemas.featureset import FEATURE_SETS
+    from training.data.physionet2012 import convert_physionet2012
+
+    name = default_feature_set("mortality", REPO / "models")
+    convert_physionet2012(SHARED_DATA / "physionet2012", out / SOURCES[name][0],
+                          limit=N_STAYS, progress=False, fs=FEATURE_SETS[name])
+    return out
+
+
+def digests(data: Path) -> list[str]:
+    """One sha256 per (stay, form) of the stays converted under `data` (`convert`): see the
+    module's docstring."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from payloads import real_stays
 
@@ -57,9 +75,8 @@ def digests() -> list[str]:
     from service.settings import Settings
 
     models = REPO / "models"
-    found = real_stays("mortality", N_STAYS, models)
-    if found is None:
-        pytest.skip("no converted data under data/")
+    found = real_stays("mortality", N_STAYS, models, data)
+    assert found is not None and len(found[0]) == N_STAYS, "conversion gave no test stays"
     m = load_model(resolve(models, read_index(models), "mortality", version=VERSION), "mortality",
                    Settings(model_dir=models, device="cpu", intra_op_threads=1))
     out = []
@@ -86,16 +103,17 @@ def digests() -> list[str]:
     return out
 
 
-def test_prepare_and_predictions_of_real_stays_did_not_move() -> None:
-    pytest.importorskip("pandas")
-    if not (REPO / "data" / "physionet2012-full").exists():
-        pytest.skip("no converted data under data/physionet2012-full")
+@needs_shared_data
+def test_prepare_and_predictions_of_real_stays_did_not_move(tmp_path: Path) -> None:
     want = json.loads(GOLDEN.read_text())
-    got = digests()
+    got = digests(convert(tmp_path))
     moved = [i for i, (a, b) in enumerate(zip(got, want["digests"], strict=True)) if a != b]
     assert not moved, f"{len(moved)} of {len(got)} stays/forms moved, first: {moved[:10]}"
 
 
 if __name__ == "__main__":
-    GOLDEN.write_text(json.dumps({"model": f"mortality {VERSION}",
-                                  "digests": digests()}, indent=0) + "\n")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        GOLDEN.write_text(json.dumps({"model": f"mortality {VERSION}",
+                                      "digests": digests(convert(Path(tmp)))}, indent=0) + "\n")

@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from service.settings import Settings
 from tests.service.conftest import serve, stay
@@ -149,3 +151,32 @@ def test_the_body_parser_reads_and_refuses_as_json_loads(raw: bytes) -> None:
             return type(e), str(e)
 
     assert answer(loads_json) == answer(json.loads)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**80, 2**80) | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON_VALUES, ascii_only=st.booleans(), indent=st.sampled_from([None, 1]))
+def test_the_body_parser_reads_generated_json_as_json_loads(
+        value: object, ascii_only: bool, indent: int | None) -> None:
+    """Any JSON text (NaN, Infinity, integers beyond 64 bits, any string, escaped or not):
+    the body parser's value is json.loads's, type for type."""
+    import json
+
+    from service.routes.predict import loads_json
+
+    raw = json.dumps(value, ensure_ascii=ascii_only, indent=indent).encode("utf-8",
+                                                                        "surrogatepass")
+    try:
+        want: object = repr(json.loads(raw))
+    except ValueError as e:
+        want = type(e)
+    try:
+        got: object = repr(loads_json(raw))
+    except ValueError as e:
+        got = type(e)
+    assert got == want

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import TzInfo
@@ -44,6 +45,7 @@ _TEXT = re.compile(r"[ -~]+")
 _DATE_TIME = re.compile(r"[1-9][0-9]{3}-[01][0-9]-[0-3][0-9]T(?:[01][0-9]|2[0-3]):[0-5][0-9]:"
                         r"[0-5][0-9](Z|([+-])(0[0-9]|1[0-3]):([0-5][0-9]))")
 INT32 = 2**31
+T = TypeVar("T")
 #: The validation context key of the strings a request holds that are in `_TOKEN`.
 TOKENS = "fastTokens"
 #: ... and of its CodeableConcepts of one coding, by (system, code).
@@ -131,14 +133,18 @@ def _text(value: Any, ok: set[str]) -> bool:
     return type(value) is str and (value in ok or _TEXT.fullmatch(value) is not None)
 
 
-def _concept(raw: Any, ok: set[str],
-             seen: dict[tuple[str, str], CodeableConcept]) -> CodeableConcept:
-    """The CodeableConcept; one object per request for each single (system, code) coding
-    (read only: a stay repeats a few dozen codes)."""
+Pairs = list[tuple[str | None, str | None]]
+
+
+def read_codings(raw: Any, ok: set[str], seen: dict[tuple[str, str], T],
+                 build: Callable[[Pairs | None], T]) -> T:
+    """`build` of a CodeableConcept's (system, code) pairs (None: no `coding` element) when it
+    is in the subset, else `_Fallback`. A single coding's result is built once per request
+    (`seen`, by (system, code); read only: a stay repeats a few dozen codes)."""
     if type(raw) is not dict:
         raise _Fallback
     if "coding" not in raw:
-        return CodeableConcept(None)
+        return build(None)
     coding = raw["coding"]
     if type(coding) is not list:
         raise _Fallback
@@ -147,15 +153,19 @@ def _concept(raw: Any, ok: set[str],
         if type(key[0]) is str and type(key[1]) is str:
             found = seen.get(key)  # type: ignore[arg-type]
             if found is None:
-                found = seen[key] = CodeableConcept(  # type: ignore[index]
-                    [Coding(_opt(c, "system", ok), _opt(c, "code", ok))])
+                found = seen[key] = build(  # type: ignore[index]
+                    [(_opt(c, "system", ok), _opt(c, "code", ok))])
             return found
-    out = []
+    pairs = []
     for c in coding:
         if type(c) is not dict:
             raise _Fallback
-        out.append(Coding(_opt(c, "system", ok), _opt(c, "code", ok)))
-    return CodeableConcept(out)
+        pairs.append((_opt(c, "system", ok), _opt(c, "code", ok)))
+    return build(pairs)
+
+
+def _as_concept(pairs: Pairs | None) -> CodeableConcept:
+    return CodeableConcept(None if pairs is None else [Coding(s, c) for s, c in pairs])
 
 
 def _decimal(value: Any) -> Decimal:
@@ -238,7 +248,8 @@ def observation(raw: dict[str, Any], context: dict[str, Any] | None = None
         if "valueInteger" in keys and not (type(integer) is int and -INT32 <= integer < INT32):
             return None
         return Observation(
-            ident, _opt(raw, "status", ok), _concept(raw.get("code"), ok, concepts), subject,
+            ident, _opt(raw, "status", ok),
+            read_codings(raw.get("code"), ok, concepts, _as_concept), subject,
             _when(raw["effectiveDateTime"], context) if "effectiveDateTime" in keys else None,
             _quantity(raw["valueQuantity"], ok) if "valueQuantity" in keys else None, integer)
     except _Fallback:

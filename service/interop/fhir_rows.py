@@ -14,7 +14,7 @@ the lean way. tests/service/test_svc_fhir_fast.py compares stays read both ways.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,11 +25,13 @@ from service.interop.fhir_fast import (
     _READ,
     INT32,
     TOKENS,
+    Pairs,
     _choice_keys,
     _Fallback,
     _opt,
     _text,
     _when,
+    read_codings,
 )
 
 UCUM = "http://unitsofmeasure.org"
@@ -78,33 +80,6 @@ def loinc_of(codings: Iterable[tuple[str | None, str | None]],
     return first, None
 
 
-def _coded(raw: Any, ok: set[str], seen: dict[tuple[str, str], Loinc],
-           codes: Mapping[str, Variable]) -> Loinc:
-    """The code's LOINC reading, if the CodeableConcept is in the subset; once per request
-    for each single (system, code) coding."""
-    if type(raw) is not dict:
-        raise _Fallback
-    if "coding" not in raw:
-        return None, None
-    coding = raw["coding"]
-    if type(coding) is not list:
-        raise _Fallback
-    if len(coding) == 1 and type(c := coding[0]) is dict:
-        key = (c.get("system"), c.get("code"))
-        if type(key[0]) is str and type(key[1]) is str:
-            found = seen.get(key)  # type: ignore[arg-type]
-            if found is None:
-                found = seen[key] = loinc_of(  # type: ignore[index]
-                    [(_opt(c, "system", ok), _opt(c, "code", ok))], codes)
-            return found
-    pairs = []
-    for c in coding:
-        if type(c) is not dict:
-            raise _Fallback
-        pairs.append((_opt(c, "system", ok), _opt(c, "code", ok)))
-    return loinc_of(pairs, codes)
-
-
 #: Keys of an Observation that send it to the lean model: a choice-of-type element this path
 #: does not read, and components.
 _LEAN_KEYS = frozenset(_choice_keys() - _READ) | {"component"}
@@ -144,13 +119,14 @@ class RowReader:
     """Reads a request's Observations (`read`) with its validation context and the model's
     `codes`; what repeats (codes, units) is checked once per request."""
 
-    __slots__ = ("codes", "context", "loincs", "ok", "texts", "units")
+    __slots__ = ("codes", "context", "loinc", "loincs", "ok", "texts", "units")
 
     def __init__(self, context: dict[str, Any], codes: Mapping[str, Variable]) -> None:
         self.context, self.codes = context, codes
         self.ok: set[str] = context.setdefault(TOKENS, set())
         self.texts: set[str] = set()  # subject references found FHIR strings
         self.loincs: dict[tuple[str, str], Loinc] = {}
+        self.loinc: Callable[[Pairs | None], Loinc] = lambda pairs: loinc_of(pairs or (), codes)
         self.units: dict[tuple[Any, Any, Any], str | None] = {}
 
     def read(self, raw: dict[str, Any]) -> ObservationRow | None:
@@ -189,7 +165,7 @@ class RowReader:
                     return None
                 value, kind = float(integer), "valueInteger"
             status = _opt(raw, "status", ok)
-            code, var = _coded(raw.get("code"), ok, self.loincs, self.codes)
+            code, var = read_codings(raw.get("code"), ok, self.loincs, self.loinc)
             when = _when(raw["effectiveDateTime"], self.context) \
                 if "effectiveDateTime" in keys else None
         except _Fallback:
@@ -197,10 +173,3 @@ class RowReader:
         return ObservationRow(ident, status, subject,  # type: ignore[arg-type]
                               when if isinstance(when, datetime) else None, code, var, value,
                               unit, kind)
-
-
-def observation_row(raw: dict[str, Any], context: dict[str, Any],
-                    codes: Mapping[str, Variable]) -> ObservationRow | None:
-    """The Observation `raw` read for the stay (codes resolved among `codes`), when in the
-    subset of `fhir_fast.observation`; None otherwise (the lean model decides)."""
-    return RowReader(context, codes).read(raw)

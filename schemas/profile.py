@@ -118,9 +118,13 @@ def value_counts(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet, bins: Bins,
     return np.bincount(cell, minlength=n * v * w).astype(np.int32).reshape(n, v, w)
 
 
-def stays_observed(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet) -> np.ndarray:
-    """[N, V] True where the variable was observed at least once in the stay's window."""
-    return observed_mask(x, lengths, fs).any(axis=1)
+def stays_observed(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet,
+                   observed: np.ndarray | None = None) -> np.ndarray:
+    """[N, V] True where the variable was observed at least once in the stay's window.
+    `observed`: `observed_mask(x, lengths, fs)` when the caller has it already."""
+    if observed is None:
+        observed = observed_mask(x, lengths, fs)
+    return observed.any(axis=1)
 
 
 def decile_edges(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet,

@@ -234,7 +234,7 @@ def prepare(spec: ModelSpec, stays: list[StayPayload], *, strict: bool = False,
                                     None if static_raw is None else static_raw[i])
                          for i in range(n)]
     seen = observed_mask(x, lengths, spec.fs)  # once, for both read-outs of the profile
-    prep.observed = seen.any(axis=1)  # = stays_observed
+    prep.observed = stays_observed(x, lengths, spec.fs, seen)
     if spec.bins is not None:
         prep.values = value_counts(x, lengths, spec.fs, spec.bins, seen)
     x = spec.normalizer.transform(x, lengths)

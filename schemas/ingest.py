@@ -6,28 +6,29 @@ physiological (the catalog's plausibility rule) become missing, known scalings (
 undone; then values outside the benchmark's outlier bounds are dropped and values between an
 outlier and a valid bound are clipped; each is a warning, or an error with `strict=True`.
 
-Each rule is written once: a name resolves to a channel with `variables.find`, a unit with
-`unit_converter`, a value with `canonical_number` (`check_row` is a row's checks in order).
-Two paths call them. The fast one (`_convert`) reads a stay column by column and only
-batches those calls: each distinct (variable, unit) pair and category value is resolved once
-by the rule functions and memoized, so rows need only C-level dict look-ups; times and values
-become numpy arrays and the time checks are vectorised. It only decides *whether* every row is
-acceptable: as problems are rare, a stay with any bad (or unusual) row is read again row by
-row (`_add`), which names each problem in payload order. A wide table goes first through
-`_wide_fast`, which resolves each column's (variable, unit) pair once, not once per cell.
-Field paths (`loc`) are built on demand, for the few rows a notice or problem names.
-`tests/schemas/test_ingest_equivalence.py` holds both paths to the frozen per-row reference
-in `tests/oracles/ingest_reference.py`.
+One path reads every payload. A reader lays a stay's rows out as `ObservationColumns`
+(variable, time, value, unit, field path, in payload order): the long form's observations, the
+wide form's non-null cells column by column. The rules then run once over the whole columns:
+each distinct (variable, unit) pair and category value is resolved by the rule functions and
+memoized, so a row costs C-level dict look-ups (a wide column, one look-up for all its cells);
+times, values and unit conversions are numpy arrays. Rows are visited one by one only where a
+rule refused them (`_add_rows`), to name each one's first problem in payload order with the
+same rule functions (`check_row` is a row's checks in order). Each rule is written once: a
+name resolves to a channel with `variables.find`, a unit with `unit_converter`, a time with
+`_hours_of`, a value with `canonical_number`. Field paths (`loc`) are built on demand, for the
+few rows a notice or problem names. `tests/schemas/test_ingest_equivalence.py` holds the path
+to the frozen per-row reference in `tests/oracles/ingest_reference.py`.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import accumulate, repeat
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from schemas.featureset import STATIC_FIELDS, FeatureSet
-from schemas.payloads import Notice, Observation, Problem, StayPayload, WideTable
+from schemas.payloads import Notice, Problem, StayPayload, WideTable
 from schemas.tensorize import Observations, apply_rules
 from schemas.variables import (
     CategoryError,
@@ -61,6 +62,31 @@ def _long_loc(row: int) -> Loc:
 
 def _empty(dtype: type) -> np.ndarray:
     return np.zeros(0, dtype=dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class ObservationColumns:
+    """A stay's observations as columns: the one form every payload reader emits for ingest.
+
+    Rows are in payload order, the order their problems are named in. Per row: `time`, hours
+    since ICU admission (a float64 array), or per row a number or a `datetime` (placed against
+    `admission` by the time rule); `value`, a number or a category's text; `locate(row)`, the
+    row's field path in the payload (`["observations", 12]`). `variable` and `unit` are as
+    sent, once per run of rows that share them: run k covers the next `runs[k]` rows (a wide
+    table's column); `runs=None`, one row per run. `problems` are the reader's own, each with
+    the number of rows before it (a wide column of the wrong length). A reader only lays rows
+    out: every rule is ingest's.
+    """
+
+    variable: Sequence[str]
+    unit: Sequence[str | None]
+    time: np.ndarray | Sequence[float | datetime]
+    value: list[float | str]
+    locate: Callable[[int], Loc]
+    runs: Sequence[int] | None = None
+    admission: datetime | None = None
+    problems: Sequence[tuple[int, Problem]] = ()
+
 
 
 @dataclass(eq=False)
@@ -155,6 +181,26 @@ def check_row(var: Variable, value: float | str, unit: str | None) -> float:
     return canonical_number(var, value, unit_converter(var, unit))
 
 
+
+def _hours_of(t: float | datetime, admission: datetime | None) -> float:
+    """The time rule: hours since ICU admission, not negative; a timestamp needs the stay's
+    `admission_time`, both with or both without a timezone. Raises `RowError`."""
+    if isinstance(t, datetime):
+        if admission is None:
+            raise RowError("time", "admission_time_required",
+                           "an ISO timestamp needs `admission_time` on the stay")
+        if (t.tzinfo is None) != (admission.tzinfo is None):
+            raise RowError("time", "timezone_mismatch",
+                           "timestamp and admission_time must both have or both lack a timezone")
+        hours = (t - admission).total_seconds() / 3600.0
+    else:
+        hours = float(t)
+    if hours < 0:
+        raise RowError("time", "time_negative", "time must be >= 0 hours since ICU admission",
+                       ">= 0")
+    return hours
+
+
 # ---------------------------------------------------------------- look-up tables
 
 
@@ -163,9 +209,9 @@ class _Tables:
     """A feature set's look-ups, built once, and memos of what requests spelled.
 
     `pairs[variable][unit]` (both exactly as sent) is a pair id whose channel and converter
-    sit in preallocated arrays (id 0: a pair `_add` rejects), so that two C-level dict
-    look-ups per row do the variable and unit checks. The memos are bounded: once full, new
-    spellings take the per-row path.
+    sit in preallocated arrays (id 0: a pair the rules refuse), so that two C-level dict
+    look-ups per run of rows do the variable and unit checks. The memos are bounded: once
+    full, new spellings are judged row by row.
     """
 
     fs: FeatureSet
@@ -210,7 +256,11 @@ def _resolve(t: _Tables, variable: str, unit: str | None
 
 
 def _pair_id(t: _Tables, variable: str, unit: str | None) -> int:
-    """Resolve a (variable, unit) pair missing from the memo; remember it if there is room."""
+    """A (variable, unit) pair's id (0: refused, or no room left to remember it), resolved by
+    the rules the first time it is seen."""
+    pid = t.pairs.get(variable, _NO_PAIRS).get(unit)
+    if pid is not None:
+        return pid
     resolved = _resolve(t, variable, unit)
     with t.lock:
         known = t.pairs.get(variable, {})
@@ -234,21 +284,20 @@ def _pair_id(t: _Tables, variable: str, unit: str | None) -> int:
 
 
 def _categories(t: _Tables, chans: list[int], values: list[str | float]
-                ) -> list[float] | None:
-    """`category_index` of each (channel, value), memoized; None if any fails."""
+                ) -> list[float | None]:
+    """`category_index` of each (channel, value), memoized; None where the value rule refuses
+    it, or for a type other than text and float (a bool would pass for 0.0 or 1.0)."""
     numbers = list(map(dict.get, map(t.categories.__getitem__, chans), values))
-    if None in numbers:
-        numbers = [_category(t, c, v) if x is None else x
-                   for x, c, v in zip(numbers, chans, values, strict=True)]
-        if None in numbers:
-            return None
+    if None in numbers or not set(map(type, values)) <= {str, float}:
+        numbers = [None if type(v) not in (str, float) else _category(t, c, v) if x is None
+                   else x for x, c, v in zip(numbers, chans, values, strict=True)]
     return numbers
 
 
 def _category(t: _Tables, channel: int, value: str | float) -> float | None:
     try:
         number = canonical_number(t.fs.variables[channel], value, None)
-    except Exception:  # the per-row path reports it, or raises it again
+    except Exception:  # the row is judged on its own: its problem is named, or raised again
         return None
     with t.lock:
         if t.n_categories < _MEMO_LIMIT and value not in t.categories[channel]:
@@ -257,178 +306,135 @@ def _category(t: _Tables, channel: int, value: str | float) -> float | None:
     return number
 
 
-# ---------------------------------------------------------------- the fast path
-
-
-@dataclass
-class _Rows:
-    """A payload's rows in reading order, column-wise, as the per-row checks would see them."""
-
-    variable: Iterable[str]
-    unit: Iterable[str | None]
-    time: Iterable[float | datetime]
-    value: list[float | str]
-    locate: Callable[[int], Loc]
+# ---------------------------------------------------------------- payloads as columns
 
 
 class _Column:
-    """One field of every observation, read afresh on each pass: no list is built for it."""
+    """One field of every long-form observation, read from the models' field dicts (in C:
+    faster than attribute access) afresh on each pass: no list is built for it."""
 
     def __init__(self, fields: list[dict[str, Any]], name: str) -> None:
-        self.fields, self.get = fields, itemgetter(name)
+        self.fields, self.name, self.get = fields, name, itemgetter(name)
 
     def __iter__(self) -> Iterator[Any]:
         return map(self.get, self.fields)
+
+    def __getitem__(self, row: int) -> Any:
+        return self.fields[row][self.name]
 
 
 _DICT, _VALUE = attrgetter("__dict__"), itemgetter("value")
 
 
-def _long_rows(obs: list[Observation]) -> _Rows:
-    """Reads the models' field dicts, in C: faster than attribute access."""
-    fields = list(map(_DICT, obs))
-    return _Rows(_Column(fields, "variable"), _Column(fields, "unit"), _Column(fields, "time"),
-                 list(map(_VALUE, fields)), _long_loc)
+def _payload_columns(stay: StayPayload) -> ObservationColumns:
+    """A JSON payload's rows: the long form's observations, or the wide form's cells."""
+    if stay.wide is not None:
+        return _wide_columns(stay.wide)
+    fields = list(map(_DICT, stay.observations or []))
+    return ObservationColumns(_Column(fields, "variable"), _Column(fields, "unit"),
+                              _Column(fields, "time"), list(map(_VALUE, fields)), _long_loc,
+                              admission=stay.admission_time)
 
 
-def _wide_rows(w: WideTable) -> _Rows | None:
-    """Non-null cells column by column; None if a column's length is wrong (a problem)."""
+def _wide_columns(w: WideTable) -> ObservationColumns:
+    """A wide table's non-null cells column by column, one run per column (its name and unit
+    as sent), hours read once and gathered by row; a column of the wrong length is a problem."""
     n = len(w.hours)
     names: list[str] = []
-    units: list[str | None] = []
-    times: list[float | datetime] = []
-    values: list[float | str] = []
-    rows: list[int] = []
-    for name, col in w.columns.items():
-        if len(col) != n:
-            return None
-        if None in col:
-            idx = [r for r, v in enumerate(col) if v is not None]
-            values += map(col.__getitem__, idx)  # list.__iadd__ of a map: filled in C
-            times += map(w.hours.__getitem__, idx)
-        else:
-            idx = list(range(n))
-            values += col
-            times += w.hours
-        names += repeat(name, len(idx))
-        units += repeat(w.units.get(name), len(idx))
-        rows += idx
-    return _Rows(names, units, times, values, lambda i: ["wide", "columns", names[i], rows[i]])
-
-
-def _wide_fast(w: WideTable, t: _Tables
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Callable[[int], Loc]] | None:
-    """(channel, hours, value, locate) of a common wide table, or None for anything unusual.
-
-    A wide column is one (variable, unit) pair, so it is resolved once per column, not once
-    per cell, and hours are read once and gathered by row. Numeric hours, memoized or
-    acceptable pairs, valid values only: otherwise (None) `_wide_rows` + `_convert` decide,
-    as for any payload, and the rows come out the same either way."""
-    n = len(w.hours)
-    try:
-        hours = np.fromiter(w.hours, np.float64, n)
-    except TypeError:  # ISO timestamps
-        return None
-    names: list[str] = []
-    pids: list[int] = []
-    counts: list[int] = []
+    runs: list[int] = []
     rows: list[int] = []
     values: list[float | str] = []
-    done = 0
+    problems: list[tuple[int, Problem]] = []
     for name, col in w.columns.items():
         if len(col) != n:
-            return None
-        if None in col:
-            idx = [r for r, v in enumerate(col) if v is not None]
-            if not idx:
-                continue
-            values += map(col.__getitem__, idx)  # list.__iadd__ of a map: filled in C
-            rows += idx
-        elif n:
-            values += col
-            rows += range(n)
-        else:
+            problems.append((len(rows), Problem(
+                loc=["wide", "columns", name], rule="length_mismatch",
+                message=f"{len(col)} values for {n} rows in `hours`")))
             continue
-        unit = w.units.get(name)
-        pid = t.pairs.get(name, _NO_PAIRS).get(unit)
-        if pid is None:
-            pid = _pair_id(t, name, unit)
-        if not pid:
-            return None
-        names.append(name)
-        pids.append(pid)
-        counts.append(len(rows) - done)
-        done = len(rows)
-    at = np.array(pids, dtype=np.intp)
-    ch = t.pair_channel[at].repeat(counts)
-    conv = t.pair_converter[at].repeat(counts)
-    hours = hours[np.array(rows, dtype=np.intp)]
-    if len(hours) and hours.min() < 0:
-        return None
-    value = _values(values, ch, conv, t)
-    if value is None:
-        return None
-    starts = list(accumulate(counts[:-1], initial=0))
+        if None in col:
+            idx: Sequence[int] = [r for r, v in enumerate(col) if v is not None]
+            values += map(col.__getitem__, idx)  # list.__iadd__ of a map: filled in C
+        else:
+            idx = range(n)
+            values += col
+        if idx:
+            names.append(name)
+            runs.append(len(idx))
+            rows += idx
+    hours = np.fromiter(w.hours, np.float64, n)[np.array(rows, dtype=np.intp)]
+    starts = list(accumulate(runs[:-1], initial=0))
 
     def locate(i: int) -> Loc:
         return ["wide", "columns", names[bisect_right(starts, i) - 1], rows[i]]
 
-    return ch, hours, value, locate
+    return ObservationColumns(names, list(map(w.units.get, names)), hours, values, locate,
+                              runs=runs, problems=problems)
 
 
-def _channels(rows: _Rows, t: _Tables) -> tuple[np.ndarray, np.ndarray] | None:
-    """Channel and converter index (0: as is) per row; None if any pair is rejected."""
-    n = len(rows.value)
+# ---------------------------------------------------------------- the rules over columns
+
+
+def _read(cols: ObservationColumns, fs: FeatureSet) -> StayIngest:
+    """Every rule over whole columns; the rows a rule refused are then judged one by one."""
+    t = _tables(fs)
+    pid = _pair_ids(cols, t)
+    hours = _hours(cols.time, len(cols.value), cols.admission)
+    bad = (pid == 0) | ~(hours >= 0)  # NaN: a timestamp the time rule refuses
+    ch = t.pair_channel[pid]
+    value = _values(cols.value, ch, t.pair_converter[pid], t, bad)
+    out = StayIngest(channel=ch, time=hours, value=value, source=np.arange(len(ch)),
+                     locate=cols.locate)
+    if cols.problems or bad.any():
+        _add_rows(out, cols, fs, bad)
+    return out
+
+
+def _pair_ids(cols: ObservationColumns, t: _Tables) -> np.ndarray:
+    """Each row's pair id, looked up once per run: a wide column's cells share one."""
+    n = len(cols.value) if cols.runs is None else len(cols.runs)
     try:  # map(dict.get, units_by_variable, units): both look-ups in C, no key tuples
-        pid = np.fromiter(map(dict.get, map(t.pairs.get, rows.variable), rows.unit), np.intp, n)
+        pid = np.fromiter(map(dict.get, map(t.pairs.get, cols.variable), cols.unit), np.intp, n)
     except TypeError:  # a variable or a unit not in the memo yet (None)
-        pids = [_pair_id(t, v, u) for v, u in zip(rows.variable, rows.unit, strict=True)]
-        pid = np.fromiter(pids, np.intp, n)
-    if np.count_nonzero(pid) < n:  # count_nonzero: a quarter of .all()'s overhead
-        return None
-    return t.pair_channel[pid], t.pair_converter[pid]
+        pid = np.fromiter(map(partial(_pair_id, t), cols.variable, cols.unit), np.intp, n)
+    return pid if cols.runs is None else pid.repeat(cols.runs)
 
 
 def _hours(times: Iterable[float | datetime], n: int,
-           admission: datetime | None) -> np.ndarray | None:
-    """Hours since admission; None where a timestamp cannot be placed (a problem)."""
+           admission: datetime | None) -> np.ndarray:
+    """Hours since admission; NaN where the time rule refuses a timestamp."""
+    if isinstance(times, np.ndarray):
+        return np.asarray(times, np.float64)
     try:
         return np.fromiter(times, np.float64, n)
     except TypeError:  # ISO timestamps among the times
-        pass
-    if admission is None:
-        return None
-    naive = admission.tzinfo is None
-    hours: list[float] = []
-    for t in times:
-        if isinstance(t, datetime):
-            if (t.tzinfo is None) != naive:
-                return None
-            hours.append((t - admission).total_seconds() / 3600.0)
-        else:
-            hours.append(float(t))
-    return np.array(hours, dtype=np.float64)
+        return np.fromiter(map(_placed, times, repeat(admission)), np.float64, n)
 
 
-def _values(values: list[float | str], ch: np.ndarray, conv: np.ndarray,
-            t: _Tables) -> np.ndarray | None:
-    """Canonical numbers: category indices, converted units; None on any bad value."""
-    cat_rows = t.categorical[ch].nonzero()[0].tolist()  # .nonzero(): 4x cheaper than flatnonzero
+def _placed(t: float | datetime, admission: datetime | None) -> float:
+    try:
+        return _hours_of(t, admission)
+    except RowError:
+        return math.nan
+
+
+def _values(values: list[Any], ch: np.ndarray, conv: np.ndarray, t: _Tables,
+            bad: np.ndarray) -> np.ndarray:
+    """Canonical numbers: category indices, converted units. A row whose value the memo
+    cannot accept (text for a number, an unknown category, a bool) is marked in `bad`."""
+    cat_rows = (t.categorical[ch] & ~bad).nonzero()[0].tolist()  # .nonzero(): 4x flatnonzero
     if cat_rows:
-        cat_values = [values[i] for i in cat_rows]
-        if not set(map(type, cat_values)) <= {str, float}:
-            return None  # e.g. a bool, which the memo would take for 0.0 or 1.0
-        numbers = _categories(t, ch[cat_rows].tolist(), cat_values)
-        if numbers is None:
-            return None
         values = values.copy()
+        numbers = _categories(t, ch[cat_rows].tolist(), [values[i] for i in cat_rows])
         for i, number in zip(cat_rows, numbers, strict=True):
-            values[i] = number
+            values[i] = number  # None: refused, marked below
     # numpy infers float64 only when every value is a number: a string left here is a string
-    # for a continuous variable (`float()` would parse "80"; the per-row path rejects it).
+    # for a continuous variable (`float()` would parse "80"; the value rule refuses it).
     out = np.array(values)
     if out.dtype != np.float64 or out.ndim != 1:
-        return None
+        refused = [v is None or isinstance(v, str) for v in values]
+        bad |= refused
+        out = np.array([math.nan if r else v for v, r in zip(values, refused, strict=True)],
+                       dtype=np.float64)
     at = conv.nonzero()[0]
     if len(at):
         # Value by value, with the very function `Variable.convert` calls: exact for any one.
@@ -437,129 +443,53 @@ def _values(values: list[float | str], ch: np.ndarray, conv: np.ndarray,
     return out
 
 
-def _convert(rows: _Rows, fs: FeatureSet, admission: datetime | None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(channel, hours, value) of every row, or None if any row would raise a problem."""
-    t = _tables(fs)
-    found = _channels(rows, t)
-    if found is None:
-        return None
-    ch, conv = found
-    hours = _hours(rows.time, len(rows.value), admission)
-    if hours is None:
-        return None
-    if len(hours) and hours.min() < 0:
-        return None
-    value = _values(rows.value, ch, conv, t)
-    if value is None:
-        return None
-    return ch, hours, value
+# ---------------------------------------------------------------- rows a rule refused
 
 
-# ---------------------------------------------------------------- the per-row path
+def _add_rows(out: StayIngest, cols: ObservationColumns, fs: FeatureSet,
+              bad: np.ndarray) -> None:
+    """The rows a rule refused over the columns, one by one: each is accepted after all (a
+    pair the memo had no room for) or its first problem named, in payload order with the
+    reader's own problems; then `out` keeps the accepted rows."""
+    tables = _tables(fs)
+    runs = np.arange(len(cols.value)) if cols.runs is None else np.arange(
+        len(cols.runs)).repeat(cols.runs)
+    problems = list(cols.problems)
+    for i in bad.nonzero()[0].tolist():
+        k = int(runs[i])
+        row = _add(fs, tables, cols.locate(i), cols.variable[k], cols.time[i], cols.value[i],
+                   cols.unit[k], cols.admission)
+        if isinstance(row, Problem):
+            problems.append((i, row))
+        else:  # its time passed the time rule: `hours` holds it already
+            out.channel[i], out.value[i] = row
+            bad[i] = False
+    out.problems += [p for _, p in sorted(problems, key=itemgetter(0))]  # stable: reader's first
+    keep = ~bad
+    out.channel, out.time = out.channel[keep], out.time[keep]
+    out.value, out.source = out.value[keep], out.source[keep]
 
 
-def _hours_of(t: float | datetime, admission: datetime | None, loc: Loc,
-              out: StayIngest) -> float | None:
-    if isinstance(t, datetime):
-        if admission is None:
-            out.problems.append(Problem(
-                loc=[*loc], rule="admission_time_required",
-                message="an ISO timestamp needs `admission_time` on the stay",
-            ))
-            return None
-        if (t.tzinfo is None) != (admission.tzinfo is None):
-            out.problems.append(Problem(
-                loc=[*loc], rule="timezone_mismatch",
-                message="timestamp and admission_time must both have or both lack a timezone",
-            ))
-            return None
-        return (t - admission).total_seconds() / 3600.0
-    return float(t)
-
-
-@dataclass
-class _Accepted:
-    """Rows the per-row path accepted, with their field paths."""
-
-    channel: list[int] = field(default_factory=list)
-    time: list[float] = field(default_factory=list)
-    value: list[float] = field(default_factory=list)
-    loc: list[Loc] = field(default_factory=list)
-
-
-def _add(out: StayIngest, acc: _Accepted, fs: FeatureSet, loc: Loc, variable: str,
-         t: float | datetime, value: float | str, unit: str | None,
-         admission: datetime | None, tables: _Tables) -> None:
-    """Check one row: accept it into `acc` or append its first problem to `out`."""
+def _add(fs: FeatureSet, tables: _Tables, loc: Loc, variable: str, t: float | datetime,
+         value: float | str, unit: str | None, admission: datetime | None
+         ) -> Problem | tuple[int, float]:
+    """One row by every rule in order: its (channel, number), or its first problem."""
     ch = find(tables.index, variable)
     if ch is None:
         known = in_catalog(variable)  # a real variable another feature set reads: say so
         where = (f"; the catalog's {known.id} is not an input of this model (feature set "
                  f"{fs.name}): score it with a model that reads it" if known
                  else did_you_mean(variable, fs.variables))
-        out.problems.append(Problem(
+        return Problem(
             loc=[*loc, "variable"], rule="unknown_variable",
             message=f"unknown variable {variable!r}{where}",
             allowed=", ".join(v.id for v in fs.variables),
-        ))
-        return
-    var = fs.variables[ch]
-    hours = _hours_of(t, admission, [*loc, "time"], out)
-    if hours is None:
-        return
-    if hours < 0:
-        out.problems.append(Problem(
-            loc=[*loc, "time"], rule="time_negative",
-            message="time must be >= 0 hours since ICU admission", allowed=">= 0",
-        ))
-        return
-    # A (variable, unit) pair the unit rule accepted before needs only the value rule.
-    pid = tables.pairs.get(variable, _NO_PAIRS).get(unit, 0)
+        )
     try:
-        if pid:
-            k = int(tables.pair_converter[pid])
-            number = canonical_number(var, value, tables.converters[k] if k else None)
-        else:
-            number = check_row(var, value, unit)
+        _hours_of(t, admission)  # the time rule comes before the unit and value rules
+        return ch, check_row(fs.variables[ch], value, unit)
     except RowError as e:
-        out.problems.append(Problem(loc=[*loc, e.field], rule=e.rule, message=e.message,
-                                    allowed=e.allowed))
-        return
-    acc.channel.append(ch)
-    acc.time.append(hours)
-    acc.value.append(number)
-    acc.loc.append(loc)
-
-
-def _add_rows(stay: StayPayload, fs: FeatureSet, out: StayIngest) -> None:
-    """The per-row path: every row checked in payload order, each problem named."""
-    acc = _Accepted()
-    tables = _tables(fs)
-    adm = stay.admission_time
-    if stay.observations is not None:
-        for i, o in enumerate(stay.observations):
-            _add(out, acc, fs, ["observations", i], o.variable, o.time, o.value, o.unit, adm,
-                 tables)
-    elif stay.wide is not None:
-        w = stay.wide
-        for name, col in w.columns.items():
-            if len(col) != len(w.hours):
-                out.problems.append(Problem(
-                    loc=["wide", "columns", name], rule="length_mismatch",
-                    message=f"{len(col)} values for {len(w.hours)} rows in `hours`",
-                ))
-                continue
-            unit = w.units.get(name)
-            for r, v in enumerate(col):
-                if v is not None:
-                    _add(out, acc, fs, ["wide", "columns", name, r], name, w.hours[r], v, unit,
-                         adm, tables)
-    out.channel = np.array(acc.channel, dtype=np.int64)
-    out.time = np.array(acc.time, dtype=np.float64)
-    out.value = np.array(acc.value, dtype=np.float64)
-    out.source = np.arange(len(acc.loc), dtype=np.int64)
-    out.locate = acc.loc.__getitem__
+        return Problem(loc=[*loc, e.field], rule=e.rule, message=e.message, allowed=e.allowed)
 
 
 # ---------------------------------------------------------------- one stay, many stays
@@ -596,7 +526,7 @@ def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
             message=f"{n_given} observations; the limit is {max_observations}",
             allowed=f"<= {max_observations}",
         )])
-    out = _read(stay, fs)
+    out = _read(_payload_columns(stay), fs)
     if n_given is None:
         n_given = _count(stay) if out.problems else len(out.channel)
     if n_given == 0:
@@ -613,28 +543,6 @@ def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
     _apply_cleaning(out, fs, strict)
     _window_notices(out, fs, stay.end_hours)
     return out
-
-
-def _read(stay: StayPayload, fs: FeatureSet) -> StayIngest:
-    """Column-wise when every row is acceptable, else row by row (naming each problem)."""
-    if stay.wide is not None and stay.observations is None:
-        fast = _wide_fast(stay.wide, _tables(fs))
-        if fast is not None:
-            return StayIngest(channel=fast[0], time=fast[1], value=fast[2],
-                              source=np.arange(len(fast[0])), locate=fast[3])
-    rows = None
-    if stay.observations is not None:
-        rows = _long_rows(stay.observations)
-    elif stay.wide is not None:
-        rows = _wide_rows(stay.wide)
-    converted = None if rows is None else _convert(rows, fs, stay.admission_time)
-    if rows is None or converted is None:
-        out = StayIngest()
-        _add_rows(stay, fs, out)
-        return out
-    channel, time, value = converted
-    return StayIngest(channel=channel, time=time, value=value, source=np.arange(len(channel)),
-                      locate=rows.locate)
 
 
 def _apply_cleaning(out: StayIngest, fs: FeatureSet, strict: bool) -> None:

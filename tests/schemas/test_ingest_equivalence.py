@@ -233,16 +233,17 @@ def test_memo_limit_and_threads(monkeypatch) -> None:
 
 
 def test_wide_tables_take_the_per_column_path_when_acceptable(monkeypatch) -> None:
-    """An acceptable wide table is read column by column (`_wide_fast`), never cell by cell,
-    and gives the reference's rows, field paths and notices; any other falls back."""
+    """An acceptable wide table is read column by column, no cell visited on its own
+    (`_add_rows`), and gives the reference's rows, field paths and notices; in any other the
+    refused cells are judged one by one."""
     generic: list[int] = []
-    cells = fast._wide_rows
+    cells = fast._add_rows
 
     def spy(*args: Any) -> Any:
         generic.append(1)
         return cells(*args)
 
-    monkeypatch.setattr(fast, "_wide_rows", spy)
+    monkeypatch.setattr(fast, "_add_rows", spy)
     rng = np.random.default_rng(17)
     taken = fell_back = 0
     for i in range(400):

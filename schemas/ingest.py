@@ -66,16 +66,16 @@ def _empty(dtype: type) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class ObservationColumns:
-    """A stay's observations as columns: the one form every payload reader emits for ingest.
+    """A stay's observations as columns: what every payload reader hands to ingest's rules.
 
-    Rows are in payload order, the order their problems are named in. Per row: `time`, hours
-    since ICU admission (a float64 array), or per row a number or a `datetime` (placed against
-    `admission` by the time rule); `value`, a number or a category's text; `locate(row)`, the
-    row's field path in the payload (`["observations", 12]`). `variable` and `unit` are as
-    sent, once per run of rows that share them: run k covers the next `runs[k]` rows (a wide
-    table's column); `runs=None`, one row per run. `problems` are the reader's own, each with
-    the number of rows before it (a wide column of the wrong length). A reader only lays rows
-    out: every rule is ingest's.
+    One row per observation, in payload order (the order problems are named in): `time` is
+    hours since ICU admission as a float64 array, or per row a number or a `datetime` (placed
+    against `admission` by the time rule); `value` a number or a category's text; `locate(row)`
+    the row's field path in the payload (e.g. `["observations", 12]`). `variable` and `unit`
+    are the names as sent, once per run of rows that share them: run k covers the next
+    `runs[k]` rows (a wide table's column, looked up once); `runs=None` means one row per run.
+    `problems` are the reader's own, each with the number of rows before it (a wide column of
+    the wrong length). A reader only lays rows out: every rule runs in ingest.
     """
 
     variable: Sequence[str]
@@ -86,7 +86,6 @@ class ObservationColumns:
     runs: Sequence[int] | None = None
     admission: datetime | None = None
     problems: Sequence[tuple[int, Problem]] = ()
-
 
 
 @dataclass(eq=False)
@@ -328,7 +327,7 @@ _DICT, _VALUE = attrgetter("__dict__"), itemgetter("value")
 
 def _payload_columns(stay: StayPayload) -> ObservationColumns:
     """A JSON payload's rows: the long form's observations, or the wide form's cells."""
-    if stay.wide is not None:
+    if stay.wide is not None and stay.observations is None:
         return _wide_columns(stay.wide)
     fields = list(map(_DICT, stay.observations or []))
     return ObservationColumns(_Column(fields, "variable"), _Column(fields, "unit"),

@@ -41,6 +41,9 @@ from service.operating import Choice, PointTable
 TOP_CONTRIBUTIONS = 3
 #: Nearest prototypes shown per class.
 N_PROTOTYPES = 3
+#: Notices about how the model's input was filled in, untrue of an answer that computed no
+#: risk (an abstention keeps the others: they are about the data).
+SCORED_ONLY_NOTICES = frozenset({"channel_not_observed"})
 
 
 def _num(v: object) -> str:
@@ -434,11 +437,12 @@ def sufficiency(data: DataSummary, minimum: Any) -> dict[str, Any] | None:
 
 def abstention(spec: ModelSpec, prep: PreparedStays, r: int, idx: int, choice: Choice,
                enough: dict[str, Any]) -> Prediction:
-    """The answer for a stay below the data minimum: no risk, no alert, the reasons."""
+    """The answer for a stay below the data minimum: no risk, no alert, the reasons, and the
+    notices about the data (none about filling in a model input that was never scored)."""
     pred = Prediction.model_validate({
         "response_version": RESPONSE_VERSION, "id": prep.ids[idx], "model": spec.ref,
         "status": "insufficient_data", "results": [], "sufficiency": enough,
-        "warnings": prep.notices[idx],
+        "warnings": [n for n in prep.notices[idx] if n.code not in SCORED_ONLY_NOTICES],
         "audit": Audit(model_version=spec.ref.version, model_sha256=spec.ref.sha256,
                        feature_set_hash=spec.fs_hash, operating_point=choice.name,
                        input_sha256=prep.input_sha256[r], response_version=RESPONSE_VERSION)})

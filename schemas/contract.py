@@ -12,9 +12,14 @@ CONTRACT_VERSION: Final = "1.4"
 
 #: Major.minor of the prediction response (`response_version` in every answer and the
 #: `RESPONSE_VERSION_HEADER` header). 1.1 leads with `risk` (calibrated) and `score` (raw);
-#: the 1.0 names `probability` and `calibrated_probability` stay as deprecated aliases for
-#: this minor version only.
-RESPONSE_VERSION: Final = "1.1"
+#: 1.2 drops the 1.0 aliases 1.1 still carried (`probability`, `calibrated_probability`,
+#: `threshold`, `prototype`): a client could show the uncalibrated score by mistake.
+RESPONSE_VERSION: Final = "1.2"
+#: The version before, answered when a request asks for it in `RESPONSE_VERSION_HEADER`: for
+#: this release only (it goes away in the next one).
+PREVIOUS_RESPONSE_VERSION: Final = "1.1"
+#: The versions a request may ask for, the default first.
+RESPONSE_VERSIONS: Final = (RESPONSE_VERSION, PREVIOUS_RESPONSE_VERSION)
 RESPONSE_VERSION_HEADER: Final = "X-Scehr-Response-Version"
 
 #: Every served risk lies in [RISK_EPS, 1 - RISK_EPS]: no finite training sample supports a

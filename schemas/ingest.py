@@ -469,19 +469,27 @@ def _add_rows(out: StayIngest, cols: ObservationColumns, fs: FeatureSet,
     out.value, out.source = out.value[keep], out.source[keep]
 
 
+def unknown_variable(variable: str, fs: FeatureSet, rows: int = 1) -> str:
+    """The message of an `unknown_variable` problem, built here only: per row here, and once
+    for the `rows` rows of a stay that name it where the service folds them into one problem
+    (`service.unread_variables`); both keep the suggestion for a misspelt name."""
+    times = f" ({rows} observations)" if rows > 1 else ""
+    known = in_catalog(variable)  # a real variable another feature set reads: say so
+    where = (f"; the catalog's {known.id} is not an input of this model (feature set "
+             f"{fs.name}): score it with a model that reads it" if known
+             else did_you_mean(variable, fs.variables))
+    return f"unknown variable {variable!r}{times}{where}"
+
+
 def _add(fs: FeatureSet, tables: _Tables, loc: Loc, variable: str, t: float | datetime,
          value: float | str, unit: str | None, admission: datetime | None
          ) -> Problem | tuple[int, float]:
     """One row by every rule in order: its (channel, number), or its first problem."""
     ch = find(tables.index, variable)
     if ch is None:
-        known = in_catalog(variable)  # a real variable another feature set reads: say so
-        where = (f"; the catalog's {known.id} is not an input of this model (feature set "
-                 f"{fs.name}): score it with a model that reads it" if known
-                 else did_you_mean(variable, fs.variables))
         return Problem(
             loc=[*loc, "variable"], rule="unknown_variable",
-            message=f"unknown variable {variable!r}{where}",
+            message=unknown_variable(variable, fs),
             allowed=", ".join(v.id for v in fs.variables),
         )
     try:

@@ -316,6 +316,12 @@ class ClassResult(BaseModel):
     contributions_total: int | None = Field(
         default=None, description="Observed channels evaluated (contributions lists the top "
         "ones unless explain=full)")
+
+
+class ClassResultV1_1(ClassResult):
+    """A class result of response version 1.1 (asked for with `X-Scehr-Response-Version:
+    1.1`, this release only): 1.2's fields, then the deprecated 1.0 aliases."""
+
     probability: float = Field(description="Deprecated alias of `score` (response 1.0)",
                                json_schema_extra=DEPRECATED)
     calibrated_probability: float = Field(
@@ -398,6 +404,22 @@ class BatchResponse(BaseModel):
     response_version: str
     model: ModelRef
     items: list[BatchItem]
+
+
+class PredictionV1_1(Prediction):
+    """A prediction of response version 1.1 (on request, this release only)."""
+
+    results: list[ClassResultV1_1]
+
+
+class BatchItemV1_1(BatchItem):
+    prediction: PredictionV1_1 | None = None
+
+
+class BatchResponseV1_1(BatchResponse):
+    """A batch answer of response version 1.1 (on request, this release only)."""
+
+    items: list[BatchItemV1_1]
 
 
 # ---------------------------------------------------------------- models and administration

@@ -80,7 +80,8 @@ def batch_examples(task: str) -> dict[str, dict[str, Any]]:
 
 @cache
 def mortality_response() -> dict[str, Any] | None:
-    """A real response (response version 1.1) for the OpenAPI schema, when the file exists."""
+    """A real response (the current response version) for the OpenAPI schema, when the file
+    exists."""
     try:
         return json.loads(RESPONSE_FILE.read_text())
     except (OSError, json.JSONDecodeError):

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from schemas.audit import feature_set_hash, input_hash
-from schemas.contract import RESPONSE_VERSION
+from schemas.contract import PREVIOUS_RESPONSE_VERSION, RESPONSE_VERSION
 from schemas.featureset import FeatureSet
 from schemas.ingest import DEFAULT_MAX_OBSERVATIONS, ingest
 from schemas.manifest import Manifest
@@ -26,6 +26,7 @@ from schemas.payloads import (
     ModelRef,
     Notice,
     Prediction,
+    PredictionV1_1,
     Problem,
     StayPayload,
 )
@@ -41,6 +42,9 @@ from service.operating import Choice, PointTable
 TOP_CONTRIBUTIONS = 3
 #: Nearest prototypes shown per class.
 N_PROTOTYPES = 3
+#: Notices about how the model's input was filled in, untrue of an answer that computed no
+#: risk (an abstention keeps the others: they are about the data).
+SCORED_ONLY_NOTICES = frozenset({"channel_not_observed"})
 
 
 def _num(v: object) -> str:
@@ -319,14 +323,23 @@ def _intervals(u: RiskUncertainty | None, risk: np.ndarray) -> list[dict[str, An
                                         event.tolist(), no_event.tolist(), strict=True)]
 
 
+def _answer_model(version: str) -> type[Prediction]:
+    """The response model of a response version (`RESPONSE_VERSIONS`)."""
+    return PredictionV1_1 if version == PREVIOUS_RESPONSE_VERSION else Prediction
+
+
 def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
                 choice: Choice | None = None, explain: str = "basic",
-                readouts: ReadOuts | None = None) -> dict[int, Prediction]:
+                readouts: ReadOuts | None = None,
+                response_version: str = RESPONSE_VERSION) -> dict[int, Prediction]:
     """One Prediction per stay that passed, keyed by its input index.
 
     explain: basic (anchors, margin percentiles, prototypes), top (+ the top
-    TOP_CONTRIBUTIONS contributions; needs occlusion rows), full (+ every contribution)."""
+    TOP_CONTRIBUTIONS contributions; needs occlusion rows), full (+ every contribution).
+    response_version: the current one, or the previous one (with its deprecated aliases)."""
     n = len(prep.ok)
+    model = _answer_model(response_version)
+    aliases = model is PredictionV1_1
     choice = choice or spec.points.default_choice()
     sc = readouts or read_out(spec, out)
     z = out.z.astype(np.float64)[:n]
@@ -361,13 +374,12 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
         enough = sufficiency(prep.data[r], minimum) if prep.data else None
         if enough is not None and not enough["meets_minimum"] \
                 and not choice.allow_insufficient:
-            result[idx] = abstention(spec, prep, r, idx, choice, enough)
+            result[idx] = abstention(spec, prep, r, idx, choice, enough, response_version)
             continue
         classes = []
         for c, label in enumerate(labels):
             m = lists["m"][r][c]
             protos: list[dict[str, Any]] = []
-            legacy = None
             if near[c] is not None:
                 pi, pc = near[c]
                 ps = spec.assets.prototypes[c]
@@ -378,12 +390,8 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
                         "name": ps.names[k], "cluster": k, "count": int(ps.count[k]),
                         "outcome_rate": float(ps.outcome_rate[k]), "ci_low": float(ps.ci_low[k]),
                         "ci_high": float(ps.ci_high[k]), "cosine": float(pc[r, j])})
-                k0 = int(pi[r, 0])
-                legacy = {"label": int(ps.label[k0]), "cluster": k0, "count": int(ps.count[k0]),
-                          "outcome_rate": float(ps.outcome_rate[k0]),
-                          "cosine": float(pc[r, 0])}
             rc = None if contrib is None else contrib[r][c]
-            classes.append({
+            cls: dict[str, Any] = {
                 "label": label, "risk": lists["r"][r][c], "score": lists["p"][r][c],
                 "alert": lists["alert"][r][c], "operating_point": points[c],
                 "risk_interval": intervals[c][r],
@@ -395,9 +403,13 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
                 "prototypes": protos,
                 "contributions": None if rc is None else rc[0],
                 "contributions_total": None if rc is None else rc[1],
-                "probability": lists["p"][r][c], "calibrated_probability": lists["r"][r][c],
-                "threshold": points[c]["threshold"], "prototype": legacy,
-            })
+            }
+            if aliases:  # response 1.1's deprecated 1.0 names, after the others
+                cls.update({"probability": lists["p"][r][c],
+                            "calibrated_probability": lists["r"][r][c],
+                            "threshold": points[c]["threshold"],
+                            "prototype": _nearest_prototype(spec, c, near[c], r)})
+            classes.append(cls)
         notices = prep.notices[idx]
         if enough is not None and not enough["meets_minimum"]:
             notices = [*notices, Notice(
@@ -412,16 +424,30 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
                 code="operating_point_unavailable",
                 message=f"operating point {choice.name!r} is not defined for some labels; "
                 f"they used {', '.join(fallback)} (see each result's operating_point)")]
-        result[idx] = pred = Prediction.model_validate({
-            "response_version": RESPONSE_VERSION, "id": prep.ids[idx], "model": spec.ref,
+        result[idx] = pred = model.model_validate({
+            "response_version": response_version, "id": prep.ids[idx], "model": spec.ref,
             "results": classes, "warnings": notices, "sufficiency": enough,
             "audit": Audit(model_version=spec.ref.version, model_sha256=spec.ref.sha256,
                            feature_set_hash=spec.fs_hash, operating_point=choice.name,
                            input_sha256=prep.input_sha256[r],
-                           response_version=RESPONSE_VERSION)})
+                           response_version=response_version)})
         if prep.rows:
             pred._rows = prep.rows[r]
     return result
+
+
+def _nearest_prototype(spec: ModelSpec, c: int, near: tuple[np.ndarray, np.ndarray] | None,
+                       r: int) -> dict[str, Any] | None:
+    """Response 1.1's deprecated `prototype` of row `r`, class `c`: the nearest prototype with
+    the label it was fitted in."""
+    if near is None:
+        return None
+    pi, pc = near
+    ps = spec.assets.prototypes[c]
+    assert ps is not None
+    k = int(pi[r, 0])
+    return {"label": int(ps.label[k]), "cluster": k, "count": int(ps.count[k]),
+            "outcome_rate": float(ps.outcome_rate[k]), "cosine": float(pc[r, 0])}
 
 
 def sufficiency(data: DataSummary, minimum: Any) -> dict[str, Any] | None:
@@ -433,15 +459,16 @@ def sufficiency(data: DataSummary, minimum: Any) -> dict[str, Any] | None:
 
 
 def abstention(spec: ModelSpec, prep: PreparedStays, r: int, idx: int, choice: Choice,
-               enough: dict[str, Any]) -> Prediction:
-    """The answer for a stay below the data minimum: no risk, no alert, the reasons."""
-    pred = Prediction.model_validate({
-        "response_version": RESPONSE_VERSION, "id": prep.ids[idx], "model": spec.ref,
+               enough: dict[str, Any], response_version: str = RESPONSE_VERSION) -> Prediction:
+    """The answer for a stay below the data minimum: no risk, no alert, the reasons, and the
+    notices about the data (none about filling in a model input that was never scored)."""
+    pred = _answer_model(response_version).model_validate({
+        "response_version": response_version, "id": prep.ids[idx], "model": spec.ref,
         "status": "insufficient_data", "results": [], "sufficiency": enough,
-        "warnings": prep.notices[idx],
+        "warnings": [n for n in prep.notices[idx] if n.code not in SCORED_ONLY_NOTICES],
         "audit": Audit(model_version=spec.ref.version, model_sha256=spec.ref.sha256,
                        feature_set_hash=spec.fs_hash, operating_point=choice.name,
-                       input_sha256=prep.input_sha256[r], response_version=RESPONSE_VERSION)})
+                       input_sha256=prep.input_sha256[r], response_version=response_version)})
     if prep.rows:
         pred._rows = prep.rows[r]
     return pred

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
+from schemas.contract import RESPONSE_VERSION
 from schemas.payloads import Prediction, Problem, StayPayload
 from service.batcher import DeadlineExceeded, ModelInputs, ModelOutputs, Overloaded, run_chunked
 from service.errors import ApiError
@@ -55,13 +56,14 @@ DEFAULT_EXPLAIN: Explain = "basic"
 @dataclass(frozen=True)
 class ScoreOptions:
     """How to score: explanation depth, strict cleaning, the operating point (None: the
-    model's default), and `all_or_none` (stop before the model when any stay is refused, for
-    interfaces that answer a request as a whole)."""
+    model's default), `all_or_none` (stop before the model when any stay is refused, for
+    interfaces that answer a request as a whole) and the response version of the answers."""
 
     explain: Explain = DEFAULT_EXPLAIN
     strict: bool = False
     choice: Choice | None = None
     all_or_none: bool = False
+    response_version: str = RESPONSE_VERSION
 
 
 @dataclass
@@ -329,7 +331,7 @@ class Scorer:
         the task's default version, whose monitor feeds the gauges)."""
         ro = read_out(spec, out)
         preds = predictions(spec, prep, out, choice=options.choice, explain=options.explain,
-                            readouts=ro)
+                            readouts=ro, response_version=options.response_version)
         n = len(prep.ok)
         # a stay below the data minimum got no risk: counted, and left out of the served
         # population that drift monitoring compares with validation

@@ -53,8 +53,8 @@ from service.shards import byte_range, index_range, line_before, lines_in
 #: Output field per class -> where the service's response holds it. The one place that maps
 #: the response contract to output columns: a renamed response field is one edit here.
 CLASS_FIELDS: dict[str, Callable[[ClassResult], Any]] = {
-    "risk": lambda c: c.calibrated_probability,
-    "score": lambda c: c.probability,
+    "risk": lambda c: c.risk,
+    "score": lambda c: c.score,
     "alert": lambda c: c.alert,
     "risk_low": lambda c: None if c.risk_interval is None else c.risk_interval.low,
     "risk_high": lambda c: None if c.risk_interval is None else c.risk_interval.high,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from schemas.ingest import unknown_variable
 from schemas.payloads import Problem, StayPayload
 from schemas.variables import in_catalog
 from service.pipeline import ModelSpec
@@ -77,16 +78,16 @@ def compact(spec: ModelSpec, stay: StayPayload, problems: list[Problem],
             continue
         done.add(var)
         n = rows[var]
-        times = f" ({n} observations)" if n > 1 else ""
         known = in_catalog(var)
         if known is not None:
             unread.append(known.id)
             rule = NOT_READ
+            times = f" ({n} observations)" if n > 1 else ""
             message = (f"{var!r} is not read by this model ({spec.task} {spec.ref.version}, "
                        f"feature set {spec.fs.name}){times}")
         else:
             rule = UNKNOWN
-            message = f"unknown variable {var!r}{times}"
+            message = unknown_variable(var, spec.fs, n)
         out.append(Problem(loc=p.loc, rule=rule, message=message,
                            allowed=None if allowed_given else p.allowed))
         allowed_given = True

@@ -68,3 +68,6 @@ async def test_the_recorded_response_is_todays_answer() -> None:
     assert now["warnings"] == recorded["warnings"] == []
     assert now["id"] == recorded["id"] and now["model"] == recorded["model"]
     assert now["results"][0]["risk"] == pytest.approx(recorded["results"][0]["risk"], abs=1e-6)
+    # the same response version and fields (a field dropped or added makes the example stale)
+    assert now["response_version"] == recorded["response_version"]
+    assert list(now["results"][0]) == list(recorded["results"][0])

@@ -17,7 +17,7 @@ Level = Literal["info", "warning", "critical"]
 
 def risk_of(r: ClassResult) -> float:
     """The calibrated risk (what a clinician reads)."""
-    return r.calibrated_probability
+    return r.risk
 
 
 def interval_of(r: ClassResult) -> RiskInterval | None:
@@ -45,7 +45,7 @@ def uncertainty_words(r: ClassResult) -> str:
 
 def score_of(r: ClassResult) -> float:
     """The model's own read-out (not a probability to show)."""
-    return r.probability
+    return r.score
 
 
 def alert_of(r: ClassResult) -> bool:

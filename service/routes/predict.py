@@ -13,13 +13,21 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
-from schemas.contract import RESPONSE_VERSION, RESPONSE_VERSION_HEADER
+from schemas.contract import (
+    PREVIOUS_RESPONSE_VERSION,
+    RESPONSE_VERSION,
+    RESPONSE_VERSION_HEADER,
+    RESPONSE_VERSIONS,
+)
 from schemas.payloads import (
     BatchItem,
+    BatchItemV1_1,
     BatchRequest,
     BatchResponse,
+    BatchResponseV1_1,
     ErrorBody,
     Prediction,
+    PredictionV1_1,
     Problem,
     StayPayload,
     printable,
@@ -91,6 +99,32 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+#: The request header that asks for the previous response version (declared in OpenAPI; read
+#: by the routes themselves, so that the single-stay route keeps `QueryRoute`'s fast path).
+_VERSION_HEADER = {"parameters": [{
+    "name": RESPONSE_VERSION_HEADER, "in": "header", "required": False,
+    "schema": {"type": "string", "enum": list(RESPONSE_VERSIONS), "default": RESPONSE_VERSION},
+    "description": f"The response version: {RESPONSE_VERSION} (the default) or "
+    f"{PREVIOUS_RESPONSE_VERSION}, which adds the deprecated aliases `probability`, "
+    "`calibrated_probability`, `threshold` and `prototype` to each result; "
+    f"{PREVIOUS_RESPONSE_VERSION} is served in this release only"}]}
+
+
+def response_version(request: Request) -> str:
+    """The response version the request asks for in `RESPONSE_VERSION_HEADER` (the current
+    one without it), refused as FastAPI refuses a header outside its allowed values."""
+    asked = request.headers.get(RESPONSE_VERSION_HEADER)
+    if asked is None or asked == RESPONSE_VERSION:
+        return RESPONSE_VERSION
+    if asked == PREVIOUS_RESPONSE_VERSION:
+        return asked
+    allowed = " or ".join(f"'{v}'" for v in RESPONSE_VERSIONS)
+    raise RequestValidationError([{
+        "type": "literal_error", "loc": ("header", RESPONSE_VERSION_HEADER),
+        "msg": f"Input should be {allowed}: the response versions served "
+        f"({PREVIOUS_RESPONSE_VERSION} for this release only)", "ctx": {"expected": allowed}}])
+
+
 def heavy_request(request: Request, settings: Settings, explain: str) -> bool:
     """Whether the request's CPU work goes to a worker thread: large bodies (or of unknown
     size) and every explain=full request."""
@@ -98,10 +132,10 @@ def heavy_request(request: Request, settings: Settings, explain: str) -> bool:
     return explain == "full" or not size.isdigit() or int(size) > settings.offload_bytes
 
 
-def _json(model: Prediction | BatchResponse) -> Response:
+def _json(model: Prediction) -> Response:
     """Serialize once (the route's response_model is for the schema only)."""
     return Response(model.model_dump_json(), media_type="application/json",
-                    headers={RESPONSE_VERSION_HEADER: RESPONSE_VERSION})
+                    headers={RESPONSE_VERSION_HEADER: model.response_version})
 
 
 def parse_stay(raw: bytes) -> StayPayload:
@@ -173,13 +207,15 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
         app_state = request.app.state
         settings: Settings = app_state.settings
         request.state.model = task  # its body's errors count for the model
+        answer = response_version(request)
         heavy = heavy_request(request, settings, explain)
         raw = await request.body()
         since = time.perf_counter()
         stay = await in_worker(heavy, parse_stay, raw)
         handle = handle_for(app_state.registry, settings, task, version)
         options = ScoreOptions(explain, strict, choose_point(
-            handle.model.spec, operating_point, threshold, allow_insufficient))
+            handle.model.spec, operating_point, threshold, allow_insufficient),
+            response_version=answer)
         scorer: Scorer = app_state.scorer
         return _json(await scorer.score_stay(handle, stay, options, heavy=heavy, since=since,
                                              alone=partial(app_state.admission.alone, task)))
@@ -193,10 +229,12 @@ _EXAMPLE_TASK = ((mortality_response() or {}).get("model") or {}).get("task")
 
 for _task in TASK_NAMES:
     router.add_api_route(
-        f"/predict/{_task}", _single(_task), methods=["POST"], response_model=Prediction,
+        f"/predict/{_task}", _single(_task), methods=["POST"],
+        response_model=Prediction | PredictionV1_1,
         responses={**ERRORS, **(response_examples() if _task == _EXAMPLE_TASK else {})},
         name=f"predict_{_task}", summary=f"Score one stay ({_task})",
-        operation_id=f"predict_{_task}", openapi_extra={**_stay_body(_task), **API_KEY_SECURITY},
+        operation_id=f"predict_{_task}",
+        openapi_extra={**_stay_body(_task), **API_KEY_SECURITY, **_VERSION_HEADER},
         route_class_override=QueryRoute)
 
 
@@ -263,10 +301,11 @@ def _parse_batch(raw: bytes) -> BatchRequest:
 #: The body is read by the route (parsed off the event loop when large), so its schema and
 #: examples are declared here rather than through a body parameter.
 _BATCH_BODY = {"requestBody": {"required": True, "content": {"application/json": {
-    "schema": BatchRequest.model_json_schema(), "examples": batch_examples(TASK_NAMES[0])}}}}
+    "schema": BatchRequest.model_json_schema(), "examples": batch_examples(TASK_NAMES[0])}}},
+    **_VERSION_HEADER}
 
 
-@router.post("/predict/{task}/batch", response_model=BatchResponse,
+@router.post("/predict/{task}/batch", response_model=BatchResponse | BatchResponseV1_1,
              responses={**ERRORS, **response_examples(batch=True)},
              summary="Score many stays; each succeeds or fails on its own",
              openapi_extra=_BATCH_BODY)
@@ -280,7 +319,8 @@ async def predict_batch(
     handle = handle_for(registry, settings, task, version)
     request.state.model = task
     options = ScoreOptions(explain, strict, choose_point(
-        handle.model.spec, operating_point, threshold, allow_insufficient))
+        handle.model.spec, operating_point, threshold, allow_insufficient),
+        response_version=response_version(request))
     raw = await request.body()
     since = time.perf_counter()
     body = await in_worker(len(raw) > settings.offload_bytes, _parse_batch, raw)
@@ -296,7 +336,7 @@ async def predict_batch(
     scored = await scorer.score(handle, valid, options, heavy=heavy, since=since,
                                 refused=[s for s in parsed if not isinstance(s, StayPayload)])
     response = await in_worker(heavy, _batch_response, handle.model.spec, body.stays, parsed,
-                               scored)
+                               scored, options.response_version)
     await released(heavy, scored.results, valid, parsed, body.stays)
     return response
 
@@ -306,26 +346,27 @@ def _prefixed(problems: list[Problem], prefix: list[str | int]) -> list[Problem]
 
 
 def _batch_response(spec: ModelSpec, raw: list[Any], parsed: list[StayPayload | list[Problem]],
-                    scored: ScoredStays) -> Response:
+                    scored: ScoredStays, version: str = RESPONSE_VERSION) -> Response:
+    item_model = BatchItemV1_1 if version == PREVIOUS_RESPONSE_VERSION else BatchItem
     items: list[BatchItem] = []
     results = iter(scored.results)
     for i, s in enumerate(parsed):
         if not isinstance(s, StayPayload):
             raw_id = raw[i].get("id") if isinstance(raw[i], dict) else None
             sid = raw_id if isinstance(raw_id, str) and len(raw_id) <= 128 else None
-            items.append(BatchItem(index=i, id=None if sid is None else printable(sid),
-                                   errors=s))
+            items.append(item_model(index=i, id=None if sid is None else printable(sid),
+                                    errors=s))
             continue
         res = next(results)
         if res.prediction is not None:
-            items.append(BatchItem(index=i, id=s.id, prediction=res.prediction))
+            items.append(item_model(index=i, id=s.id, prediction=res.prediction))
         else:
-            items.append(BatchItem(index=i, id=s.id, errors=_prefixed(
+            items.append(item_model(index=i, id=s.id, errors=_prefixed(
                 res.problems, ["body", "stays", i])))
     # Item by item: each short encoder call lets the event loop's thread take the GIL in
     # between, where one call for a response of megabytes would hold it throughout.
     parts = b",".join(item.model_dump_json().encode() for item in items)
-    body = (b'{"response_version":' + json.dumps(RESPONSE_VERSION).encode() + b',"model":'
+    body = (b'{"response_version":' + json.dumps(version).encode() + b',"model":'
             + spec.ref.model_dump_json().encode() + b',"items":[' + parts + b"]}")
     return Response(body, media_type="application/json",
-                    headers={RESPONSE_VERSION_HEADER: RESPONSE_VERSION})
+                    headers={RESPONSE_VERSION_HEADER: version})

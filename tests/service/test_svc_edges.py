@@ -233,6 +233,35 @@ async def test_below_the_minimum_every_interface_abstains_naming_what_is_missing
         assert v2.status_code == 400 and "data minimum" in v2.text
 
 
+async def test_an_abstention_keeps_the_data_warnings_and_claims_no_normal_value() -> None:
+    """No risk was computed, so no channel's normal value was used: no `channel_not_observed`
+    notice on any interface; what is true of the data (a value clipped) stays."""
+    stay, fhir = both_forms([(0.0, "Age", 70.0), (3.0, "HR", 370.0)])  # clipped to 350
+    cds = {"hook": "patient-view", "hookInstance": "x", "context": {"patientId": "pn"},
+           "prefetch": {"patient": fhir["entry"][0]["resource"],
+                        "encounter": fhir["entry"][1]["resource"],
+                        "observations": {"resourceType": "Bundle", "type": "searchset",
+                                         "entry": fhir["entry"][2:]}}}
+    async with serve(default_settings()) as client:
+        client: httpx.AsyncClient
+        one = (await client.post("/predict/mortality", json=stay)).json()
+        batch = (await client.post("/predict/mortality/batch", json={"stays": [stay]})).json()
+        f = await client.post("/fhir/predict/mortality", json=fhir, headers=FHIR)
+        c = await client.post("/cds-services/scehr-mortality", json=cds)
+    for pred in (one, batch["items"][0]["prediction"]):
+        assert pred["status"] == "insufficient_data"
+        codes = [w["code"] for w in pred["warnings"]]
+        assert "value_clipped" in codes and "channel_not_observed" not in codes
+    assert f.status_code == c.status_code == 200
+    [outcome] = [e["resource"] for e in f.json()["entry"]
+                 if e["resource"]["resourceType"] == "OperationOutcome"]
+    texts = [i["details"]["text"] for i in outcome["issue"]]
+    assert "insufficient_data" in texts and "value_clipped" in texts
+    assert "channel_not_observed" not in texts
+    for answer in (f.text, c.text):
+        assert "normal value is used" not in answer
+
+
 async def test_basis_lists_only_observations_the_model_read() -> None:
     rows = [(0.0, "ICUType", 3.0), *[(float(h), "HR", 80.0 + h) for h in range(48)]]
     rows += [(float(h), "Temp", 37.0) for h in range(0, 48, 2)]

@@ -69,7 +69,7 @@ def test_the_answer_is_what_fhir_resources_writes(model: LoadedModel) -> None:
     assert len(ras) == len(model.spec.manifest.classes)
     for ra, r in zip(ras, pred.results, strict=True):
         p = ra["prediction"][0]
-        assert p["probabilityDecimal"] == r.calibrated_probability
+        assert p["probabilityDecimal"] == r.risk
         assert p["extension"][0]["url"] == RISK_INTERVAL_URL
         assert ra["occurrenceDateTime"] == "2026-03-01T06:30:05.123456Z"
         assert ra["subject"] == {"reference": "Patient/example"}

@@ -118,7 +118,7 @@ def test_phenotype_ccs_ids_match_the_benchmark_definitions() -> None:
 async def test_every_interface_gives_the_risk_of_the_json_path(
         client: httpx.AsyncClient) -> None:
     ref = (await client.post("/predict/mortality", json=json_stay())).json()
-    risk = ref["results"][0]["calibrated_probability"]
+    risk = ref["results"][0]["risk"]
 
     r = await client.post("/fhir/predict/mortality", json=fhir_bundle())
     assert r.status_code == 200, r.text
@@ -163,7 +163,7 @@ async def test_every_interface_gives_the_risk_of_the_json_path(
     assert res.as_numpy("risk").shape == (1, 1)
     assert res.as_numpy("risk")[0, 0] == pytest.approx(risk, abs=TOL)
     assert res.as_numpy("probability")[0, 0] == pytest.approx(
-        ref["results"][0]["probability"], abs=1e-6)
+        ref["results"][0]["score"], abs=1e-6)
     assert bool(res.as_numpy("alert")[0, 0]) == ref["results"][0]["alert"]
 
 
@@ -206,7 +206,7 @@ async def test_phenotypes_give_one_risk_assessment_per_class(
     for ra, res in zip(ras, ref["results"], strict=True):
         assert ra.prediction[0].outcome.text == res["label"]
         assert float(ra.prediction[0].probabilityDecimal) == pytest.approx(
-            res["calibrated_probability"], abs=TOL)
+            res["risk"], abs=TOL)
 
 
 async def test_malformed_resource_is_422_naming_the_fhir_path(
@@ -488,7 +488,7 @@ def test_a_triton_client_talks_to_the_running_server(
             triton.InferRequestedOutput("prediction", binary_data=False)])
         pred = json.loads(r.as_numpy("prediction")[0])
         assert r.as_numpy("risk")[0, 0] == pytest.approx(
-            pred["results"][0]["calibrated_probability"], abs=TOL)
+            pred["results"][0]["risk"], abs=TOL)
         with pytest.raises(triton_utils.InferenceServerException, match="unknown model"):
             c.infer("nope", [s])
         c.close()

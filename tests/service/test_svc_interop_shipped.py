@@ -147,7 +147,7 @@ async def test_a_physionet_stay_as_fhir_gets_the_risk_of_its_json_payload() -> N
             payload, fhir = both_forms(rows)
             r = await client.post("/predict/mortality", json=payload)
             assert r.status_code == 200, r.text
-            risk = r.json()["results"][0]["calibrated_probability"]
+            risk = r.json()["results"][0]["risk"]
             f = await client.post("/fhir/predict/mortality", json=fhir,
                                   headers={"content-type": "application/fhir+json"})
             assert f.status_code == 200, f.text
@@ -190,6 +190,6 @@ async def test_examples_answer_valid_fhir_and_cds_hooks_on_the_shipped_models() 
         stay = json.loads((REPO / "examples" / "mortality_stay.json").read_text())
         ref = (await client.post("/predict/mortality", json=stay)).json()
         r = await client.post("/fhir/predict/mortality", json=b)
-        assert abs(_pred_risk(r.json()) - ref["results"][0]["calibrated_probability"]) <= 1e-6
+        assert abs(_pred_risk(r.json()) - ref["results"][0]["risk"]) <= 1e-6
         card = await client.get("/models/mortality/card")
         assert card.status_code == 200 and "scehr-mortality" in card.text

@@ -35,25 +35,23 @@ async def test_mortality_response_follows_the_contract(client: httpx.AsyncClient
     [res] = out["results"]
     e = res["explanation"]
     su, sv = sig(e["positive_logit"]), sig(e["negative_logit"])
-    assert res["probability"] == pytest.approx(su / (su + sv), abs=1e-6)  # CBCE read-out
+    assert res["score"] == pytest.approx(su / (su + sv), abs=1e-6)  # CBCE read-out
     assert e["margin"] == pytest.approx(e["positive_logit"] - e["negative_logit"])
     assert e["nearer_anchor"] == ("positive" if e["margin"] > 0 else "negative")
     assert -1 <= e["cosine_positive"] <= 1 and -1 <= e["cosine_negative"] <= 1
     # temperature calibration on the margin, T = 1.5 in the fixture manifest
     assert res["risk"] == pytest.approx(sig(e["margin"] / 1.5), abs=1e-9)
-    # response 1.0 names stay as deprecated aliases
-    assert (res["probability"], res["calibrated_probability"]) == (res["score"], res["risk"])
+    # the 1.0 aliases are gone from the default response (1.2)
+    assert not {"probability", "calibrated_probability", "threshold", "prototype"} & set(res)
     # a contract 1.0 point on a margin map stays on the score, and says so
     op = res["operating_point"]
     assert (op["name"], op["applies_to"], op["source"]) == ("high_sensitivity", "score",
                                                             "default")
-    assert res["alert"] == (res["score"] >= op["threshold"]) and res["threshold"] == op["threshold"]
-    assert res["prototype"]["count"] >= 20 and res["prototype"]["label"] in (0, 1)
-    assert len(res["prototypes"]) == 3 and res["prototypes"][0]["cluster"] == res["prototype"][
-        "cluster"]
+    assert res["alert"] == (res["score"] >= op["threshold"])
+    assert len(res["prototypes"]) == 3 and res["prototypes"][0]["count"] >= 20
     # the default explanation has no occlusion contributions (one model row per channel)
     assert res["contributions"] is None and res["contributions_total"] is None
-    assert out["response_version"] == "1.1" and out["audit"]["model_version"] == "v1"
+    assert out["response_version"] == "1.2" and out["audit"]["model_version"] == "v1"
     top = (await client.post("/predict/mortality?explain=top", json=body)).json()["results"][0]
     assert len(top["contributions"]) == 3 and top["contributions_total"] == 5
     assert top["risk"] == res["risk"]
@@ -69,7 +67,7 @@ async def test_wide_form_scores_like_long_form(client: httpx.AsyncClient) -> Non
                                                       "Temperature": [38.1, None]},
                      "units": {"Temperature": "Cel"}}}
     a, b = await post(client, "mortality", long), await post(client, "mortality", wide)
-    assert a["results"][0]["probability"] == b["results"][0]["probability"]
+    assert a["results"][0]["score"] == b["results"][0]["score"]
 
 
 async def test_phenotypes_csce_dynamic_length(client: httpx.AsyncClient) -> None:
@@ -80,8 +78,8 @@ async def test_phenotypes_csce_dynamic_length(client: httpx.AsyncClient) -> None
         for r in out["results"]:
             e = r["explanation"]
             p = 1.0 / (1.0 + math.exp(e["negative_logit"] - e["positive_logit"]))
-            assert r["probability"] == pytest.approx(p, abs=1e-6)  # 2-way softmax
-    methods = [r["calibrated_probability"] == r["probability"] for r in short["results"]]
+            assert r["score"] == pytest.approx(p, abs=1e-6)  # 2-way softmax
+    methods = [r["risk"] == r["score"] for r in short["results"]]
     assert methods[2] and not all(methods)  # class 2 is 'none', others are calibrated
 
 
@@ -125,7 +123,7 @@ async def test_unseen_channel_is_neutralised(client: httpx.AsyncClient) -> None:
     with_crr = {**base, "observations": [
         *base["observations"], {"variable": "capillary_refill_rate", "time": 3.0, "value": 1}]}
     a, b = await post(client, "mortality", base), await post(client, "mortality", with_crr)
-    assert a["results"][0]["probability"] == b["results"][0]["probability"]
+    assert a["results"][0]["score"] == b["results"][0]["score"]
 
 
 async def test_strict_turns_cleaning_into_errors(client: httpx.AsyncClient) -> None:
@@ -140,4 +138,4 @@ async def test_strict_turns_cleaning_into_errors(client: httpx.AsyncClient) -> N
 async def test_static_inputs_change_the_score(client: httpx.AsyncClient) -> None:
     young = await post(client, "mortality", stay(demographics={"age": 20, "sex": "female"}))
     old = await post(client, "mortality", stay(demographics={"age": 95, "sex": "male"}))
-    assert young["results"][0]["probability"] != old["results"][0]["probability"]
+    assert young["results"][0]["score"] != old["results"][0]["score"]

@@ -29,7 +29,7 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 TASKS = ("mortality", "phenotypes")
 
 #: Recorded name -> where the current response keeps that number (per class result).
-FIELDS = {"probability": "probability", "calibrated_probability": "calibrated_probability"}
+FIELDS = {"probability": "score", "calibrated_probability": "risk"}
 #: The example each feature set's models answer (examples/): a model is sent stays it reads.
 EXAMPLE_OF = {"benchmark76-48h": "mortality_stay_benchmark17.json",
               "physionet2012-full": "mortality_stay.json",

@@ -45,7 +45,7 @@ async def test_shipped_default_scores_the_example(task: str) -> None:
     n = 1 if task == "mortality" else 25
     assert len(body["results"]) == n
     for c in body["results"]:
-        assert 0.0 <= c["probability"] <= 1.0 and 0.0 <= c["calibrated_probability"] <= 1.0
+        assert 0.0 <= c["score"] <= 1.0 and 0.0 <= c["risk"] <= 1.0
         e = c["explanation"]
         assert e["nearer_anchor"] == ("positive" if e["margin"] > 0 else "negative")
         ri = c["risk_interval"]  # the defaults serve the risk's uncertainty

@@ -22,6 +22,7 @@ from service.interop.fhir_in import (
     SNOMED,
     VENTILATION,
     FhirStay,
+    Issue,
     Located,
     bundle_resources,
     to_stay,
@@ -179,11 +180,14 @@ def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES,
         raise _precondition(nulls, "is null (the client has no such resource)", variables)
     if pre["observations"] is None:
         return None
+    patient = validate_resource("Patient", pre["patient"], ["body", "prefetch", "patient"],
+                                "Patient", full)
+    encounter = validate_resource("Encounter", pre["encounter"],
+                                  ["body", "prefetch", "encounter"], "Encounter", full)
+    _same_as_context(req.context, patient, "patientId")
+    _same_as_context(req.context, encounter, "encounterId")
     resources = [
-        validate_resource("Patient", pre["patient"], ["body", "prefetch", "patient"],
-                          "Patient", full),
-        validate_resource("Encounter", pre["encounter"], ["body", "prefetch", "encounter"],
-                          "Encounter", full),
+        patient, encounter,
         *(r for r in bundle_resources(pre["observations"],
                                       ["body", "prefetch", "observations"], "Bundle", full,
                                       None if full else loinc_index(variables))
@@ -191,13 +195,17 @@ def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES,
     ]
     resources += _optional(pre, "location", "Location", full)
     resources += _optional(pre, "procedures", "Procedure", full)
-    patient_id = req.context["patientId"]
-    if resources[0].resource.id not in (None, patient_id):
-        raise ApiError(422, "invalid_fhir", [Problem(
-            loc=["body", "prefetch", "patient", "id"], rule="patient_mismatch",
-            message="the prefetched Patient is not context.patientId",
-            allowed=str(patient_id))])
     return to_stay(resources, prefix=["body", "prefetch"], variables=variables)
+
+
+def _same_as_context(context: dict[str, Any], item: Located, name: str) -> None:
+    """The prefetched Patient (Encounter) is the one the hook's context names (`patientId`,
+    `encounterId` when given): 422 `patient_mismatch` (`encounter_mismatch`) otherwise."""
+    want, kind = context.get(name), item.resource.get_resource_type()
+    if isinstance(want, str) and item.resource.id not in (None, want):
+        raise ApiError(422, "invalid_fhir", [Problem(
+            loc=[*item.loc, "id"], rule=f"{kind.lower()}_mismatch",
+            message=f"the prefetched {kind} is not context.{name}", allowed=want)])
 
 
 def _optional(pre: dict[str, Any], key: str, kind: str, full: bool) -> list[Located]:
@@ -223,7 +231,10 @@ def _summary(label: str, risk: float, level: Level, interval: RiskInterval | Non
     return name + tail
 
 
-def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | None) -> Card:
+def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | None,
+         issues: Sequence[Issue] = ()) -> Card:
+    """One class's card; `issues`: the prefetch's own warnings (what was not read, and why),
+    counted with the prediction's."""
     level = level_of(r, manifest)
     top = top_contributions(r)
     lines = [rationale(r, manifest), ""]
@@ -232,9 +243,9 @@ def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | N
                   "variable's values)", ""]
         lines += [f"- `{v}`: +{d * 100:.1f}" for v, d in top]
         lines.append("")
-    if pred.warnings:
-        lines.append(f"{len(pred.warnings)} data warning(s): "
-                     + ", ".join(sorted({w.code for w in pred.warnings})) + ".")
+    codes = [w.code for w in pred.warnings] + [i.code for i in issues]
+    if codes:
+        lines.append(f"{len(codes)} data warning(s): " + ", ".join(sorted(set(codes))) + ".")
     lines.append("Research software: not for clinical use without local validation.")
     c = outcome_coding(r.label)
     label = "in-hospital death" if r.label == "in_hospital_mortality" else r.label
@@ -272,7 +283,8 @@ def insufficient_card(pred: Prediction, card_url: str | None) -> Card:
                                "reasons": reasons}})
 
 
-def cards(pred: Prediction, manifest: Manifest, card_url: str | None) -> CdsResponse:
+def cards(pred: Prediction, manifest: Manifest, card_url: str | None,
+          issues: Sequence[Issue] = ()) -> CdsResponse:
     """Classes at warning or critical, highest risk first (at most MAX_CARDS); when none
     is, one info card for the highest-risk class, so the clinician sees the model ran. A
     stay below the data minimum gets one info card saying what is missing."""
@@ -280,4 +292,5 @@ def cards(pred: Prediction, manifest: Manifest, card_url: str | None) -> CdsResp
         return CdsResponse(cards=[insufficient_card(pred, card_url)])
     order = sorted(pred.results, key=lambda r: -risk_of(r))
     flagged = [r for r in order if level_of(r, manifest) != "info"][:MAX_CARDS]
-    return CdsResponse(cards=[card(r, pred, manifest, card_url) for r in flagged or order[:1]])
+    return CdsResponse(cards=[card(r, pred, manifest, card_url, issues)
+                              for r in flagged or order[:1]])

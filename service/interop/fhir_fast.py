@@ -4,15 +4,15 @@ Bundle around it.
 Validating an Observation with its lean model (`service.interop.fhir_lean`) is mostly
 pydantic building a model object per element (Observation, CodeableConcept, Coding,
 Reference, Quantity) and the library's Python dateTime validator. A stay is hundreds of
-Observations of one shape: status, code, subject, effectiveDateTime and valueQuantity (or
-valueInteger). `observation` reads that shape with plain dict and type checks that accept only
-a strict subset of what the lean model accepts (ASCII strings without whitespace for codes and
-URIs, printable ASCII for strings, ids of the FHIR alphabet; a finite JSON number for a
-decimal; a 32-bit int; a dateTime with seconds and a timezone), and gives the same values
-(datetimes with pydantic's `TzInfo`, decimals as the library's `Decimal`). Anything else,
-malformed or merely unusual (components, valueString, effectivePeriod, nulls, another
-value[x]), returns None: the caller validates the resource with the lean model, so every
-refusal keeps its location, rule and message. `bundle` does the same for a complete Bundle
+Observations of one shape: status, code, subject (and encounter), effectiveDateTime and
+valueQuantity (or valueInteger). `observation` reads that shape with plain dict and type
+checks that accept only a strict subset of what the lean model accepts (ASCII strings without
+whitespace for codes and URIs, printable ASCII for strings, ids of the FHIR alphabet; a finite
+JSON number for a decimal; a 32-bit int; a dateTime with seconds and a timezone), and gives
+the same values (datetimes with pydantic's `TzInfo`, decimals as the library's `Decimal`).
+Anything else, malformed or merely unusual (components, valueString, effectivePeriod, nulls,
+another value[x]), returns None: the caller validates the resource with the lean model, so
+every refusal keeps its location, rule and message. `bundle` does the same for a complete Bundle
 (no `link`, `total` or `entry.search`) whose entries are objects.
 tests/service/test_svc_fhir_fast.py checks both subsets against the lean models on generated
 and mutated resources.
@@ -92,6 +92,7 @@ class Observation:
     effectiveDateTime: Any
     valueQuantity: Quantity | None
     valueInteger: int | None
+    encounter: Reference | None = None
     effectiveInstant: None = None
     effectivePeriod: None = None
     valueString: None = None
@@ -131,6 +132,24 @@ def _opt(raw: dict[str, Any], key: str, ok: set[str]) -> str | None:
 def _text(value: Any, ok: set[str]) -> bool:
     """A FHIR string in the subset (one of `ok` is)."""
     return type(value) is str and (value in ok or _TEXT.fullmatch(value) is not None)
+
+
+def reference(holder: Any, ok: set[str], texts: set[str]) -> str | None:
+    """The `reference` of a Reference element (None: it has none) when in the subset, else
+    `_Fallback`. `texts`: the strings of this request already found FHIR strings (a stay
+    names its Patient and Encounter hundreds of times)."""
+    if type(holder) is not dict:
+        raise _Fallback
+    if "reference" not in holder:
+        return None
+    ref = holder["reference"]
+    if type(ref) is not str:
+        raise _Fallback
+    if ref not in texts:
+        if not _text(ref, ok):
+            raise _Fallback
+        texts.add(ref)
+    return ref
 
 
 Pairs = list[tuple[str | None, str | None]]
@@ -232,15 +251,12 @@ def observation(raw: dict[str, Any], context: dict[str, Any] | None = None
         return None
     ok = context.setdefault(TOKENS, set()) if context is not None else set()
     concepts = context.setdefault(CONCEPTS, {}) if context is not None else {}
+    texts: set[str] = set()
     try:
-        subject = raw.get("subject")
-        if "subject" in keys:
-            if type(subject) is not dict:
-                return None
-            ref = subject.get("reference")
-            if "reference" in subject and not _text(ref, ok):
-                return None
-            subject = Reference(ref)
+        subject = Reference(reference(raw["subject"], ok, texts)) if "subject" in keys \
+            else None
+        encounter = Reference(reference(raw["encounter"], ok, texts)) if "encounter" in keys \
+            else None
         ident = raw.get("id")
         if "id" in keys and not (type(ident) is str and _ID.fullmatch(ident)):
             return None
@@ -251,7 +267,8 @@ def observation(raw: dict[str, Any], context: dict[str, Any] | None = None
             ident, _opt(raw, "status", ok),
             read_codings(raw.get("code"), ok, concepts, _as_concept), subject,
             _when(raw["effectiveDateTime"], context) if "effectiveDateTime" in keys else None,
-            _quantity(raw["valueQuantity"], ok) if "valueQuantity" in keys else None, integer)
+            _quantity(raw["valueQuantity"], ok) if "valueQuantity" in keys else None, integer,
+            encounter)
     except _Fallback:
         return None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -55,6 +55,8 @@ SNOMED = "http://snomed.info/sct"
 VENTILATION = "40617009"
 BUNDLE_TYPES = ("collection", "searchset")
 SKIPPED_STATUS = ("entered-in-error", "cancelled")
+#: A Procedure's statuses that say it was not done (its value set has no `cancelled`).
+PROCEDURE_SKIPPED = ("entered-in-error", "not-done")
 #: The longest performedPeriod expanded into hourly values (ten days, the longest window).
 MAX_PERIOD_HOURS = 240
 Loc = list[str | int]
@@ -159,6 +161,83 @@ class Located:
         if getattr(r, "id", None):
             return f"{r.get_resource_type()}/{r.id}"
         return self.full_url
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The references that name this resource in the request: `Type/id` and its
+        fullUrl."""
+        r = self.resource
+        ident = f"{r.get_resource_type()}/{r.id}" if getattr(r, "id", None) else None
+        return frozenset(n for n in (ident, self.full_url) if n)
+
+
+def reference_of(holder: Any) -> str | None:
+    """The `reference` of a Reference element (a lean or full model's), None when absent."""
+    return None if holder is None else holder.reference
+
+
+@dataclass(frozen=True, slots=True)
+class Belonging:
+    """What names the stay: its Patient (`patient`: the references to it) and its Encounters
+    (`encounters`: theirs, and those of the Encounters they are `partOf`). The one rule every
+    reader applies to every resource it reads (Observation, Procedure, Encounter; a Location
+    belongs through `Encounter.location`): its subject is the stay's Patient, else 422 (a
+    resource of another patient, or of no named patient, never reaches the risk); its
+    encounter, when it names one and the request holds Encounters, is one of them, else it
+    is not used (`StayBuilder.belongs`: the same patient's data from another stay)."""
+
+    patient: frozenset[str]
+    encounters: frozenset[str] = frozenset()
+
+    @staticmethod
+    def of(patient: Located, encounters: Sequence[Located]) -> Belonging:
+        names = set().union(*(e.names for e in encounters))
+        names.update(r for e in encounters if (r := reference_of(e.resource.partOf)))
+        return Belonging(patient.names, frozenset(names))
+
+    def check_subject(self, item: Located, subject: str | None) -> None:
+        """422 naming the element unless `subject` (the resource's subject.reference) names
+        the stay's Patient."""
+        if subject in self.patient:
+            return
+        ref = item.ref or expression(item.loc)
+        allowed = " or ".join(sorted(self.patient)) or "a reference to the Bundle's Patient"
+        if subject is None:
+            raise ApiError(422, "invalid_fhir", [Problem(
+                loc=[*item.loc, "subject"], rule="fhir_subject_required",
+                message=f"{ref}: no subject.reference; every resource read must name the "
+                "Bundle's Patient", allowed=allowed)])
+        raise ApiError(422, "invalid_fhir", [Problem(
+            loc=[*item.loc, "subject", "reference"], rule="fhir_subject_mismatch",
+            message=f"{ref}: subject {shown(subject)!r} is not the bundle's Patient",
+            allowed=allowed)])
+
+    def in_stay(self, encounter: str | None) -> bool:
+        """Whether a resource's encounter.reference is of this stay (none named, or no
+        Encounter to compare with: it is)."""
+        return encounter is None or not self.encounters or encounter in self.encounters
+
+
+@dataclass(slots=True)
+class Held:
+    """An ICU Location an Encounter lists at the ICU admission."""
+
+    start: tuple[bool, datetime | None]  # (has a period.start, it): no start sorts first
+    icu: str
+    item: Located
+
+
+def _covers(period: Any, when: datetime) -> bool | None:
+    """Whether an `Encounter.location` period holds `when` (start inclusive, end exclusive;
+    no period, or no bound, holds any time); None when a bound is not a date-time with a
+    timezone (a date alone does not say which side of an admission it falls)."""
+    if period is None:
+        return True
+    start, end = period.start, period.end
+    if any(t is not None and not (isinstance(t, datetime) and t.tzinfo is not None)
+           for t in (start, end)):
+        return None
+    return (start is None or start <= when) and (end is None or when < end)
 
 
 def problems_of(err: ValidationError, prefix: Loc, root: str) -> list[Problem]:
@@ -390,10 +469,11 @@ def _value(holder: Any) -> tuple[float | str | None, str | None, str]:
 class StayBuilder:
     """Collects observations from resources into one StayPayload, with warnings."""
 
-    def __init__(self, admission: datetime, patient_refs: set[str],
-                 codes: Mapping[str, Variable], ids: Sequence[str] = ()) -> None:
+    def __init__(self, admission: datetime, patient_refs: Collection[str],
+                 codes: Mapping[str, Variable], ids: Sequence[str] = (),
+                 encounter_refs: Collection[str] = ()) -> None:
         self.admission = admission
-        self.patient_refs = patient_refs
+        self.members = Belonging(frozenset(patient_refs), frozenset(encounter_refs))
         self.codes = codes  # LOINC code -> variable of the model's feature set
         self.ids = {v.id for v in codes.values()} | set(ids)
         #: the payload observations' fields, validated together by `observations`
@@ -428,20 +508,33 @@ class StayBuilder:
     def _warn(self, code: str, message: str, item: Located, path: Loc) -> None:
         self.issues.append(Issue(code, message, item.ref, expression(path)))
 
+    def belongs(self, item: Located, subject: str | None, encounter: str | None) -> bool:
+        """The stay's rule (`Belonging`) for a resource read: 422 when its subject is not
+        the stay's Patient; False, with a warning, when it is of another encounter."""
+        self.members.check_subject(item, subject)
+        if self.members.in_stay(encounter):
+            return True
+        self._warn("other_encounter", f"{item.ref or expression(item.loc)}: encounter "
+                   f"{shown(encounter)!r} is not an Encounter of this stay; not used", item,
+                   [*item.loc, "encounter", "reference"])
+        return False
+
+    def skipped(self, item: Located, status: str | None, skipped: Sequence[str]) -> bool:
+        """A resource whose status says it is void or was not done: a warning, True."""
+        if status not in skipped:
+            return False
+        self._warn("status_skipped", f"{item.ref or expression(item.loc)}: status {status}, "
+                   "not used", item, [*item.loc, "status"])
+        return True
+
     def add(self, item: Located) -> None:
         obs = item.resource
         row = type(obs) is ObservationRow  # read already (`fhir_rows`)
         ref = item.ref or expression(item.loc)  # no id nor fullUrl: named by its place
-        subject = obs.subject if row else \
-            obs.subject.reference if obs.subject is not None else None
-        if subject and subject not in self.patient_refs:
-            raise ApiError(422, "invalid_fhir", [Problem(
-                loc=[*item.loc, "subject", "reference"], rule="fhir_subject_mismatch",
-                message=f"{ref}: subject {subject!r} is not the bundle's Patient",
-                allowed=" or ".join(sorted(self.patient_refs)))])
-        if obs.status in SKIPPED_STATUS:
-            self._warn("status_skipped", f"{ref}: status {obs.status}, not used", item,
-                       [*item.loc, "status"])
+        subject, encounter = (obs.subject, obs.encounter) if row else \
+            (reference_of(obs.subject), reference_of(obs.encounter))
+        if not self.belongs(item, subject, encounter) or \
+                self.skipped(item, obs.status, SKIPPED_STATUS):
             return
         when = obs.when if row else _effective(obs)
         if when is None:
@@ -546,8 +639,8 @@ class StayBuilder:
         self.basis[ref] = None
         return True
 
-    def add_location(self, item: Located) -> None:
-        """A Location whose type is an HSLOC ICU code: the ICU type, at admission."""
+    def _icu_type(self, item: Located) -> str | None:
+        """The ICU type of a Location whose type has an HSLOC ICU code, else a warning."""
         codes = [c.code for t in (item.resource.type or []) for c in (t.coding or [])
                  if c.system in (HSLOC, HSLOC_OID) and c.code]
         found = [ICU_TYPES[c] for c in codes if c in ICU_TYPES]
@@ -555,19 +648,81 @@ class StayBuilder:
             self._warn("unmapped_code", f"{item.ref or expression(item.loc)}: no Location.type "
                        f"coding of {HSLOC} among {', '.join(sorted(ICU_TYPES))}; not used",
                        item, [*item.loc, "type"])
+            return None
+        return found[0]
+
+    def add_locations(self, encounters: Sequence[Located], locations: Sequence[Located]
+                      ) -> None:
+        """The ICU type, at admission, from the stay's Encounters' `location` only: of the
+        entries whose Location is in the request with an HSLOC ICU type, the one whose
+        `period` holds the ICU admission (`_covers`; the latest `period.start` when several
+        do). A Location no Encounter lists, one no entry of which holds the admission, and
+        entries that disagree are warnings, never read."""
+        listed: dict[str, list[tuple[Loc, Any]]] = {}  # Location reference -> its entries
+        for enc in encounters:
+            for i, entry in enumerate(enc.resource.location or []):
+                if ref := reference_of(entry.location):
+                    listed.setdefault(ref, []).append(([*enc.loc, "location", i], entry))
+        held: list[Held] = []
+        for item in locations:
+            entries = [e for name in sorted(item.names) for e in listed.get(name, [])]
+            if not entries:
+                self._warn("location_not_referenced", f"{item.ref or expression(item.loc)}: "
+                           "not a location of the stay's Encounter (Encounter.location); "
+                           "not used", item, item.loc)
+                continue
+            icu = self._icu_type(item)
+            if icu is None:
+                continue
+            spans = [(path, entry, _covers(entry.period, self.admission))
+                     for path, entry in entries]
+            for path, entry, covers in spans:
+                if covers is None:
+                    self._warn("no_effective_time", f"{item.ref or expression(item.loc)}: "
+                               f"{expression(path)}.period has a bound without a time and "
+                               "timezone; not used", item, [*path, "period"])
+                elif covers:
+                    start = entry.period.start if entry.period is not None else None
+                    held.append(Held((start is not None, start), icu, item))
+            if all(covers is False for _, _, covers in spans):
+                self._warn("location_not_at_admission", f"{item.ref or expression(item.loc)}: "
+                           "its Encounter.location period does not hold the ICU admission; "
+                           "not used", item, [*spans[0][0], "period"])
+        self._take_location(held)
+
+    def _take_location(self, held: list[Held]) -> None:
+        """Of the ICU locations held at the admission, the latest to start (no start comes
+        before any start); if those disagree on the ICU type, none, with a warning each."""
+        if not held:
             return
-        self._direct(item, "icu_type", self.admission, found[0], [*item.loc, "type"],
-                     "type")
+        latest = max(h.start for h in held)
+        chosen = [h for h in held if h.start == latest]
+        kept = {id(h.item) for h in chosen}
+        for h in {id(h.item): h for h in held if id(h.item) not in kept}.values():
+            self._warn("location_not_at_admission", f"{h.item.ref or expression(h.item.loc)}: "
+                       "a location entered later holds the ICU admission; not used", h.item,
+                       h.item.loc)
+        if len({h.icu for h in chosen}) > 1:
+            for h in {id(h.item): h for h in chosen}.values():
+                self._warn("location_ambiguous", f"{h.item.ref or expression(h.item.loc)}: "
+                           "the Encounter lists ICU locations of different types at the ICU "
+                           "admission; none is used", h.item, h.item.loc)
+            return
+        h = chosen[0]
+        self._direct(h.item, "icu_type", self.admission, h.icu, [*h.item.loc, "type"], "type")
 
     def add_procedure(self, item: Located) -> None:
         """A mechanical-ventilation Procedure: 1 at performedDateTime, or at the start of
         performedPeriod and each following hour to its end."""
         proc = item.resource
+        if not self.belongs(item, reference_of(proc.subject), reference_of(proc.encounter)) \
+                or self.skipped(item, proc.status, PROCEDURE_SKIPPED):
+            return
         codes = [c.code for c in ((proc.code.coding or []) if proc.code else [])
                  if c.system == SNOMED]
-        if VENTILATION not in codes or proc.status in (*SKIPPED_STATUS, "not-done"):
+        if VENTILATION not in codes:
             self._warn("unmapped_code", f"{item.ref or expression(item.loc)}: not a "
-                       f"{SNOMED}|{VENTILATION} Procedure that was done; not used", item,
+                       f"{SNOMED}|{VENTILATION} Procedure; not used", item,
                        [*item.loc, "code"])
             return
         times: list[datetime] = []
@@ -593,21 +748,23 @@ class StayBuilder:
 def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
             end_hours: float | None = None, prefix: Loc = ("body",),
             variables: Sequence[Variable] = VARIABLES) -> FhirStay:
-    """Patient + Encounter + Observations -> the stay payload; other resources are ignored
-    (one warning per resource type). LOINC codes resolve among `variables`, the scoring
-    model's feature set (a code it does not read is a warning, not an observation)."""
+    """Patient + Encounter + Observations (+ the Encounter's Location, ventilation
+    Procedures) -> the stay payload; each resource read belongs to the stay (`Belonging`),
+    other resources are ignored (one warning per resource type). LOINC codes resolve among
+    `variables`, the scoring model's feature set (a code it does not read is a warning, not an
+    observation)."""
     by_type: dict[str, list[Located]] = {}
     for r in resources:
         by_type.setdefault(r.resource.get_resource_type(), []).append(r)
     patient = _one_patient(by_type.get("Patient", []), list(prefix))
     encounters = by_type.get("Encounter", [])
+    members = Belonging.of(patient, encounters)
+    for enc in encounters:
+        members.check_subject(enc, reference_of(enc.resource.subject))
     admission = _admission(encounters, admission_time, list(prefix))
-    refs = {f"Patient/{patient.resource.id}"} if patient.resource.id else set()
-    if patient.full_url:
-        refs.add(patient.full_url)
-    builder = StayBuilder(admission, refs, loinc_index(variables), [v.id for v in variables])
-    for item in by_type.get("Location", []):
-        builder.add_location(item)
+    builder = StayBuilder(admission, members.patient, loinc_index(variables),
+                          [v.id for v in variables], members.encounters)
+    builder.add_locations(encounters, by_type.get("Location", []))
     for item in by_type.get("Observation", []):
         builder.add(item)
     for item in by_type.get("Procedure", []):

@@ -169,6 +169,7 @@ class Observation(_Resource, _Choices):
     status: CodeType = _present()
     code: CodeableConcept
     subject: Reference | None = None
+    encounter: Reference | None = None
     effectiveDateTime: DateTime | None = None
     effectiveInstant: InstantType | None = None
     effectivePeriod: Period | None = None
@@ -186,9 +187,17 @@ class Patient(_Resource, _Choices):
     birthDate: DateType | None = None
 
 
+class EncounterLocation(_Lean):
+    location: Reference
+    period: Period | None = None
+
+
 class Encounter(_Resource):
     status: CodeType = _present()
+    subject: Reference | None = None
+    partOf: Reference | None = None
     period: Period | None = None
+    location: list[EncounterLocation] | None = None
 
     _status = field_validator("status", mode="before")(_required)
 
@@ -201,6 +210,7 @@ class Procedure(_Resource, _Choices):
     fhir_type: ClassVar[str] = "Procedure"
     status: CodeType = _present()
     subject: Reference
+    encounter: Reference | None = None
     code: CodeableConcept | None = None
     performedDateTime: DateTime | None = None
     performedPeriod: Period | None = None

@@ -4,11 +4,12 @@
 dataclass per element, decimals as `Decimal`), which `StayBuilder.add` then reads attribute by
 attribute. When the reader knows the model's variables (`read_bundle`, the CDS Hooks
 prefetch), an Observation in that very subset (the same checks, with the same helpers) is read
-in one pass into an `ObservationRow`: its id, status, subject reference, effective time, its
-first LOINC code and the variable it maps to, and its value, unit and value[x] kind as
-`StayBuilder` takes them from the lean model. `StayBuilder` applies its rules (subject,
-status, time, codes, units) to it unchanged; anything outside the subset returns None and goes
-the lean way. tests/service/test_svc_fhir_fast.py compares stays read both ways.
+in one pass into an `ObservationRow`: its id, status, subject and encounter references,
+effective time, its first LOINC code and the variable it maps to, and its value, unit and
+value[x] kind as `StayBuilder` takes them from the lean model. `StayBuilder` applies its rules
+(subject and encounter, status, time, codes, units) to it unchanged; anything outside the
+subset returns None and goes the lean way. tests/service/test_svc_fhir_fast.py compares stays
+read both ways.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from service.interop.fhir_fast import (
     _text,
     _when,
     read_codings,
+    reference,
 )
 
 UCUM = "http://unitsofmeasure.org"
@@ -48,6 +50,7 @@ class ObservationRow:
     id: str | None
     status: str
     subject: str | None  # subject.reference
+    encounter: str | None  # encounter.reference
     when: datetime | None  # effectiveDateTime when a date-time (a date is no time)
     code: str | None  # the first LOINC code, or the one that maps to `variable`
     variable: Variable | None
@@ -124,7 +127,7 @@ class RowReader:
     def __init__(self, context: dict[str, Any], codes: Mapping[str, Variable]) -> None:
         self.context, self.codes = context, codes
         self.ok: set[str] = context.setdefault(TOKENS, set())
-        self.texts: set[str] = set()  # subject references found FHIR strings
+        self.texts: set[str] = set()  # references found FHIR strings
         self.loincs: dict[tuple[str, str], Loinc] = {}
         self.loinc: Callable[[Pairs | None], Loinc] = lambda pairs: loinc_of(pairs or (), codes)
         self.units: dict[tuple[Any, Any, Any], str | None] = {}
@@ -138,19 +141,9 @@ class RowReader:
             return None
         ok = self.ok
         try:
-            subject = None
-            if "subject" in keys:
-                holder = raw["subject"]
-                if type(holder) is not dict:
-                    return None
-                if "reference" in holder:
-                    subject = holder["reference"]
-                    if type(subject) is not str:
-                        return None
-                    if subject not in self.texts:
-                        if not _text(subject, ok):
-                            return None
-                        self.texts.add(subject)
+            subject = reference(raw["subject"], ok, self.texts) if "subject" in keys else None
+            encounter = reference(raw["encounter"], ok, self.texts) if "encounter" in keys \
+                else None
             ident = raw.get("id")
             if "id" in keys and not (type(ident) is str and _ID.fullmatch(ident)):
                 return None
@@ -170,6 +163,6 @@ class RowReader:
                 if "effectiveDateTime" in keys else None
         except _Fallback:
             return None
-        return ObservationRow(ident, status, subject,  # type: ignore[arg-type]
+        return ObservationRow(ident, status, subject, encounter,  # type: ignore[arg-type]
                               when if isinstance(when, datetime) else None, code, var, value,
                               unit, kind)

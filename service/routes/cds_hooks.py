@@ -85,7 +85,7 @@ async def cds_service(service_id: str, request: Request,
     pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain="full"),
                                    locate=stay.locate, since=since)
     return cards(pred, handle.model.spec.manifest, model_card_url(
-        settings.public_base_url if settings.open_models else None, task))
+        settings.public_base_url if settings.open_models else None, task), stay.issues)
 
 
 @card_router.get("/models/{task}/card", response_class=PlainTextResponse, name="model_card",

@@ -219,30 +219,40 @@ def example_bundle() -> dict[str, Any]:
                   extra=unit_and_ventilation(stay, "example", EXAMPLE_ADMISSION))
 
 
-def example_cds_request() -> dict[str, Any]:
-    b = example_bundle()
-    res = [e["resource"] for e in b["entry"]]
-    obs = [r for r in res if r["resourceType"] == "Observation"]
-    units = [r for r in res if r["resourceType"] == "Location"]
-    vent = [r for r in res if r["resourceType"] == "Procedure"]
+def searchset(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A complete searchset Bundle of Bundle entries (their fullUrls kept)."""
+    return {"resourceType": "Bundle", "type": "searchset", "total": len(entries),
+            "entry": entries}
+
+
+def cds_request(b: dict[str, Any], *, user: str = "Practitioner/example",
+                hook_instance: str = "d1577c69-dfbe-44ad-ba6d-3e05e953b2ea") -> dict[str, Any]:
+    """A patient-view call prefetching what the Bundle `b` holds, keyed as the discovery's
+    templates: its first Patient and Encounter (named by the context), its Observations and
+    Procedures as searchsets, its Location (a searchset when there are several)."""
+    def of(kind: str) -> list[dict[str, Any]]:
+        return [e for e in b["entry"] if e["resource"]["resourceType"] == kind]
+
+    patient, encounter = of("Patient")[0]["resource"], of("Encounter")[0]["resource"]
+    units = of("Location")
     return {
         "hook": "patient-view",
-        "hookInstance": "d1577c69-dfbe-44ad-ba6d-3e05e953b2ea",
-        "context": {"userId": "Practitioner/example", "patientId": "example",
-                    "encounterId": "example-icu"},
+        "hookInstance": hook_instance,
+        "context": {"userId": user, "patientId": patient.get("id"),
+                    "encounterId": encounter.get("id")},
         "prefetch": {
-            "patient": res[0],
-            "encounter": res[1],
-            "observations": {"resourceType": "Bundle", "type": "searchset",
-                             "total": len(obs),
-                             "entry": [{"fullUrl": f"urn:example:Observation/{o['id']}",
-                                        "resource": o} for o in obs]},
-            **({"location": units[0]} if units else {}),
-            "procedures": {"resourceType": "Bundle", "type": "searchset", "total": len(vent),
-                           "entry": [{"fullUrl": f"urn:example:Procedure/{v['id']}",
-                                      "resource": v} for v in vent]},
+            "patient": patient,
+            "encounter": encounter,
+            "observations": searchset(of("Observation")),
+            **({"location": units[0]["resource"] if len(units) == 1 else searchset(units)}
+               if units else {}),
+            "procedures": searchset(of("Procedure")),
         },
     }
+
+
+def example_cds_request() -> dict[str, Any]:
+    return cds_request(example_bundle())
 
 
 def _compact(doc: Any, indent: str) -> str:

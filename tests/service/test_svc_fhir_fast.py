@@ -76,6 +76,9 @@ CHANGES: dict[tuple[str, ...], st.SearchStrategy[Any]] = {
     ("code", "coding", 0, "code"): TOKENS,
     ("subject",): ANY_JSON,
     ("subject", "reference"): TOKENS,
+    ("encounter",): st.one_of(ANY_JSON, st.fixed_dictionaries(
+        {}, optional={"reference": TOKENS})),
+    ("encounter", "reference"): TOKENS,
     ("effectiveDateTime",): TIMES,
     ("effectiveInstant",): TIMES,
     ("effectivePeriod",): st.one_of(ANY_JSON, st.fixed_dictionaries(
@@ -139,6 +142,7 @@ def _read(obs: Any) -> tuple[Any, ...]:
         obs.id, obs.status, obs.get_resource_type(),
         None if obs.code.coding is None else [(c.system, c.code) for c in obs.code.coding],
         None if obs.subject is None else obs.subject.reference,
+        None if obs.encounter is None else obs.encounter.reference,
         _time(obs.effectiveDateTime), obs.effectiveInstant, obs.effectivePeriod,
         None if q is None else (q.value, str(q.value), q.unit, q.system, q.code),
         (obs.valueInteger, type(obs.valueInteger)), obs.valueString, obs.component)
@@ -227,6 +231,8 @@ EDGES: dict[tuple[str, ...], list[Any]] = {
     ("status",): ["", " final", "final ", "fi nal", "é", None, 1],
     ("id",): ["", "a b", "x" * 64, "x" * 65, "é", None, 1],
     ("subject", "reference"): ["", " ", "\x0b", "é", None, 1],
+    ("encounter",): [{"reference": "Encounter/e"}, {"reference": ""}, {"reference": "é"},
+                     {"reference": 1}, {}, None, 5, "Encounter/e"],
     ("code", "coding"): [None, [], {}, [None], [{}], [{"system": None}]],
 }
 
@@ -339,6 +345,7 @@ def test_a_row_is_read_from_the_fast_paths_subset_as_the_lean_model_reads_it(
         assert (row.id, row.status, row.get_resource_type()) == (
             lean.id, lean.status, lean.get_resource_type())
         assert row.subject == (None if lean.subject is None else lean.subject.reference)
+        assert row.encounter == (None if lean.encounter is None else lean.encounter.reference)
         assert _time(row.when) == _time(fhir_in._effective(lean))
         assert (row.code, row.variable) == fhir_in._loinc(lean.code, codes)
         assert (row.value, row.unit, row.kind) == fhir_in._value(lean)

@@ -70,6 +70,17 @@ SAME: dict[str, Mutation] = {
     "procedure period and dateTime": lambda b: _procedure(b).update(
         performedPeriod={"start": "2026-01-15T09:00:00Z"}),
     "location type not a list": lambda b: _location(b).update(type={"text": "ICU"}),
+    "observation encounter reference a number": lambda b: _obs(b).update(
+        encounter={"reference": 5}),
+    "procedure encounter a string": lambda b: _procedure(b).update(
+        encounter="Encounter/example-icu"),
+    "encounter subject reference a number": lambda b: _encounter(b)["subject"].update(
+        reference=5),
+    "encounter partOf a list": lambda b: _encounter(b).update(
+        partOf=[{"reference": "Encounter/x"}]),
+    "encounter location without its location": lambda b: _encounter(b).update(location=[{}]),
+    "encounter location period start not a dateTime": lambda b: _encounter(b)["location"][
+        0].update(period={"start": "monday"}),
     "bundle type missing": lambda b: b.pop("type"),
     "bundle total negative": lambda b: b.update(total=-1),
     "link without its url": lambda b: b.update(link=[{"relation": "self"}]),

@@ -331,6 +331,23 @@ async def test_cds_discovery_and_cards_follow_the_spec(client: httpx.AsyncClient
             assert "Top contributing variables" in c["detail"]
 
 
+def test_the_docs_give_the_discovery_prefetch_templates() -> None:
+    """docs/interfaces.md writes each template of a model reading the ICU type and
+    ventilation as discovery serves it (the Observation search by its start and end: its
+    codes are the model's)."""
+    from service.interop.cds_hooks import prefetch_templates
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "interfaces.md").read_text()
+    templates = prefetch_templates(FEATURE_SETS["physionet2012-full"].variables)
+    assert set(templates) == {"patient", "encounter", "observations", "location", "procedures"}
+    observations = templates.pop("observations")
+    start, end = "Observation?patient={{context.patientId}}&code=", "&_count=1000"
+    assert observations.startswith(start) and observations.endswith(end)
+    assert f"`{start}`" in doc and f"`{end}`" in doc
+    for key, template in templates.items():
+        assert f"`{template}`" in doc, key
+
+
 async def test_cds_card_links_use_the_configured_address_not_the_host_header(
         make_settings: Callable[..., Settings]) -> None:
     settings = make_settings(public_base_url="https://scehr.hospital.example/api/")

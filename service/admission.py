@@ -34,6 +34,7 @@ from schemas.payloads import ErrorBody, Problem
 from schemas.tasks import TASK_NAMES
 from service.auth import key_matches, route_needs_key
 from service.logs import request_id_var
+from service.media_types import BodyRoute, find, refusal
 from service.metrics import Metrics
 from service.middleware import header, send_error
 
@@ -261,14 +262,17 @@ def replay(body: bytes, receive: Receive) -> Receive:
 
 class AdmissionMiddleware:
     """Before any body is read: 401 without a valid API key (where keys are set) on the routes
-    that need one, then 503 + Retry-After when the model is full. Then the body, under its
-    deadline (408 when it stalls), and admission (503 if the model filled meanwhile)."""
+    that need one, 415 for a Content-Type the route does not read (`service.media_types`),
+    then 503 + Retry-After when the model is full. Then the body, under its deadline (408
+    when it stalls), and admission (503 if the model filled meanwhile)."""
 
     def __init__(self, app: ASGIApp, admission: Admission, metrics: Metrics,
                  timeout_s: float, api_keys: list[str],
-                 keyed: Sequence[re.Pattern[str]] = (), body_timeout_s: float = 10.0) -> None:
+                 keyed: Sequence[re.Pattern[str]] = (), body_timeout_s: float = 10.0,
+                 bodies: Sequence[BodyRoute] = ()) -> None:
         self.app = app
         self.keyed = tuple(keyed)
+        self.bodies = tuple(bodies)
         self.admission = admission
         self.metrics = metrics
         self.timeout_s = timeout_s
@@ -306,6 +310,17 @@ class AdmissionMiddleware:
                         loc=[], rule="unauthorized",
                         message="missing or invalid X-API-Key header")]),
                     [(b"www-authenticate", b"APIKey")])
+                return
+        route = find(self.bodies, scope.get("method", ""), path)
+        if route is not None:
+            problem = refusal(route, header(scope, b"content-type"))
+            if problem is not None:
+                if task is not None:
+                    scope.setdefault("state", {})["model"] = task
+                    self.metrics.validation_errors.labels(task, problem.rule).inc()
+                await send_error(send, 415, ErrorBody(
+                    error="unsupported_media_type", request_id=request_id_var.get(),
+                    detail=[problem]))
                 return
         if task is None:
             await self.app(scope, receive, send)

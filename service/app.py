@@ -20,6 +20,7 @@ from service.admission import Admission, AdmissionMiddleware, keyed_paths
 from service.gc_pauses import share_gil, tune_collector
 from service.interop.cds_hooks import CdsRequest
 from service.logs import configure_logging
+from service.media_types import body_routes, document
 from service.metrics import Metrics
 from service.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from service.monitoring import Monitoring
@@ -89,25 +90,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     openapi_components(app, StayPayload, CdsRequest)
     # Outermost last: request context, then the body-size limit (it also bounds the body that
-    # admission reads), then keys, admission and the body deadline.
+    # admission reads), then keys, media types, admission and the body deadline.
+    routes = [r for rt in routers for r in rt.routes]
+    bodies = body_routes(routes)
     app.add_middleware(AdmissionMiddleware, admission=admission, metrics=metrics,
                        timeout_s=settings.request_timeout_s,
                        api_keys=[k.get_secret_value() for k in settings.api_keys],
-                       keyed=keyed_paths([r for rt in routers for r in rt.routes]),
-                       body_timeout_s=settings.body_timeout_s)
+                       keyed=keyed_paths(routes), body_timeout_s=settings.body_timeout_s,
+                       bodies=bodies)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestContextMiddleware, metrics=metrics)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, bodies=bodies)
     return app
 
 
 def openapi_components(app: FastAPI, *models: type[BaseModel]) -> None:
     """Add `models` (and the models they use) to the OpenAPI components: routes that read
-    their body themselves (`/predict/{task}`) refer to them by `$ref`."""
+    their body themselves (`/predict/{task}`) refer to them by `$ref`. And the 415 answer of
+    every route with a body (`service.media_types.document`)."""
     plain = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             spec = plain()
+            document(spec)
             _, top = models_json_schema([(m, "validation") for m in models],
                                         ref_template="#/components/schemas/{model}")
             schemas = spec.setdefault("components", {}).setdefault("schemas", {})

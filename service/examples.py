@@ -12,6 +12,8 @@ from schemas.tasks import task_spec
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLE_FILE = EXAMPLES / "mortality_stay.json"
 RESPONSE_FILE = EXAMPLES / "mortality_response.json"
+FHIR_FILE = EXAMPLES / "fhir_bundle.json"
+CDS_FILE = EXAMPLES / "cds_hooks_request.json"
 
 
 def _long_form(hours: list[float]) -> dict[str, Any]:
@@ -78,14 +80,45 @@ def batch_examples(task: str) -> dict[str, dict[str, Any]]:
                       "value": {"stays": [good, wide_stay(), bad]}}}
 
 
+def _read(path: Path) -> dict[str, Any] | None:
+    """An example file's JSON object, or None when it is missing or not one."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 @cache
 def mortality_response() -> dict[str, Any] | None:
     """A real response (the current response version) for the OpenAPI schema, when the file
     exists."""
-    try:
-        return json.loads(RESPONSE_FILE.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+    return _read(RESPONSE_FILE)
+
+
+def _named(name: str, summary: str, value: dict[str, Any] | None) -> dict[str, Any]:
+    """An OpenAPI `examples` entry, or none when the example file is missing."""
+    return {} if value is None else {name: {"summary": summary, "value": value}}
+
+
+def fhir_examples() -> dict[str, Any]:
+    """The FHIR route's request example: `examples/fhir_bundle.json`."""
+    return _named("stay", "A synthetic 48-hour ICU stay: Patient, Encounter, Location, "
+                  "Observations, ventilation Procedures", _read(FHIR_FILE))
+
+
+def cds_examples() -> dict[str, Any]:
+    """The CDS Hooks service call's request example: `examples/cds_hooks_request.json`."""
+    return _named("patient-view", "patient-view with the stay's Bundle as its prefetch",
+                  _read(CDS_FILE))
+
+
+def infer_examples(task: str) -> dict[str, Any]:
+    """The V2 infer request example: the task's example stay as the `stay` BYTES tensor."""
+    request = {"inputs": [{"name": "stay", "shape": [1], "datatype": "BYTES",
+                           "data": [json.dumps(task_stay(task))]}],
+               "outputs": [{"name": "risk"}, {"name": "alert"}]}
+    return _named("stay", f"One stay as JSON text (the body of POST /predict/{task})", request)
 
 
 def response_examples(batch: bool = False) -> dict[int | str, dict[str, Any]]:

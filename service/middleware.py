@@ -11,18 +11,24 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Sequence
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas.payloads import ErrorBody, Problem
 from schemas.tasks import TASK_NAMES
 from service.logs import request_id_var
+from service.media_types import BodyRoute, find
 from service.metrics import Metrics
 
 log = logging.getLogger("scehr.access")
 
 _RID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _QUIET = {"/livez", "/readyz", "/metrics"}
+#: The status logged and counted for a request whose client went away before its answer
+#: started (nginx's "client closed request"): the server did not fail, so it is no 5xx.
+CLIENT_CLOSED = 499
 
 
 async def send_error(send: Send, status: int, body: ErrorBody,
@@ -52,16 +58,30 @@ def model_label(scope: Scope) -> str:
 class RequestContextMiddleware:
     """X-Request-ID (echoed when well-formed, else generated), metrics and one access-log line.
 
-    Labels and log fields come from closed sets only: the route template (`unmatched` for unknown
-    paths), a contract task or `unknown`, the status code the server chose. The log line never
+    Labels and log fields come from closed sets only: the route template (of a body route
+    also when answered before routing, e.g. by admission; `unmatched` for unknown paths), a
+    contract task or `unknown`, the status code the server chose. The log line never
     holds the path, the query, the body or any header value other than a well-formed request
     id. Every response carries `Cache-Control: no-store` (predictions and errors echo patient
-    data; nothing here is worth caching).
+    data; nothing here is worth caching). A client that disconnects before its answer starts
+    (the app was told so by `receive`) is logged and counted as `CLIENT_CLOSED` with
+    `client_closed: true`, whatever the app did next (answered into the closed connection,
+    or raised `ClientDisconnect`), never as a server error; any other exception is one.
     """
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, bodies: Sequence[BodyRoute] = ()) -> None:
         self.app = app
         self.metrics = metrics
+        self.bodies = tuple(bodies)
+
+    def endpoint(self, scope: Scope) -> str:
+        """The route template of the request: the router's, else (answered before routing)
+        the body route it was for, else `unmatched`."""
+        path = getattr(scope.get("route"), "path", None)
+        if path is None:
+            route = find(self.bodies, scope.get("method", ""), scope.get("path", ""))
+            path = route.path if route is not None else None
+        return path or "unmatched"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,7 +92,14 @@ class RequestContextMiddleware:
         token = request_id_var.set(rid)
         scope.setdefault("state", {})
         status = 500
-        started = False
+        started = closed = False
+
+        async def watch_receive() -> Message:
+            nonlocal closed
+            message = await receive()
+            if message["type"] == "http.disconnect" and not started:
+                closed = True
+            return message
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, started
@@ -87,20 +114,23 @@ class RequestContextMiddleware:
         self.metrics.in_flight.inc()
         t0 = time.perf_counter()
         try:
-            await self.app(scope, receive, send_with_id)
-        except Exception:
-            log.exception("unhandled error")
-            if not started:
-                await send_error(send_with_id, 500, ErrorBody(
-                    error="internal_error", request_id=rid,
-                    detail=[Problem(loc=[], rule="internal_error",
-                                    message="the server failed; the request id is in its logs")]))
+            await self.app(scope, watch_receive, send_with_id)
+        except Exception as e:
+            if not (closed and isinstance(e, ClientDisconnect)):  # else: the client left
+                closed = False  # the server's own failure, whether or not the client is there
+                log.exception("unhandled error")
+                if not started:
+                    await send_error(send_with_id, 500, ErrorBody(
+                        error="internal_error", request_id=rid, detail=[Problem(
+                            loc=[], rule="internal_error",
+                            message="the server failed; the request id is in its logs")]))
         finally:
             seconds = time.perf_counter() - t0
             self.metrics.in_flight.dec()
-            route = scope.get("route")
-            endpoint = getattr(route, "path", None) or "unmatched"
+            endpoint = self.endpoint(scope)
             model = model_label(scope)
+            if closed:
+                status = CLIENT_CLOSED
             code = str(status)
             self.metrics.child(self.metrics.requests, endpoint, model, code).inc()
             self.metrics.child(self.metrics.request_seconds, endpoint, model, code).observe(
@@ -109,7 +139,8 @@ class RequestContextMiddleware:
             log.log(logging.DEBUG if quiet else logging.INFO, "request",
                     extra={"method": scope.get("method"), "endpoint": endpoint,
                            "status": status, "model": model,
-                           "duration_ms": round(seconds * 1000, 3)})
+                           "duration_ms": round(seconds * 1000, 3),
+                           **({"client_closed": True} if closed else {})})
             request_id_var.reset(token)
 
 

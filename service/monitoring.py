@@ -40,11 +40,21 @@ REFRESH_SECONDS = 1.0
 PENDING_ROWS = 32
 
 
-def _joined(arrays: list[np.ndarray | None]) -> np.ndarray | None:
-    """The queued stays' arrays as one (None stays None: a model without value bins)."""
-    if arrays[0] is None:
-        return None
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The queued stays' arrays as one."""
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def _joined_values(parts: list[tuple[np.ndarray, np.ndarray | None]],
+                   shape: tuple[int, ...]) -> np.ndarray | None:
+    """The queued stays' value counts as one array of rows of `shape` (None when no queued
+    stay has any). A request may bring none (raw tensors: values cannot be binned once
+    normalized) while the one queued beside it has them: its stays then count no value,
+    as each would have entering the window alone."""
+    if all(values is None for _, values in parts):
+        return None
+    return _joined([np.zeros((observed.shape[0], *shape), dtype=np.int32) if values is None
+                    else values for observed, values in parts])
 
 
 @dataclass(frozen=True)
@@ -129,7 +139,8 @@ class ModelMonitor:
         parts, self._pending, self._pending_rows = self._pending, [], 0
         if not parts:
             return
-        observed, values, risk, alerts = (_joined([p[k] for p in parts]) for k in range(4))
+        observed, risk, alerts = (_joined([p[k] for p in parts]) for k in (0, 2, 3))
+        values = _joined_values([(p[0], p[1]) for p in parts], self._values.shape[1:])
         n = observed.shape[0]
         if n > self.size:  # only the newest `size` stays can be in the window
             observed, risk, alerts = observed[-self.size:], risk[-self.size:], alerts[-self.size:]

@@ -14,6 +14,7 @@ from schemas.variables import CATALOG, Variable
 from service.auth import ApiKey
 from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
 from service.errors import ApiError
+from service.examples import cds_examples
 from service.interop.cds_hooks import (
     SERVICE_PREFIX,
     CdsDiscovery,
@@ -63,7 +64,8 @@ def _cds_request(raw: bytes, limits: FhirLimits) -> CdsRequest:
                         "query a FHIR server)"}},
              summary="CDS Hooks patient-view: risk cards from the prefetched data",
              openapi_extra={"requestBody": {"required": True, "content": {
-                 "application/json": {"schema": {"$ref": "#/components/schemas/CdsRequest"}}}}})
+                 "application/json": {"schema": {"$ref": "#/components/schemas/CdsRequest"},
+                                      "examples": cds_examples()}}}})
 async def cds_service(service_id: str, request: Request,
                       registry: RegistryDep, settings: SettingsDep, scorer: ScorerDep,
                       _: ApiKey, version: VersionParam = None) -> CdsResponse:

@@ -11,13 +11,15 @@ from fastapi.responses import Response
 from pydantic import RootModel
 from starlette.concurrency import run_in_threadpool
 
-from schemas.payloads import ErrorBody, Problem
+from schemas.payloads import Problem
 from service.auth import ApiKey
 from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
 from service.errors import ApiError
-from service.interop.fhir_in import FhirStay, read_bundle
+from service.examples import fhir_examples
+from service.interop.fhir_in import BUNDLE_TYPES, FhirStay, read_bundle
 from service.interop.fhir_limits import FhirLimits, check_bundle, check_raw
 from service.interop.fhir_out import FHIR_JSON, risk_bundle, to_json
+from service.media_types import JSON
 from service.routes.predict import (
     ERRORS,
     AllowInsufficient,
@@ -38,15 +40,38 @@ class _Body(RootModel[dict[str, Any]]):
     """The request body: a JSON object (the Bundle, validated resource by resource later)."""
 
 
-def reject_xml(content_type: str | None, raw: bytes) -> None:
-    """415 for FHIR XML (by its content type, or a body that starts like XML): only FHIR's
-    JSON format is read."""
-    kind = (content_type or "").split(";")[0].strip().lower()
-    if kind.endswith("xml") or kind.endswith("+xml") or raw.lstrip()[:1] == b"<":
+def reject_xml(raw: bytes) -> None:
+    """415 for FHIR XML sent under a JSON content type (a body that starts like XML): only
+    FHIR's JSON format is read. Other content types are refused before the body is read
+    (`service.media_types`)."""
+    if raw.lstrip()[:1] == b"<":
         raise ApiError(415, "unsupported_media_type", [Problem(
             loc=["header", "content-type"], rule="fhir_json_only",
             message="FHIR XML is not supported: send the Bundle in FHIR's JSON format",
-            allowed=f"{FHIR_JSON} or application/json")])
+            allowed=f"{FHIR_JSON} or {JSON}")])
+
+
+#: The request body in OpenAPI: a Bundle, as far as this service reads one (each resource is
+#: validated with FHIR's rules once read: service/interop/fhir_in.py).
+BUNDLE_SCHEMA: dict[str, Any] = {
+    "title": "Bundle", "type": "object", "description": BUNDLE_NOTE,
+    "required": ["resourceType", "type"], "additionalProperties": True,
+    "properties": {
+        "resourceType": {"const": "Bundle"},
+        "type": {"enum": list(BUNDLE_TYPES)},
+        "entry": {"type": "array", "items": {
+            "type": "object", "additionalProperties": True, "properties": {
+                "fullUrl": {"type": "string"},
+                "resource": {
+                    "type": "object", "required": ["resourceType"],
+                    "additionalProperties": True, "properties": {"resourceType": {
+                        "type": "string", "description": "A FHIR R4 resource type: "
+                        "Patient, Encounter, Location, Observation and Procedure are read, "
+                        "others ignored"}}}}}}}}
+#: The same schema under both media types read; the example (133 kB) under FHIR's own only.
+BUNDLE_BODY = {"requestBody": {"required": True, "description": BUNDLE_NOTE, "content": {
+    FHIR_JSON: {"schema": BUNDLE_SCHEMA, "examples": fhir_examples()},
+    JSON: {"schema": BUNDLE_SCHEMA}}}}
 
 
 def _bundle(raw: bytes, limits: FhirLimits) -> dict[str, Any]:
@@ -58,16 +83,13 @@ def _bundle(raw: bytes, limits: FhirLimits) -> dict[str, Any]:
 
 
 @router.post(
-    "/fhir/predict/{task}", responses={**ERRORS, 415: {
-        "model": ErrorBody, "description": "FHIR XML: only FHIR's JSON format is read"}, 200: {
+    "/fhir/predict/{task}", responses={**ERRORS, 200: {
         "content": {FHIR_JSON: {}},
         "description": "A collection Bundle: one RiskAssessment per class, and an "
                        "OperationOutcome listing warnings (codes not mapped, units not "
                        "convertible, cleaning) when there are any"}},
     response_class=Response, summary="Score one stay sent as a FHIR R4 Bundle",
-    openapi_extra={"requestBody": {"required": True, "description": BUNDLE_NOTE,
-                                   "content": {"application/json": {"schema": {
-                                       "type": "object", "additionalProperties": True}}}}})
+    openapi_extra=BUNDLE_BODY)
 async def fhir_predict(
     task: str,
     request: Request, registry: RegistryDep, settings: SettingsDep, scorer: ScorerDep,
@@ -89,7 +111,7 @@ async def fhir_predict(
     # request's CPU work
     raw = await request.body()
     since = time.perf_counter()
-    reject_xml(request.headers.get("content-type"), raw)
+    reject_xml(raw)
     variables, full = handle.model.spec.fs.variables, settings.fhir_validation == "full"
 
     def read() -> tuple[dict[str, Any], FhirStay]:

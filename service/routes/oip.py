@@ -16,10 +16,12 @@ from pydantic import ValidationError
 
 from schemas.contract import CONTRACT_VERSION
 from schemas.payloads import ErrorBody, StayPayload
+from schemas.tasks import TASK_NAMES
 from service.auth import ApiKey
 from service.batcher import ModelInputs
 from service.deps import RegistryDep, ScorerDep, SettingsDep
 from service.errors import ApiError
+from service.examples import infer_examples
 from service.interop.oip import (
     INPUT_STAY,
     InferRequest,
@@ -32,6 +34,7 @@ from service.interop.oip import (
     stays,
     tensor_inputs,
 )
+from service.media_types import JSON, OPTIONAL
 from service.pipeline import ModelSpec
 from service.registry import ModelHandle, ModelNotReady, Registry, VersionNotServed
 from service.scorer import ScoreOptions, Scorer, in_worker, released
@@ -63,7 +66,8 @@ def _handle(registry: Registry, name: str, version: str | None) -> ModelHandle:
 
 #: `infer` answers these in the service's error body, before the protocol's route runs: 401
 #: without a valid key (where keys are set), 408 for a body that stalls, 413 for one over the
-#: size limit; and 500 in the protocol's body when the model fails on the request's batch.
+#: size limit (and 415, documented for every body route: `service.media_types.document`); and
+#: 500 in the protocol's body when the model fails on the request's batch.
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody}, 408: {"model": ErrorBody}, 413: {"model": ErrorBody},
     500: {"model": V2Error}}
@@ -102,7 +106,7 @@ async def _model_metadata(name: str, registry: Registry, version: str | None) ->
 
 
 def _request(raw: bytes, header_length: str | None) -> InferRequest:
-    """The JSON inference request, whatever the content type (Triton clients send none)."""
+    """The JSON inference request (its content type checked before: `INFER_BODY`)."""
     if header_length is not None:
         try:
             n = int(header_length)
@@ -210,8 +214,11 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
 
 
 _SCHEMA = InferRequest.model_json_schema()
-INFER_BODY = {"requestBody": {"required": True, "content": {"application/json": {
-    "schema": _inline(_SCHEMA, _SCHEMA.get("$defs", {}))}}}}
+#: JSON only; a request without Content-Type is read as JSON too (Triton's client sends none;
+#: `service.media_types`).
+INFER_BODY = {"requestBody": {"required": True, OPTIONAL: True, "content": {JSON: {
+    "schema": _inline(_SCHEMA, _SCHEMA.get("$defs", {})),
+    "examples": infer_examples(TASK_NAMES[0])}}}}
 
 
 @router.post("/models/{name}/infer", response_model=InferResponse, summary="Inference",

@@ -146,3 +146,47 @@ def test_rules_file_is_plain_prometheus_rules() -> None:
     a site without the Operator can point rule_files at it."""
     doc = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
     assert list(doc) == ["groups"] and all(g["rules"] for g in doc["groups"])
+
+
+def _status_selected(expr: str, status: str) -> bool:
+    """Whether every matcher on `status` in `expr` selects this status (Prometheus anchors
+    regular expressions at both ends)."""
+    ok = True
+    for label, op, value in MATCHER.findall(expr):
+        if label != "status":
+            continue
+        hit = re.fullmatch(value, status) is not None if op in ("=~", "!~") else value == status
+        ok &= hit if op in ("=~", "=") else not hit
+    return ok
+
+
+def test_the_server_error_alert_counts_5xx_but_not_client_closed_or_overload() -> None:
+    """A client that left before its answer is 499 (service/middleware.py CLIENT_CLOSED): no
+    server error; the overload 503 has its own alert."""
+    from service.middleware import CLIENT_CLOSED
+
+    doc = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    rules = {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
+    expr = rules["ScehrServerErrors"]["expr"]
+    assert "scehr_requests_total" in expr
+    assert _status_selected(expr, "500") and _status_selected(expr, "504")
+    assert not _status_selected(expr, str(CLIENT_CLOSED)) and CLIENT_CLOSED < 500
+    assert not _status_selected(expr, "503") and not _status_selected(expr, "200")
+
+
+def test_the_requests_panel_shows_every_scoring_interface() -> None:
+    """The dashboard's requests-by-status panel selects the scoring routes of every interface
+    (their templates, as the service counts them) and no other route."""
+    from service.media_types import body_routes
+    from service.routes import admin, cds_hooks, fhir, oip, predict
+
+    dash = json.loads((CHART / "files" / "grafana-dashboard.json").read_text())
+    [expr] = [e for title, e in dashboard_exprs(dash) if title.startswith("Scoring requests")]
+    [(_, _, endpoints)] = [m for m in MATCHER.findall(expr) if m[0] == "endpoint"]
+    routes = [r for m in (predict, fhir, cds_hooks, oip) for r in m.router.routes]
+    scoring = {b.path for b in body_routes(routes)}
+    assert len(scoring) == 7  # 2 single-stay tasks, batch, FHIR, CDS Hooks, 2 V2 infer
+    assert all(re.fullmatch(endpoints, p) for p in scoring), scoring
+    for other in [*(b.path for b in body_routes(admin.router.routes)), "/cds-services",
+                  "/v2/models/{name}", "/models/{task}", "unmatched"]:
+        assert not re.fullmatch(endpoints, other), other

@@ -107,6 +107,103 @@ def test_stalled_bodies_never_lock_other_clients_out(
     assert "Traceback" not in log.read_text()
 
 
+# ------------------------------------------------------------------ clients that leave
+
+#: Every route that reads a body, with the template its requests are counted under.
+_BODY_ROUTES = {"/predict/mortality": "/predict/mortality",
+                "/predict/mortality/batch": "/predict/{task}/batch",
+                "/fhir/predict/mortality": "/fhir/predict/{task}",
+                "/cds-services/scehr-mortality": "/cds-services/{service_id}",
+                "/v2/models/mortality/infer": "/v2/models/{name}/infer",
+                "/v2/models/mortality/versions/v1/infer":
+                    "/v2/models/{name}/versions/{version}/infer",
+                "/admin/models/mortality/reload": "/admin/models/{task}/reload"}
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _in_flight(app: Any) -> float:
+    text = app.state.metrics.render()[0].decode()
+    return float(next(line.split()[-1] for line in text.splitlines()
+                      if line.startswith("scehr_in_flight_requests ")))
+
+
+def test_a_client_that_leaves_before_its_answer_is_499_never_a_5xx(
+        make_settings: Callable[..., Settings]) -> None:
+    """Connections to a real uvicorn server on 127.0.0.1 that send their headers, no body,
+    and close: each is one access-log line with status 499 and `client_closed`, counted as
+    499 under its route (the 5xx series stay empty), with no error logged; the server then
+    answers as before."""
+    import threading
+
+    import uvicorn
+
+    app = create_app(make_settings(api_keys="s3cret"))
+    access = _Records()  # every record of the service's loggers (the access log is one)
+    logging.getLogger("scehr").addHandler(access)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    per_route = 43  # 301 connections in all
+    total = per_route * len(_BODY_ROUTES)
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        base = f"http://127.0.0.1:{port}"
+        while httpx.get(f"{base}/readyz").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        access.records.clear()
+        sockets = []
+        for path in _BODY_ROUTES:
+            for _ in range(per_route):
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nX-API-Key: s3cret\r\n"
+                          "Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n"
+                          .encode())
+                sockets.append(s)
+        deadline = time.monotonic() + 30
+        while _in_flight(app) < total:  # every request has reached the app
+            assert time.monotonic() < deadline, _in_flight(app)
+            time.sleep(0.05)
+        for s in sockets:
+            s.close()
+        while _in_flight(app) > 0:
+            assert time.monotonic() < deadline, _in_flight(app)
+            time.sleep(0.05)
+        lines = [r for r in access.records if r.getMessage() == "request"]
+        assert len(lines) == total
+        assert {(r.status, getattr(r, "client_closed", None))  # type: ignore[attr-defined]
+                for r in lines} == {(499, True)}
+        by_route = {r.endpoint: 0 for r in lines}  # type: ignore[attr-defined]
+        for r in lines:
+            by_route[r.endpoint] += 1  # type: ignore[attr-defined]
+        assert by_route == {t: per_route for t in _BODY_ROUTES.values()}
+        assert not [r for r in access.records if r.levelno >= logging.WARNING]
+        metrics = httpx.get(f"{base}/metrics").text
+        counted = [line for line in metrics.splitlines()
+                   if line.startswith("scehr_requests_total{")]
+        assert not [line for line in counted if 'status="5' in line], counted
+        assert sum(float(line.split()[-1]) for line in counted
+                   if 'status="499"' in line) == total
+        r = httpx.post(f"{base}/predict/mortality", json=stay(), headers={"X-API-Key": "s3cret"})
+        assert r.status_code == 200, r.text
+    finally:
+        logging.getLogger("scehr").removeHandler(access)
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 # ------------------------------------------------------------------ V2 numbers and types
 
 

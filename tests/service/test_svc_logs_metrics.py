@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from service.logs import JsonFormatter
+from service.logs import JsonFormatter, configure_logging
 from service.settings import Settings
 from tests.service.conftest import serve
 
@@ -127,6 +127,77 @@ async def test_metric_names_and_labels(client) -> None:
                  "scehr_preprocess_seconds_bucket"):
         assert re.search(rf'{name}{{.*model="mortality"', text), name
     assert "_created" not in text
+
+
+async def test_answers_before_routing_are_counted_under_their_route(
+        make_settings: Callable[..., Settings]) -> None:
+    """401 (no key), 415 (media type) and the overload 503 come before the router: still
+    counted under the route's template, so a dashboard per route sees them; unknown paths
+    stay `unmatched`."""
+    async with serve(make_settings(api_keys="k", max_queue_size=2)) as c:
+        key = {"X-API-Key": "k"}
+        assert (await c.post("/predict/mortality", json={})).status_code == 401
+        r = await c.post("/fhir/predict/mortality", content=b"{}",
+                         headers={**key, "content-type": "text/plain"})
+        assert r.status_code == 415
+        c.app.state.admission.admitted["mortality"] = 2  # type: ignore[attr-defined]
+        r = await c.post("/predict/mortality/batch", json={"stays": []}, headers=key)
+        assert r.status_code == 503
+        assert (await c.post("/no/such/path", json={})).status_code == 404
+        text = (await c.get("/metrics")).text
+    for line in (
+        'scehr_requests_total{endpoint="/predict/mortality",model="unknown",status="401"} 1.0',
+        'scehr_requests_total{endpoint="/fhir/predict/{task}",model="mortality",status="415"}',
+        'scehr_requests_total{endpoint="/predict/{task}/batch",model="mortality",status="503"}',
+        'scehr_requests_total{endpoint="unmatched",model="unknown",status="404"} 1.0',
+    ):
+        assert line in text, line
+
+
+@pytest.mark.parametrize(("raised", "status"), [(None, 499), ("disconnect", 499),
+                                                 ("bug", 500)])
+async def test_a_client_that_left_is_499_but_a_failure_after_it_is_still_500(
+        raised: str | None, status: int) -> None:
+    """The app reads the body and is told the client left: whether it then answers into the
+    closed connection or raises starlette's ClientDisconnect, the request is 499 with
+    `client_closed`, no error logged; any other exception is the server's own 500."""
+    from starlette.requests import ClientDisconnect
+
+    from service.metrics import Metrics
+    from service.middleware import RequestContextMiddleware
+
+    async def app(scope: dict, receive: Callable, send: Callable) -> None:
+        assert (await receive())["type"] == "http.disconnect"
+        if raised == "disconnect":
+            raise ClientDisconnect
+        if raised == "bug":
+            raise RuntimeError("a bug")
+        await send({"type": "http.response.start", "status": 400, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def receive() -> dict:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        pass
+
+    configure_logging("INFO")  # as the app does
+    metrics = Metrics()
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("scehr").addHandler(handler)
+    try:
+        await RequestContextMiddleware(app, metrics)(
+            {"type": "http", "method": "POST", "path": "/x", "headers": []}, receive, send)
+    finally:
+        logging.getLogger("scehr").removeHandler(handler)
+    [line] = [r for r in records if r.getMessage() == "request"]
+    assert line.status == status  # type: ignore[attr-defined]
+    assert getattr(line, "client_closed", False) is (status == 499)
+    assert any(r.levelno >= logging.ERROR for r in records) is (status == 500)
+    text = metrics.render()[0].decode()
+    assert f'endpoint="unmatched",model="unknown",status="{status}"}} 1.0' in text
 
 
 def test_multiprocess_metrics(tmp_path: Path, model_dir: Path) -> None:

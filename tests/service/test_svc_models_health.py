@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import jsonschema
 import pytest
 
 from service.registry import Registry
@@ -94,3 +96,64 @@ async def test_openapi_has_every_route_and_examples(client: httpx.AsyncClient) -
         "ErrorBody")
     assert "/admin/models/{task}/reload" not in spec["paths"]  # no key configured
     assert "X-API-Key" in str(spec["components"]["securitySchemes"])
+
+
+#: The shipped models, which the examples in examples/ are written for.
+MODELS = Path(__file__).resolve().parents[2] / "models"
+#: Path parameters for the request examples (each route's example is for the first task).
+PARAMS = {"task": "mortality", "name": "mortality", "service_id": "scehr-mortality"}
+
+
+async def test_openapi_shows_the_interop_bodies_typed_with_examples_that_score() -> None:
+    """FHIR: a Bundle (resourceType, type, entries whose resources carry theirs), under FHIR's
+    media type and plain JSON, with examples/fhir_bundle.json; CDS Hooks: the service call
+    with examples/cds_hooks_request.json; V2 infer: a stay tensor. Every request example of
+    the document is answered 200 by the shipped models, and every body route documents 415."""
+    fhir_file, cds_file = MODELS.parent / "examples" / "fhir_bundle.json", \
+        MODELS.parent / "examples" / "cds_hooks_request.json"
+    async with serve(Settings(model_dir=MODELS, device="cpu")) as c:
+        spec = (await c.get("/openapi.json")).json()
+        fhir = spec["paths"]["/fhir/predict/{task}"]["post"]["requestBody"]["content"]
+        assert set(fhir) == {"application/fhir+json", "application/json"}
+        bundle = fhir["application/fhir+json"]["schema"]
+        assert fhir["application/json"]["schema"] == bundle
+        assert bundle["properties"]["resourceType"] == {"const": "Bundle"}
+        assert {"resourceType", "type"} <= set(bundle["required"])
+        assert set(bundle["properties"]["type"]["enum"]) == {"collection", "searchset"}
+        entry = bundle["properties"]["entry"]
+        assert entry["type"] == "array"
+        resource = entry["items"]["properties"]["resource"]
+        assert resource["type"] == "object" and resource["required"] == ["resourceType"]
+        example = fhir["application/fhir+json"]["examples"]["stay"]["value"]
+        assert example == json.loads(fhir_file.read_text())
+        jsonschema.validate(example, bundle)
+        for wrong in ({"resourceType": "Patient", "type": "collection"},
+                      {"resourceType": "Bundle"},
+                      {"resourceType": "Bundle", "type": "document"},
+                      {"resourceType": "Bundle", "type": "collection", "entry": [
+                          {"resource": {"id": "no-type"}}]}):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(wrong, bundle)
+        cds = spec["paths"]["/cds-services/{service_id}"]["post"]["requestBody"]["content"]
+        assert cds["application/json"]["examples"]["patient-view"]["value"] == json.loads(
+            cds_file.read_text())
+        v2 = spec["paths"]["/v2/models/{name}/infer"]["post"]["requestBody"]
+        v2_example = v2["content"]["application/json"]["examples"]["stay"]["value"]
+        jsonschema.validate(v2_example, v2["content"]["application/json"]["schema"])
+        assert v2["x-content-type-optional"] is True
+        params = {**PARAMS, "version": (await c.get("/v2/models/mortality")).json()[
+            "versions"][0]}
+        sent = 0
+        for path, item in spec["paths"].items():
+            body = item.get("post", {}).get("requestBody")
+            if body is None:
+                continue
+            assert item["post"]["responses"]["415"]["content"]["application/json"][
+                "schema"]["$ref"].endswith("/ErrorBody"), path
+            for media_type, content in body["content"].items():
+                for name, ex in content.get("examples", {}).items():
+                    r = await c.post(path.format(**params), json=ex["value"],
+                                     headers={"content-type": media_type})
+                    assert r.status_code == 200, (path, name, r.text[:300])
+                    sent += 1
+        assert sent >= 8  # 2 x (long, wide), batch, FHIR, CDS Hooks, V2 (twice: 2 routes)

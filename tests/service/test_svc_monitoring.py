@@ -10,12 +10,14 @@ import httpx
 import numpy as np
 import pytest
 
+from schemas.payloads import StayPayload
 from schemas.profile import psi
 from service import monitoring
 from service.monitoring import ModelMonitor, Reference
 from service.operating import PointTable
+from service.pipeline import prepare
 from service.settings import Settings
-from tests.service.conftest import serve
+from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model
 
 pytestmark = pytest.mark.anyio
@@ -168,3 +170,49 @@ def test_alerts_of_every_point_follow_each_class_threshold_and_value() -> None:
     assert not got[:, 1, 0].any()  # class 1 lacks point a
     assert got[:, 1, 1].tolist() == [True, True, False]  # class 1, point b: risk >= 0.5
     assert (table.alerts(risk, score) == got).all()  # the cached bounds give the same again
+
+
+def _v2_tensors(spec: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    """A V2 request of the graph's own tensors (what `prepare` makes of `payload`)."""
+    prep = prepare(spec, [StayPayload.model_validate(payload)])
+    assert prep.inputs is not None
+    inputs = []
+    for name, arr in (("x", prep.inputs.x), ("lengths", prep.inputs.lengths),
+                      ("static", prep.inputs.static)):
+        if arr is not None:
+            inputs.append({"name": name, "shape": list(arr.shape),
+                           "datatype": "FP32" if arr.dtype == np.float32 else "INT64",
+                           "data": arr.ravel().tolist()})
+    return {"inputs": inputs}
+
+
+@pytest.mark.parametrize("order", [("json", "tensors"), ("tensors", "json")])
+async def test_a_stay_without_values_queued_beside_one_with_them(
+        named_dir: Path, order: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A raw-tensor V2 request brings no value counts (normalized values cannot be binned),
+    a JSON stay does: queued together they enter the window as each would alone (the mix
+    once ended in a 500 of whichever request or reading let the queue in, and the other order
+    dropped the JSON stay's values)."""
+    monkeypatch.setattr(monitoring, "REFRESH_SECONDS", 1e12)  # nothing enters until read
+    payload = stay()
+    async with serve(Settings(model_dir=named_dir, device="cpu")) as c:
+        spec = c.app.state.registry.get("mortality").model.spec  # type: ignore[attr-defined]
+        tensors = _v2_tensors(spec, payload)
+
+        async def hours() -> int:
+            r = await c.get("/models/mortality/monitoring")
+            assert r.status_code == 200, r.text
+            return sum(v["observed_hours"] for v in r.json()["variables"])
+
+        assert (await c.post("/predict/mortality", json=payload)).status_code == 200
+        alone = await hours()
+        assert alone > 0
+        for kind in order:
+            r = await (c.post("/predict/mortality", json=payload) if kind == "json" else
+                       c.post("/v2/models/mortality/infer", json=tensors))
+            assert r.status_code == 200, r.text
+        [mon] = c.app.state.monitoring.monitors()  # type: ignore[attr-defined]
+        assert mon._pending_rows == 2  # both queued, neither in the window yet
+        assert await hours() == 2 * alone
+        r = await c.get("/models/mortality/monitoring")
+        assert r.json()["stays"] == 3

@@ -137,7 +137,8 @@ async def test_full_model_is_refused_before_the_body_is_read(
                          headers={"content-type": "application/json"})
         assert r.status_code == 503 and r.headers["retry-after"] == "2", r.text
         assert r.json()["error"] == "overloaded"
-        r = await c.post("/predict/mortality/batch", content=b"[")
+        r = await c.post("/predict/mortality/batch", content=b"[",
+                         headers={"content-type": "application/json"})
         assert r.status_code == 503
         assert (await c.post("/predict/phenotypes", json=stay())).status_code == 200
         admission.admitted["mortality"] = 0

@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scehr: error: {missing[0]}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line, for hints such as `scehr score`'s resume command
     if getattr(args, "func", None) is None:
         parser.print_help()
         for msg in missing:

@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# The scehr service (and `scehr score`) image: serve extra only, no torch, non-root.
+# The scehr service (and `scehr score`) image: the serve extra and the VARIANT's ONNX Runtime
+# extra (`cpu` or `gpu`, pyproject.toml), no torch, non-root.
 #
 #   docker build -t scehr:gpu .                          # CUDA 13 + cuDNN 9, onnxruntime-gpu
 #   docker build -t scehr:cpu --build-arg VARIANT=cpu .  # plain onnxruntime, no CUDA libraries
@@ -42,8 +43,9 @@ WORKDIR /src
 COPY pyproject.toml README.md scehr_cli.py ./
 COPY schemas schemas
 COPY service service
-RUN extra=$([ "$VARIANT" = cpu ] && echo serve-cpu || echo serve) \
-    && /opt/venv/bin/pip install --no-compile ".[${extra}${EXTRAS:+,$EXTRAS}]" \
+# VARIANT names the runtime extra: `cpu` (plain onnxruntime) or `gpu` (onnxruntime-gpu)
+RUN case "$VARIANT" in cpu|gpu) ;; *) echo "VARIANT must be cpu or gpu" >&2; exit 1 ;; esac \
+    && /opt/venv/bin/pip install --no-compile ".[serve,${VARIANT}${EXTRAS:+,$EXTRAS}]" \
     && /opt/venv/bin/python -m compileall -q /opt/venv \
     && ! /opt/venv/bin/python -c "import torch" 2>/dev/null
 

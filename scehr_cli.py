@@ -65,7 +65,16 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+#: The module of the ONNX Runtime extras `cpu` and `gpu` (pyproject.toml): no other extra
+#: installs it, so a command that needs it names its own extra plus one of these.
+RUNTIME_MODULE = "onnxruntime"
+
+
 def missing_extra(e: ModuleNotFoundError, commands: tuple[str, ...], extra: str) -> str:
+    if (e.name or "").split(".")[0] == RUNTIME_MODULE:
+        return (f"`scehr {'|'.join(commands)}` needs ONNX Runtime: `pip install "
+                f"'scehr[{extra},cpu]'`, or 'scehr[{extra},gpu]' on a machine with an NVIDIA "
+                f"GPU ({e.name} is not installed)")
     return (f"`scehr {'|'.join(commands)}` needs `pip install 'scehr[{extra}]'` "
             f"({e.name} is not installed)")
 
@@ -100,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scehr: error: {missing[0]}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line, for hints such as `scehr score`'s resume command
     if getattr(args, "func", None) is None:
         parser.print_help()
         for msg in missing:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -200,6 +201,18 @@ def _metrics(metrics: dict) -> str:
 
 
 def _score(args: argparse.Namespace) -> int:
+    """`_score_run`; Ctrl-C stops it with one line saying how to go on (status 130, the
+    shell's for SIGINT): the rows written so far are kept and a rerun resumes after them."""
+    try:
+        return _score_run(args)
+    except KeyboardInterrupt:
+        again = shlex.join(["scehr", *getattr(args, "argv", sys.argv[1:])])
+        print(f"scehr score: interrupted; the rows written so far stay in {args.out}: to go "
+              f"on, run the same command: {again}", file=sys.stderr)
+        return 130
+
+
+def _score_run(args: argparse.Namespace) -> int:
     from service.registry import ModelLoadError
     from service.scoring import score
     from service.shards import parse_shard

@@ -176,6 +176,12 @@ def read_jsonl(path: Path, shard: tuple[int, int] = (0, 1)) -> Iterator[Stay]:
         yield _clean_id(raw.get("id")) or where, raw, where
 
 
+def count_jsonl(path: Path, shard: tuple[int, int] = (0, 1)) -> int:
+    """The stays `read_jsonl` yields for the shard (its lines that are not blank), counted
+    without parsing: the progress bar's total, so it shows an ETA."""
+    return sum(1 for _, data in lines_in(path, shard) if data.strip())
+
+
 def _csv_row(header: list[str], line: bytes) -> dict[str, Any]:
     cells = next(csv.reader([line.decode()]), [])
     return dict(zip(header, cells, strict=False))
@@ -290,7 +296,7 @@ def open_input(path: Path, shard: tuple[int, int] = (0, 1)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
     if path.suffix == ".jsonl":
-        return read_jsonl(path, shard), None
+        return read_jsonl(path, shard), count_jsonl(path, shard)
     if path.suffix in (".csv", ".parquet"):
         return read_long(path, shard), None
     raise ValueError(f"{path}: expected a benchmark folder, .jsonl, .csv or .parquet")

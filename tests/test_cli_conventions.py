@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,22 @@ def test_train_commands_say_they_need_the_train_extra_without_torch(
     parser, missing = scehr_cli.build_parser()
     assert any("scehr[train]" in m for m in missing)
     assert "serve" in parser.format_help()
+
+
+def test_service_commands_without_a_runtime_name_the_runtime_extras(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """`serve` installs no ONNX Runtime (the `cpu` and `gpu` extras do): the one-line error
+    names the extra to add, not `serve` again."""
+    for name in list(sys.modules):
+        if name.split(".")[0] in ("onnxruntime", "service"):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` fails
+    stays = tmp_path / "stays.jsonl"
+    stays.write_text("{}\n")
+    assert scehr_cli.main(["score", "mortality", str(stays), "--out",
+                           str(tmp_path / "out.jsonl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["scehr: error: `scehr serve|score|models` needs ONNX Runtime: `pip install "
+                   "'scehr[serve,cpu]'`, or 'scehr[serve,gpu]' on a machine with an NVIDIA GPU "
+                   "(onnxruntime is not installed)"]

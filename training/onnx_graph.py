@@ -8,6 +8,7 @@ known failure of such pipelines.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +28,16 @@ OUTPUTS = GRAPH.output_names
 #: Example sizes the exporter traces with. Small T keeps the exporter's RNN tracing cheap (its
 #: cost grows with T x number of RNNs); sizes >= 2 and distinct so no axis is specialised.
 _EXAMPLE_B, _EXAMPLE_T = 3, 5
+
+
+#: The exporter's logger that says, on every export, that it skips torchvision's detection ops
+#: (nms, roi_align, roi_pool, deform_conv2d) because torchvision is not installed: no scehr graph
+#: uses them, so the four lines are noise to whoever runs `scehr export`.
+_REGISTRATION_LOG = "torch.onnx._internal.exporter._registration"
+
+
+def _not_torchvision_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("torchvision is not installed")
 
 
 class ParityError(RuntimeError):
@@ -95,6 +106,8 @@ def export_onnx(
     was_training = model.training
     model.eval()
     _clear_rnn_dispatch_caches()
+    registration_log = logging.getLogger(_REGISTRATION_LOG)
+    registration_log.addFilter(_not_torchvision_notice)  # that notice only, for this export
     try:
         with warnings.catch_warnings():
             # The exporter's own chatter, harmless here: deprecations inside torch, RNN weights
@@ -115,6 +128,7 @@ def export_onnx(
                 verbose=False,
             )
     finally:
+        registration_log.removeFilter(_not_torchvision_notice)
         model.train(was_training)
     assert program is not None
     _check_axes_stayed_dynamic(program.exported_program)

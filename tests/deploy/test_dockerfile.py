@@ -98,7 +98,8 @@ def test_only_the_service_enters_the_image() -> None:
     assert ignore[0] == "*" and "!training/" not in ignore and "!service/" in ignore
     copies = " ".join(instructions("COPY"))
     assert "training" not in copies and "tests" not in copies
-    assert 'echo serve-cpu || echo serve' in TEXT  # the CPU variant installs plain onnxruntime
+    # the variant is pyproject.toml's runtime extra: the CPU image installs plain onnxruntime
+    assert '".[serve,${VARIANT}${EXTRAS:+,$EXTRAS}]"' in TEXT
 
 
 def test_cuda_base_matches_the_pinned_onnxruntime_gpu() -> None:

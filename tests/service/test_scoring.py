@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,7 +19,7 @@ import pytest
 from schemas.featureset import FEATURE_SETS
 from schemas.model_index import read_index
 from schemas.payloads import Prediction
-from service.scoring import CLASS_FIELDS, Output, read_benchmark, score
+from service.scoring import CLASS_FIELDS, Output, count_jsonl, read_benchmark, score
 from service.settings import Settings
 from service.shards import parse_shard
 from tests.conftest import REPO, SHARED_DATA, needs_shared_data
@@ -279,6 +281,51 @@ def test_sigkill_then_resume(model_dir: Path, tmp_path: Path) -> None:
                    capture_output=True)
     assert len(read_rows(out)) == n
     assert out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
+
+
+def test_ctrl_c_prints_the_command_that_resumes_and_exits_130(model_dir: Path,
+                                                              tmp_path: Path) -> None:
+    """SIGINT once the model is loaded: no traceback, one line naming the output and the
+    command to run again (status 130, the shell's for SIGINT); that command finishes the
+    file."""
+    n = 1000
+    write_jsonl(tmp_path / "in.jsonl", payloads(n, bad=False))
+    out = tmp_path / "out.jsonl"
+    argv = _cli(model_dir, tmp_path / "in.jsonl", out)
+    proc = subprocess.Popen(
+        argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE,
+        text=True,
+        # a job started in the background of a script inherits SIGINT ignored: Python would
+        # then never raise KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # printed once the model is loaded, before any stay
+    assert first.startswith("scehr score: "), first
+    proc.send_signal(signal.SIGINT)
+    err = first + proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    said = [line for line in err.splitlines() if "interrupted" in line]
+    again = shlex.join(["scehr", *argv[3:]])
+    assert said == [f"scehr score: interrupted; the rows written so far stay in {out}: to go "
+                    f"on, run the same command: {again}"], err
+    assert len(read_rows(out)) < n
+    subprocess.run([sys.executable, "-m", "scehr_cli", *shlex.split(again)[1:]], check=True,
+                   cwd=REPO, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert len(read_rows(out)) == n
+
+
+def test_jsonl_progress_has_a_total_and_an_eta(model_dir: Path, tmp_path: Path) -> None:
+    """The stays of a JSON Lines input (its non-blank lines, any shard) are counted before the
+    run, so the bar shows k/N and the time left."""
+    text = "".join(json.dumps(p) + "\n" for p in payloads(9, bad=False))
+    (tmp_path / "in.jsonl").write_text(text.replace("\n", "\n\n", 2) + "  \n")
+    log = io.StringIO()
+    score("mortality", tmp_path / "in.jsonl", tmp_path / "out.jsonl", model_dir=model_dir,
+          device="cpu", chunk_size=4, log=log)
+    bar = log.getvalue().splitlines()[-2]  # its last state; the summary line follows
+    assert "9/9 [" in bar and "<00:00" in bar, bar
+    assert sum(count_jsonl(tmp_path / "in.jsonl", (i, 4)) for i in range(4)) == 9
 
 
 def test_bad_lines_and_repeated_ids_get_their_own_rows(model_dir: Path, tmp_path: Path) -> None:

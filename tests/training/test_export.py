@@ -8,6 +8,9 @@ score the example payloads with exactly PyTorch's probabilities for the same ten
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -282,3 +285,18 @@ def test_mortality_card_carries_the_fairness_audit(models: Path) -> None:
     assert "## Fairness audit" in card and "What it means" in card
     assert "fairness" not in load_manifest(models / "phenotypes" / "0.1.0" / "manifest.json"
                                            ).metrics
+
+
+def test_scehr_export_prints_no_torchvision_warnings(models: Path, tmp_path: Path) -> None:
+    """torch's exporter logs "torchvision is not installed. Skipping torchvision::nms" (and
+    three more detection ops) on every export; no scehr graph uses them: `scehr export` says
+    nothing of them. A process of its own: torch's log handler writes to the stderr it found
+    at import."""
+    out = tmp_path / "models" / "mortality" / "0.2.0"
+    res = subprocess.run([sys.executable, "-m", "scehr_cli", "export",
+                          str(models.parent / "run-mortality"), "--out", str(out)],
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert (out / "model.onnx").is_file()
+    assert "torchvision" not in res.stderr + res.stdout, res.stderr

@@ -114,8 +114,8 @@ class PointTable:
 
     @cached_property
     def _default_choice(self) -> Choice:
-        """Built once per model (0.1 ms a request for 25 classes); its arrays are read-only,
-        as every request shares them."""
+        """Built once per model, not per request; its arrays are read-only, as every request
+        shares them."""
         cols = np.arange(self.thresholds.shape[1])
         thr = self.thresholds[self.default, cols]
         on_score = self.on_score[self.default, cols]

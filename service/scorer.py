@@ -104,8 +104,8 @@ def release(*heaps: list[Any]) -> None:
     """Empty a request's large lists one element at a time (call it in a worker thread, once
     the answer is built). Dropped at once, as a route's locals are when it returns, on the
     event loop's thread, 256 stays' payloads and predictions (~10^6 objects) are freed in one
-    C call that holds the GIL for 100-200 ms: `/livez` stalls that long. One element at a
-    time, the freeing is many short steps between which the loop's thread takes the GIL."""
+    C call that holds the GIL throughout: `/livez` stalls that long. One element at a time,
+    the freeing is many short steps between which the loop's thread takes the GIL."""
     for heap in heaps:
         while heap:
             heap.pop()
@@ -153,8 +153,8 @@ def _audit(spec: ModelSpec, preds: Sequence[Prediction]) -> None:
 
 #: Stays prepared, run and read out together: a larger request goes through in chunks of this
 #: many, so that no single numpy call of its preparation or read-out (a tensor of every stay's
-#: occlusion variants, ~130 MB for 256 phenotype stays) holds the GIL, and the event loop with
-#: it, for long; each chunk's deadline counts the model runs of the chunks before it.
+#: occlusion variants, which grows with stays x channels) holds the GIL, and the event loop
+#: with it, for long; each chunk's deadline counts the model runs of the chunks before it.
 CHUNK_STAYS = 16
 
 

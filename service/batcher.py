@@ -184,9 +184,9 @@ class MicroBatcher:
         """Queue the rows and wait for their outputs; raises `Overloaded` when the queue is full
         and `DeadlineExceeded` once `deadline` (a `time.perf_counter()` value) has passed.
 
-        `alone()` True says no other request for this model is on its way (admission's count):
-        then, with `inline_when_idle`, the rows of an idle model (at most one run's worth, e.g.
-        a stay and its occlusion rows) run at once on the calling thread."""
+        `alone()` True says no other request for this model is on its way (the load shedder's
+        count): then, with `inline_when_idle`, the rows of an idle model (at most one run's
+        worth, e.g. a stay and its occlusion rows) run at once on the calling thread."""
         loop = asyncio.get_running_loop()
         if self._closing or self._task is None:
             # A request that picked this model just before a reload swapped it out: run it on

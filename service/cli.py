@@ -200,8 +200,8 @@ def _metrics(metrics: dict) -> str:
 
 
 def _score(args: argparse.Namespace) -> int:
+    from service.offline_scoring import score
     from service.registry import ModelLoadError
-    from service.scoring import score
     from service.shards import parse_shard
 
     if args.chunk_size < 1:

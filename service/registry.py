@@ -91,7 +91,7 @@ RunObserver = Callable[[int, float], None]  # rows, seconds of one ORT run
 #: run size. So a run is padded up to a multiple of this many rows (copies of its last row, cut
 #: back; at most 3 rows): `scehr score` then gives the same bytes for any chunk size, and the
 #: HTTP routes whatever the batcher coalesces.
-#: benchmarks/chunk_invariance.py measures it; tests/service/test_scoring.py checks it.
+#: benchmarks/chunk_invariance.py measures it; tests/service/test_offline_scoring.py checks it.
 RUN_ROW_BLOCK = 4
 #: Runs of at most this many rows (a lone stay padded to RUN_ROW_BLOCK, or two) go to a
 #: second CPU session with one intra-op thread when the model's has more. A small run has

@@ -3,9 +3,9 @@
 
 JSON (single and batch), FHIR, CDS Hooks, Open Inference V2 (stays or tensors) and `scehr
 score` are adapters: they decode their input into stays, call `Scorer.score` (or
-`Scorer.score_tensors`, `score_offline`), and encode the per-stay `StayResult`s. Admission
-control happens before the body is read (`service.admission`), for every interface's scoring
-route alike, so it is not repeated here. Whatever an interface, the same stay gets the same
+`Scorer.score_tensors`, `score_offline`), and encode the per-stay `StayResult`s. Load
+shedding happens before the body is read (`service.load_shedding`), for every interface's
+scoring route alike, so it is not repeated here. Whatever an interface, the same stay gets the same
 risk, warnings, audit line, monitoring counts, deadline and overload answers.
 """
 
@@ -174,7 +174,7 @@ def _results(prep: PreparedStays, preds: dict[int, Prediction]) -> list[StayResu
 def score_offline(model: LoadedModel, stays: list[StayPayload], *, strict: bool = False,
                   max_observations: int, max_rows: int | None = None) -> list[StayResult]:
     """The scorer's path without a server (`scehr score`): same preparation and read-outs,
-    the model run in chunks on this thread; no admission, deadline, monitoring or audit log
+    the model run in chunks on this thread; no load shedding, deadline, monitoring or audit log
     (the output file holds each prediction's audit record)."""
     spec = model.spec
     prep = prepare(spec, stays, strict=strict, max_observations=max_observations)
@@ -343,7 +343,7 @@ class Scorer:
             risk, prob = ro.risk[:n][kept], ro.probability[:n][kept]
             self.monitoring.for_spec(spec, gauges=default).observe(
                 prep.observed[kept], None if prep.values is None else prep.values[kept], risk,
-                spec.points.alerts(risk, prob))
+                spec.points.alerts_of_every_point(risk, prob))
         _audit(spec, [preds[i] for i in prep.ok])
         return ScoredStays(_results(prep, preds), out.take(0, n))
 

@@ -114,7 +114,7 @@ class Settings(BaseSettings):
         "previous one computes, and a lone request pays no wait (on the CPU it runs at once "
         "on the event loop's thread, without the hand-off to an ORT worker thread)")
     max_queue_size: int = Field(
-        256, ge=1, description="Admission units per model (requests being parsed, queued or "
+        256, ge=1, description="Load-shedding units per model (requests being parsed, queued or "
         "computed; a request counts one unit per started 32 kB of body, at least one, so a "
         "256-stay batch counts like its stays) before new ones are refused with 503 + "
         "Retry-After (before their body is read when the model is already full; a request is "
@@ -127,7 +127,7 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(
         10.0, gt=0, description="Seconds a scoring request's body may take to arrive once its "
         "headers have: a body still incomplete then gets 408 and its connection is closed. "
-        "Requests count against the model's admission limit only once their body is in, so "
+        "Requests count against the model's load-shedding limit only once their body is in, so "
         "stalled uploads never lock other clients out")
     retry_after_s: int = Field(1, ge=0, description="Retry-After sent with overload 503s")
     gil_switch_ms: float = Field(

@@ -38,9 +38,9 @@ sys.path.insert(0, str(REPO))
 from benchmarks.score_vs_service import served  # noqa: E402
 from schemas.payloads import StayPayload  # noqa: E402
 from service.batcher import run_chunked  # noqa: E402
+from service.offline_scoring import read_benchmark, resolve_model, score  # noqa: E402
 from service.pipeline import prepare  # noqa: E402
 from service.registry import load_model  # noqa: E402
-from service.scoring import read_benchmark, resolve_model, score  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 SPLIT = REPO / "data" / "physionet2012-benchmark" / "in-hospital-mortality" / "test"

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from schemas.payloads import Prediction  # noqa: E402
 from service.app import create_app  # noqa: E402
-from service.scoring import CLASS_FIELDS, read_benchmark, score  # noqa: E402
+from service.offline_scoring import CLASS_FIELDS, read_benchmark, score  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 SPLIT = REPO / "data" / "physionet2012-benchmark" / "in-hospital-mortality" / "test"

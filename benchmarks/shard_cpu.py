@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.scoring import read_benchmark  # noqa: E402
+from service.offline_scoring import read_benchmark  # noqa: E402
 
 SPLIT = REPO / "data" / "physionet2012-benchmark" / "in-hospital-mortality" / "test"
 

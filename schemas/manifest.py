@@ -66,6 +66,36 @@ def logit(p: np.ndarray, eps: float = 1e-7) -> np.ndarray:
     return np.log(q) - np.log1p(-q)
 
 
+def logistic_margin(x: np.ndarray, input: str) -> np.ndarray:
+    """What a temperature or Platt map reads as its margin: `x` itself, or logit(x) when the
+    map's `input` is the probability."""
+    return x if input == "margin" else logit(x)
+
+
+def calibrated_risk(method: str, input: str, x: np.ndarray, *, temperature: float | None = None,
+                    slope: float | None = None, intercept: float | None = None,
+                    knots: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """The risk of a calibration map, in [RISK_EPS, 1 - RISK_EPS], from `x`, what the map
+    reads: the model's probability for "none", else the margin or the probability per `input`.
+
+    The one read-out of a map: `Calibration.apply` (the service) and the training calibrators'
+    `transform` both call it. Its output is clipped whatever the map (an isotonic map's end
+    knots are often exactly 0 or 1; a sigmoid of a large margin rounds to 1).
+    """
+    if method == "none":
+        r = np.asarray(x, dtype=np.float64)
+    elif method == "platt":
+        r = sigmoid(float(slope or 0.0) * logistic_margin(x, input) + float(intercept or 0.0))
+    elif method == "temperature":
+        r = sigmoid(logistic_margin(x, input) / float(temperature or 1.0))
+    elif method == "isotonic" and knots is not None:
+        r = np.interp(x, knots[0], knots[1])
+    else:
+        raise ValueError(f"calibration method {method!r} with these parameters is not a map")
+    # the ufuncs np.clip calls, without its Python wrapper: this runs per class and request
+    return np.minimum(np.maximum(r, RISK_EPS), 1.0 - RISK_EPS)
+
+
 class Calibration(_M):
     """Applied by the service on top of the model's probability, per class: the `risk`.
 
@@ -92,23 +122,18 @@ class Calibration(_M):
 
     def apply(self, p: np.ndarray, margin: np.ndarray) -> np.ndarray:
         """The risk from the model's probability `p` and margin uᵀz − vᵀz, strictly in (0, 1)."""
-        # the ufuncs np.clip calls, without its Python wrapper: this runs per class and request
-        return np.minimum(np.maximum(self._map(p, margin), RISK_EPS), 1.0 - RISK_EPS)
+        x = margin if self.input == "margin" and self.method != "none" else p
+        return calibrated_risk(self.method, self.input, x, temperature=self.temperature,
+                               slope=self.slope, intercept=self.intercept,
+                               knots=self._knot_arrays() if self.method == "isotonic" else None)
 
-    def _map(self, p: np.ndarray, margin: np.ndarray) -> np.ndarray:
-        if self.method == "none":
-            return np.asarray(p, dtype=np.float64)
-        x = margin if self.input == "margin" else p
-        if self.method in ("temperature", "platt"):
-            m = x if self.input == "margin" else logit(x)
-            if self.method == "platt":
-                return sigmoid(float(self.slope or 0.0) * m + float(self.intercept or 0.0))
-            return sigmoid(m / float(self.temperature or 1.0))
-        k = self._knots  # the knots as arrays once, not per request (again if x or y is new)
+    def _knot_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The knots as arrays once, not per request (again if x or y is new)."""
+        k = self._knots
         if k is None or k[0] is not self.x or k[1] is not self.y:
             k = self._knots = (self.x, self.y, np.asarray(self.x, dtype=np.float64),
                                np.asarray(self.y, dtype=np.float64))
-        return np.interp(x, k[2], k[3])
+        return k[2], k[3]
 
     @property
     def monotone_in_probability(self) -> bool:

@@ -1,6 +1,7 @@
 """Codings of the predicted outcomes, for interoperable outputs (FHIR RiskAssessment).
 
-The code systems and codes live here; each task in schemas/tasks.py names its labels' codings.
+The code systems and codes live here; each task in schemas/tasks.py names its labels' codings
+(`schemas.tasks.outcome_coding` looks a label up across the tasks).
 
 Mortality is the SNOMED CT finding "Dead"; the 25 benchmark phenotypes are HCUP CCS 2015
 single-level diagnosis groups (their ICD-9-CM members are in mimic3-benchmarks'
@@ -53,16 +54,3 @@ PHENOTYPE_CCS: dict[str, int] = {
     "Shock": 249,
 }
 
-
-def outcome_coding(label: str) -> Coding | None:
-    """The coding of a model's label, or None for a label without a standard code.
-
-    Each task carries its labels' codings (`TaskSpec.outcome_codings`); this looks a label up
-    across the task registry (imported here, since the registry is built from these codes).
-    """
-    from schemas.tasks import TASK_SPECS
-
-    for spec in TASK_SPECS.values():
-        if label in spec.outcome_codings:
-            return spec.outcome_codings[label]
-    return None

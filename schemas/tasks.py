@@ -151,3 +151,12 @@ def task_spec(name: str) -> TaskSpec:
     if key not in _ALIASES:
         raise ValueError(f"unknown task {name!r}; expected one of {', '.join(TASK_NAMES)}")
     return TASK_SPECS[_ALIASES[key]]
+
+
+def outcome_coding(label: str) -> Coding | None:
+    """The coding of a model's label (`TaskSpec.outcome_codings`, across every task), or None
+    for a label without a standard code."""
+    for spec in TASK_SPECS.values():
+        if label in spec.outcome_codings:
+            return spec.outcome_codings[label]
+    return None

@@ -16,9 +16,9 @@ from pydantic.json_schema import models_json_schema
 from schemas.contract import CONTRACT_VERSION
 from schemas.payloads import StayPayload
 from service import errors, readiness
-from service.admission import Admission, AdmissionMiddleware, keyed_paths
 from service.gc_pauses import share_gil, tune_collector
 from service.interop.cds_hooks import CdsRequest
+from service.load_shedding import LoadShedder, LoadSheddingMiddleware, keyed_paths
 from service.logs import configure_logging
 from service.media_types import body_routes, document
 from service.metrics import Metrics
@@ -73,7 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app = FastAPI(**common, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.admission = admission = Admission(
+    app.state.load_shedder = shedder = LoadShedder(
         settings.max_queue_size, settings.request_timeout_s,
         floor=min(settings.max_queue_size, max(64, 2 * settings.max_batch_size)),
         base_retry_s=settings.retry_after_s)
@@ -90,10 +90,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     openapi_components(app, StayPayload, CdsRequest)
     # Outermost last: request context, then the body-size limit (it also bounds the body that
-    # admission reads), then keys, media types, admission and the body deadline.
+    # load shedding reads), then keys, media types, load shedding and the body deadline.
     routes = [r for rt in routers for r in rt.routes]
     bodies = body_routes(routes)
-    app.add_middleware(AdmissionMiddleware, admission=admission, metrics=metrics,
+    app.add_middleware(LoadSheddingMiddleware, shedder=shedder, metrics=metrics,
                        timeout_s=settings.request_timeout_s,
                        api_keys=[k.get_secret_value() for k in settings.api_keys],
                        keyed=keyed_paths(routes), body_timeout_s=settings.body_timeout_s,

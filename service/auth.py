@@ -35,15 +35,15 @@ async def require_api_key(request: Request,
 
 
 ApiKey = Annotated[None, Depends(require_api_key)]
-#: `openapi_extra` of a route that needs the key but checks none itself (the admission
+#: `openapi_extra` of a route that needs the key but checks none itself (the load-shedding
 #: middleware does, before the body is read): the same security entry `ApiKey` gives.
 API_KEY_SECURITY = {"security": [{_header.scheme_name: []}]}
 
 
 def route_needs_key(route: object) -> bool:
     """Whether a route declares that it needs the API key: an `ApiKey` dependency, or the
-    `API_KEY_SECURITY` entry in its `openapi_extra`. The admission middleware checks the key
-    of exactly these routes before their body is read."""
+    `API_KEY_SECURITY` entry in its `openapi_extra`. The load-shedding middleware checks the
+    key of exactly these routes before their body is read."""
     extra = getattr(route, "openapi_extra", None) or {}
     if extra.get("security") == API_KEY_SECURITY["security"]:
         return True

@@ -1,7 +1,10 @@
 """Dynamic micro-batching: concurrent requests for one model share one ONNX Runtime run.
 
-LitServe-like: `batch` (concatenate the queued requests, padding to the longest T), blocking
-ORT calls in a worker thread (off the event loop), `unbatch` (split the outputs back by rows).
+LitServe-like: `batch` (concatenate the queued requests, padding to the longest T), the
+blocking ORT calls on the executor's worker threads (off the event loop), `unbatch` (split the
+outputs back by rows). The exception (`inline_when_idle`, on the CPU provider): a lone request
+for an idle model, with nothing to batch with, runs at once on the calling thread, the event
+loop's, sparing the hand-off to a worker thread and back.
 Queued requests of very different lengths (whole-stay phenotype models) are run as a few
 length groups (`length_groups`), so padding to the longest stay does not cancel the gain.
 While a batch computes, the next one gathers in a bounded queue; a full queue refuses new work
@@ -181,9 +184,9 @@ class MicroBatcher:
         """Queue the rows and wait for their outputs; raises `Overloaded` when the queue is full
         and `DeadlineExceeded` once `deadline` (a `time.perf_counter()` value) has passed.
 
-        `alone()` True says no other request for this model is on its way (admission's count):
-        then, with `inline_when_idle`, the rows of an idle model (at most one run's worth, e.g.
-        a stay and its occlusion rows) run at once on the calling thread."""
+        `alone()` True says no other request for this model is on its way (the load shedder's
+        count): then, with `inline_when_idle`, the rows of an idle model (at most one run's
+        worth, e.g. a stay and its occlusion rows) run at once on the calling thread."""
         loop = asyncio.get_running_loop()
         if self._closing or self._task is None:
             # A request that picked this model just before a reload swapped it out: run it on
@@ -197,8 +200,7 @@ class MicroBatcher:
             await asyncio.sleep(0)
             if alone() and self._idle():
                 # Nothing to batch with: run here, without the hand-off to a worker thread and
-                # back, which costs about as much as a small graph on a CPU (for a stay with
-                # its ~30 occlusion rows, explain=top, a quarter of the request's CPU). The loop
+                # back, which costs about as much as a small graph's run on a CPU. The loop
                 # waits at most one run of max_batch_size rows, and only when no other request
                 # is admitted. Under load requests are admitted and queue as before.
                 self._notify([0.0])

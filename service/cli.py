@@ -81,16 +81,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add.add_argument("--set-default", action="store_true",
                      help="make it the task's default (otherwise the default stays)")
     add.set_defaults(func=_add)
-    sd = msub.add_parser("set-default", help="make a version the task's default (prints the "
+    sd = _version_parser(msub, "set-default", "make a version the task's default (prints the "
                          "change; running services pick it up on restart or reload)")
-    sd.add_argument("task", choices=TASK_NAMES)
-    sd.add_argument("version")
-    sd.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     sd.set_defaults(func=_set_default)
-    rm = msub.add_parser("remove", help="drop a version from index.json (never the default)")
-    rm.add_argument("task", choices=TASK_NAMES)
-    rm.add_argument("version")
-    rm.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
+    rm = _version_parser(msub, "remove", "drop a version from index.json (never the default)")
     rm.add_argument("--delete-files", action="store_true",
                     help="also delete its folder (default: keep the files)")
     rm.set_defaults(func=_remove)
@@ -100,6 +94,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     diff.add_argument("b", type=Path)
     diff.set_defaults(func=_diff)
     models.set_defaults(func=lambda a: models.print_help() or 2)
+
+
+def _version_parser(msub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+                    text: str) -> argparse.ArgumentParser:
+    """A `scehr models` action on one version of a task in the model directory's index."""
+    p = msub.add_parser(name, help=text)
+    p.add_argument("task", choices=TASK_NAMES)
+    p.add_argument("version")
+    p.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
+    return p
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -213,8 +217,8 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _score_run(args: argparse.Namespace) -> int:
+    from service.offline_scoring import score
     from service.registry import ModelLoadError
-    from service.scoring import score
     from service.shards import parse_shard
 
     if args.chunk_size < 1:

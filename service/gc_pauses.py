@@ -1,13 +1,13 @@
 """Garbage-collector settings for a serving process: short pauses for the event loop.
 
-A heavy request (a 256-stay batch with `explain=full`) holds millions of small objects for a
-second or two. With CPython's default thresholds (a young collection every 700 allocations)
-their growth triggers full collections every ~0.2 s, each walking every live object for
-60-160 ms with the GIL held: the event loop (and `/livez`) stalls that long. Collecting the
-young generation every 100,000 allocations instead makes those full collections rare (and the
-request faster); the cycles it leaves for longer are few, since the service's objects are
-mostly acyclic (freed by reference counting at once). Objects alive at start-up (modules,
-the app) are frozen out of every collection.
+A heavy request (a 256-stay batch with `explain=full`) holds millions of small objects while
+it runs. With CPython's default thresholds (a young collection every 700 allocations) their
+growth triggers full collections again and again, each walking every live object with the
+GIL held: the event loop (and `/livez`) stalls that long. Collecting the young generation
+every 100,000 allocations instead makes those full collections rare (and the request faster);
+the cycles it leaves for longer are few, since the service's objects are mostly acyclic (freed
+by reference counting at once). Objects alive at start-up (modules, the app) are frozen out of
+every collection.
 
 The GIL: while a worker thread runs Python (a heavy request's preparation and read-outs), the
 event loop's thread takes the GIL back only after the interpreter's switch interval (5 ms by

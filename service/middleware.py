@@ -59,7 +59,7 @@ class RequestContextMiddleware:
     """X-Request-ID (echoed when well-formed, else generated), metrics and one access-log line.
 
     Labels and log fields come from closed sets only: the route template (of a body route
-    also when answered before routing, e.g. by admission; `unmatched` for unknown paths), a
+    also when answered before routing, e.g. by load shedding; `unmatched` for unknown paths), a
     contract task or `unknown`, the status code the server chose. The log line never
     holds the path, the query, the body or any header value other than a well-formed request
     id. Every response carries `Cache-Control: no-store` (predictions and errors echo patient

@@ -114,8 +114,8 @@ class PointTable:
 
     @cached_property
     def _default_choice(self) -> Choice:
-        """Built once per model (0.1 ms a request for 25 classes); its arrays are read-only,
-        as every request shares them."""
+        """Built once per model, not per request; its arrays are read-only, as every request
+        shares them."""
         cols = np.arange(self.thresholds.shape[1])
         thr = self.thresholds[self.default, cols]
         on_score = self.on_score[self.default, cols]
@@ -149,12 +149,13 @@ class PointTable:
     @cached_property
     def _alert_bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """[1, C, P] each: where the point exists, its threshold (+inf where not), and whether
-        it applies to the score: `alerts` runs on every scored request."""
+        it applies to the score: `alerts_of_every_point` runs on every scored request."""
         thr = self.thresholds.T[None]
         return ~np.isnan(thr), np.nan_to_num(thr, nan=np.inf), self.on_score.T[None]
 
-    def alerts(self, risk: np.ndarray, score: np.ndarray) -> np.ndarray:
-        """[n, C, P] alert of every named point (False where a class lacks it)."""
+    def alerts_of_every_point(self, risk: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """[n, C, P] alert of every named point (False where a class lacks it), which drift
+        monitoring counts; a response's alerts are those of the request's one chosen point."""
         exists, bound, on_score = self._alert_bounds
         value = np.where(on_score, score[:, :, None], risk[:, :, None])
         return exists & (value >= bound)

@@ -1,12 +1,12 @@
 """A route whose query parameters are validated in one step when they are plainly valid.
 
 FastAPI solves a route's parameters one by one on every request (for each: its alias, whether
-its type is a sequence, a multidict look-up, a validation call), about 0.1 ms for the six
-query parameters of a scoring route: as much as parsing a 30 kB stay. `QueryRoute` validates
-the query of a request in one pydantic call against a model built from the same annotations
-(the same types, constraints and defaults, so the same values), and calls the endpoint with
-them. Anything else — a name it does not know, a name given twice, a value that fails — goes
-through FastAPI's own solving, which answers with exactly the errors it always has.
+its type is a sequence, a multidict look-up, a validation call), six of them on a scoring
+route. `QueryRoute` validates the query of a request in one pydantic call against a model built
+from the same annotations (the same types, constraints and defaults, so the same values), and
+calls the endpoint with them. Anything else — a name it does not know, a name given twice, a
+value that fails — goes through FastAPI's own solving, which answers with exactly the errors it
+always has.
 """
 
 from __future__ import annotations

@@ -89,17 +89,16 @@ RunObserver = Callable[[int, float], None]  # rows, seconds of one ORT run
 #: float32 sums differ in the last bits (up to 9e-8 in risk on the benchmark-17 LSTM, set-c
 #: stays) from a full block's; a row in a full block gives the same result at any position and
 #: run size. So a run is padded up to a multiple of this many rows (copies of its last row, cut
-#: back; at most 3 rows, +0.35 ms CPU for a lone stay on that LSTM): `scehr score` then gives
-#: the same bytes for any chunk size, and the HTTP routes whatever the batcher coalesces.
-#: benchmarks/chunk_invariance.py measures it; tests/service/test_scoring.py checks it.
+#: back; at most 3 rows): `scehr score` then gives the same bytes for any chunk size, and the
+#: HTTP routes whatever the batcher coalesces.
+#: benchmarks/chunk_invariance.py measures it; tests/service/test_offline_scoring.py checks it.
 RUN_ROW_BLOCK = 4
 #: Runs of at most this many rows (a lone stay padded to RUN_ROW_BLOCK, or two) go to a
 #: second CPU session with one intra-op thread when the model's has more. A small run has
 #: too little work per operator to share: a second non-spinning thread is woken for every
 #: parallel section (each step of a recurrent graph) and costs more CPU than it saves time
-#: (a lone mortality 1.3.1 stay: 0.79 vs 0.62 CPU ms at about the same wall time;
-#: benchmarks/ort_threads.py). The outputs are bit for bit the same with either session
-#: (tests/service/test_svc_light_session.py checks every shipped model).
+#: (docs/benchmarks.md, "ORT threads for small runs"). The outputs are bit for bit the same
+#: with either session (tests/service/test_svc_light_session.py checks every shipped model).
 LIGHT_ROWS = 2 * RUN_ROW_BLOCK
 
 

@@ -3,9 +3,9 @@
 
 JSON (single and batch), FHIR, CDS Hooks, Open Inference V2 (stays or tensors) and `scehr
 score` are adapters: they decode their input into stays, call `Scorer.score` (or
-`Scorer.score_tensors`, `score_offline`), and encode the per-stay `StayResult`s. Admission
-control happens before the body is read (`service.admission`), for every interface's scoring
-route alike, so it is not repeated here. Whatever an interface, the same stay gets the same
+`Scorer.score_tensors`, `score_offline`), and encode the per-stay `StayResult`s. Load
+shedding happens before the body is read (`service.load_shedding`), for every interface's
+scoring route alike, so it is not repeated here. Whatever an interface, the same stay gets the same
 risk, warnings, audit line, monitoring counts, deadline and overload answers.
 """
 
@@ -104,8 +104,8 @@ def release(*heaps: list[Any]) -> None:
     """Empty a request's large lists one element at a time (call it in a worker thread, once
     the answer is built). Dropped at once, as a route's locals are when it returns, on the
     event loop's thread, 256 stays' payloads and predictions (~10^6 objects) are freed in one
-    C call that holds the GIL for 100-200 ms: `/livez` stalls that long. One element at a
-    time, the freeing is many short steps between which the loop's thread takes the GIL."""
+    C call that holds the GIL throughout: `/livez` stalls that long. One element at a time,
+    the freeing is many short steps between which the loop's thread takes the GIL."""
     for heap in heaps:
         while heap:
             heap.pop()
@@ -153,8 +153,8 @@ def _audit(spec: ModelSpec, preds: Sequence[Prediction]) -> None:
 
 #: Stays prepared, run and read out together: a larger request goes through in chunks of this
 #: many, so that no single numpy call of its preparation or read-out (a tensor of every stay's
-#: occlusion variants, ~130 MB for 256 phenotype stays) holds the GIL, and the event loop with
-#: it, for long; each chunk's deadline counts the model runs of the chunks before it.
+#: occlusion variants, which grows with stays x channels) holds the GIL, and the event loop
+#: with it, for long; each chunk's deadline counts the model runs of the chunks before it.
 CHUNK_STAYS = 16
 
 
@@ -174,7 +174,7 @@ def _results(prep: PreparedStays, preds: dict[int, Prediction]) -> list[StayResu
 def score_offline(model: LoadedModel, stays: list[StayPayload], *, strict: bool = False,
                   max_observations: int, max_rows: int | None = None) -> list[StayResult]:
     """The scorer's path without a server (`scehr score`): same preparation and read-outs,
-    the model run in chunks on this thread; no admission, deadline, monitoring or audit log
+    the model run in chunks on this thread; no load shedding, deadline, monitoring or audit log
     (the output file holds each prediction's audit record)."""
     spec = model.spec
     prep = prepare(spec, stays, strict=strict, max_observations=max_observations)
@@ -343,7 +343,7 @@ class Scorer:
             risk, prob = ro.risk[:n][kept], ro.probability[:n][kept]
             self.monitoring.for_spec(spec, gauges=default).observe(
                 prep.observed[kept], None if prep.values is None else prep.values[kept], risk,
-                spec.points.alerts(risk, prob))
+                spec.points.alerts_of_every_point(risk, prob))
         _audit(spec, [preds[i] for i in prep.ok])
         return ScoredStays(_results(prep, preds), out.take(0, n))
 

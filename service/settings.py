@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     io_binding: Literal["auto", "on", "off"] = Field(
         "auto", description="Run ORT through an I/O binding (inputs copied to the device once "
         "per run from reused, pinned where available, host buffers; outputs bound on the device); "
-        "auto: on the CUDA provider only. Not yet measured on a GPU")
+        "auto: on the CUDA provider only")
     workers: int = Field(1, ge=1, description="uvicorn worker processes (sizes ORT threads); "
                          "`scehr serve` sets it, by default to the available cores")
     intra_op_threads: int | None = Field(
@@ -107,14 +107,14 @@ class Settings(BaseSettings):
                                 "1 turns batching off")
     gpu_max_batch_size: int = Field(
         256, ge=1, description="Rows per ONNX run on the CUDA provider (it replaces "
-        "max_batch_size there; batches are padded to a power of two). Not yet measured on a GPU")
+        "max_batch_size there; batches are padded to a power of two)")
     max_queue_delay_ms: float = Field(
         0.0, ge=0, description="How long the batcher waits for more requests once one is "
         "queued. 0: run what is queued at once; under load batches still form while the "
         "previous one computes, and a lone request pays no wait (on the CPU it runs at once "
-        "on the event loop's thread, without the hand-off to the ORT thread)")
+        "on the event loop's thread, without the hand-off to an ORT worker thread)")
     max_queue_size: int = Field(
-        256, ge=1, description="Admission units per model (requests being parsed, queued or "
+        256, ge=1, description="Load-shedding units per model (requests being parsed, queued or "
         "computed; a request counts one unit per started 32 kB of body, at least one, so a "
         "256-stay batch counts like its stays) before new ones are refused with 503 + "
         "Retry-After (before their body is read when the model is already full; a request is "
@@ -127,7 +127,7 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(
         10.0, gt=0, description="Seconds a scoring request's body may take to arrive once its "
         "headers have: a body still incomplete then gets 408 and its connection is closed. "
-        "Requests count against the model's admission limit only once their body is in, so "
+        "Requests count against the model's load-shedding limit only once their body is in, so "
         "stalled uploads never lock other clients out")
     retry_after_s: int = Field(1, ge=0, description="Retry-After sent with overload 503s")
     gil_switch_ms: float = Field(
@@ -143,8 +143,9 @@ class Settings(BaseSettings):
     fhir_validation: Literal["lean", "full"] = Field(
         "lean", description="FHIR and CDS Hooks input: `lean` validates the elements the "
         "adapter reads, with FHIR's rules (types, patterns, required elements, one value[x]); "
-        "`full` validates every element of every resource with `fhir.resources` (about 1 ms "
-        "more per Observation; refuses unknown elements and missing elements never read)")
+        "`full` validates every element of every resource with `fhir.resources` (slower per "
+        "Observation, docs/interfaces.md; refuses unknown elements and missing elements never "
+        "read)")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Comma-separated keys for `X-API-Key`; when set, "
         "predict and admin routes need one; admin routes exist only when set")

@@ -68,6 +68,103 @@ def test_layering_check_sees_a_violation(tmp_path: Path) -> None:
     assert imported_modules(f) == {"torch.nn", "training.fit"}
 
 
+def module_name(path: Path, root: Path) -> str:
+    """`service/routes/fhir.py` -> `service.routes.fhir`; a package's `__init__.py` -> its name."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path, paths: list[Path]) -> dict[str, set[str]]:
+    """Module -> the modules among `paths` it imports, anywhere in it (a function-level import
+    counts: it runs the imported module too, only later). `from a.b import c` is an edge to the
+    module `a.b.c` when that is one, else to `a.b`."""
+    modules = {module_name(p, root): p for p in paths}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for mod, path in modules.items():
+        names: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                package = mod.split(".")[: len(mod.split(".")) - node.level
+                                        + (path.name == "__init__.py")] if node.level else []
+                base = ".".join([*package, *([node.module] if node.module else [])])
+                names += [f"{base}.{a.name}" for a in node.names]
+        graph[mod] = {m for m in map(resolve, names) if m is not None and m != mod}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The modules that import each other, directly or around a loop: each strongly connected
+    component of more than one module (Tarjan's algorithm, iterative), its names sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next((m for m in edges if m not in index or m in on_stack), None)
+            if nxt is not None and nxt not in index:
+                index[nxt] = low[nxt] = len(index)
+                stack.append(nxt)
+                on_stack.add(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+            elif nxt is not None:
+                low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        m = stack.pop()
+                        on_stack.discard(m)
+                        component.append(m)
+                        if m == node:
+                            break
+                    if len(component) > 1:
+                        cycles.append(sorted(component))
+    return cycles
+
+
+def test_no_import_cycle() -> None:
+    """No module imports, directly or through others, a module that imports it back: a cycle
+    hides as a function-level import and breaks as soon as someone moves it to the top."""
+    paths = [*sources("schemas"), *sources("service"), *sources("training")]
+    paths += [p for p in [REPO / "scehr_cli.py"] if p.is_file()]
+    cycles = import_cycles(import_graph(REPO, paths))
+    assert not cycles, "modules that import each other:\n" + "\n".join(
+        " <-> ".join(c) for c in cycles)
+
+
+def test_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    files = {"__init__.py": "from pkg.a import f\n", "a.py": "from pkg import b\n",
+             "b.py": "def g():\n    from pkg.c import h\n", "c.py": "from .a import f\n",
+             "d.py": "import pkg.a\n"}
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    graph = import_graph(tmp_path, sorted(pkg.glob("*.py")))
+    assert graph["pkg.b"] == {"pkg.c"} and graph["pkg.c"] == {"pkg.a"}
+    assert import_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
 _NAMES = r"['\"](?:mortality|phenotypes)['\"]"
 #: Branches on a task's name: `== "mortality"`, `"phenotypes" !=`, `in ("mortality", ...)`,
 #: `Literal["mortality", ...]`, and the list of tasks spelled out (`["mortality", "phenotypes"]`).

@@ -107,10 +107,19 @@ def bootstrap_ci(
 ) -> dict[str, Any]:
     """Point estimate on the full set and a (1 − alpha) percentile interval."""
     yy, (pp,) = _check(y, p)
-    reps = _replicates([metric_fn], yy, [pp], n_boot, seed, progress)[:, 0]
-    low, high, n_valid = _interval(reps, alpha)
-    return {"value": _point(metric_fn, yy, pp), "low": low, "high": high,
-            "n_boot": int(n_boot), "n_valid": n_valid}
+    return _cis({"metric": metric_fn}, yy, pp, n_boot, alpha, seed, progress)["metric"]
+
+
+def _cis(fns: dict[str, MetricFn], y: np.ndarray, p: np.ndarray, n_boot: int, alpha: float,
+         seed: int, progress: bool) -> dict[str, dict[str, Any]]:
+    """`bootstrap_ci` of each metric, all on the same resamples."""
+    reps = _replicates(list(fns.values()), y, [p] * len(fns), n_boot, seed, progress)
+    out = {}
+    for k, (name, fn) in enumerate(fns.items()):
+        low, high, n_valid = _interval(reps[:, k], alpha)
+        out[name] = {"value": _point(fn, y, p), "low": low, "high": high,
+                     "n_boot": int(n_boot), "n_valid": n_valid}
+    return out
 
 
 def paired_bootstrap_diff(
@@ -168,13 +177,7 @@ def bootstrap_metrics(
         yy, pp = yy[:, keep], pp[:, keep]
         fns = {"micro_auroc": micro_auroc,
                "macro_auroc": lambda a, b: macro_auroc(a, b, strict=True)}
-    reps = _replicates(list(fns.values()), yy, [pp] * len(fns), n_boot, seed, progress)
-    out = {}
-    for k, (name, fn) in enumerate(fns.items()):
-        low, high, n_valid = _interval(reps[:, k], alpha)
-        out[name] = {"value": _point(fn, yy, pp), "low": low, "high": high,
-                     "n_boot": int(n_boot), "n_valid": n_valid}
-    return out
+    return _cis(fns, yy, pp, n_boot, alpha, seed, progress)
 
 
 # ---------------------------------------------------------------- several seeds

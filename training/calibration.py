@@ -1,24 +1,26 @@
 """Calibration: ECE, reliability curves, post-hoc calibration maps, operating points.
 
-Calibration maps are fitted on held-out (validation) predictions and exported as
-plain dicts in the manifest, which the service applies with
-`schemas.manifest.Calibration.apply` (numpy only, no sklearn or scipy); `apply_calibration`
-here is the training side's adapter over that same read-out. Inputs may be 1-D (one task) or
-2-D [N, C] (one map per column, e.g. the 25 phenotypes).
+Calibration maps are scikit-learn-style estimators fitted on held-out (validation)
+predictions and exported as the manifest's `Calibration` (`to_calibration`), which the service
+reads out with `schemas.manifest.calibrated_risk` (numpy only, no sklearn or scipy); their
+`transform` is that same read-out, and `apply_calibration` applies an exported dict. Inputs may
+be 1-D (one task) or 2-D [N, C] (one map per column, e.g. the 25 phenotypes).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator
 from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import brier_score_loss
+from sklearn.utils.validation import check_is_fitted
 
-from schemas.manifest import Calibration, logit, sigmoid
+from schemas.manifest import Calibration, calibrated_risk, logistic_margin, sigmoid
 
 InputKind = Literal["margin", "probability"]
 
@@ -97,6 +99,100 @@ def _nll(m: np.ndarray, y: np.ndarray, t: float) -> float:
     return float(np.mean(y * np.logaddexp(0.0, -s) + (1.0 - y) * np.logaddexp(0.0, s)))
 
 
+def check_calibration_data(X: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """X and y as float arrays of one shape, 1-D (one map) or [N, C] (one map per column)."""
+    x = np.asarray(X, dtype=np.float64)
+    yy = np.asarray(y, dtype=np.float64)
+    if x.shape != yy.shape:
+        raise ValueError(f"shape mismatch: inputs {x.shape} vs labels {yy.shape}")
+    if x.ndim not in (1, 2) or len(x) == 0:
+        raise ValueError(f"calibration inputs must be 1-D or [N, C] with N >= 1, got {x.shape}")
+    return x, yy
+
+
+class _Calibrator(BaseEstimator):
+    """A post-hoc calibration map, with scikit-learn's estimator conventions.
+
+    `__init__` takes the parameters only; `fit(X, y)` learns the map (attributes ending in
+    `_`); `transform(X)` gives the risk as the service computes it (`calibrated_risk`);
+    `to_calibration` exports a fitted map as the manifest's `Calibration`, `to_dict` as JSON.
+    X is what the map reads (the margin or the probability, per `input`), 1-D for one map or
+    [N, C] for one map per column; y holds the 0/1 outcomes, in the same shape.
+    """
+
+    #: The map's `Calibration.method`.
+    method: ClassVar[str]
+    #: Exported parameter name (a field of `Calibration`) -> the learned attribute holding it:
+    #: the map's value when fitted on 1-D inputs, else a list of them, one per column.
+    learned: ClassVar[dict[str, str]]
+    #: Whether one map's parameter is itself a list (knots), not a number.
+    list_params: ClassVar[bool] = False
+    input: InputKind
+
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
+        x, yy = check_calibration_data(X, y)
+        cols = [(x, yy)] if x.ndim == 1 else [(x[:, c], yy[:, c]) for c in range(x.shape[1])]
+        fits = [self._fit_column(xc, yc) for xc, yc in cols]
+        for name, attr in self.learned.items():
+            values = [f[name] for f in fits]
+            setattr(self, attr, values[0] if x.ndim == 1 else values)
+        self.n_columns_: int | None = None if x.ndim == 1 else x.shape[1]
+        return self
+
+    def _fit_column(self, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+        """The exported parameters of one column's map."""
+        raise NotImplementedError
+
+    def _params(self, c: int | None) -> dict[str, Any]:
+        """Column c's parameters (None: the map fitted on 1-D inputs, shared by columns)."""
+        check_is_fitted(self)
+        if c is None and self.n_columns_ is not None:
+            raise ValueError(f"{type(self).__name__} was fitted on {self.n_columns_} columns (a "
+                             "map each): apply it to [N, C] inputs; export one map per fit")
+        return {name: getattr(self, attr) if c is None else getattr(self, attr)[c]
+                for name, attr in self.learned.items()}
+
+    def _column(self, x: np.ndarray, c: int | None) -> np.ndarray:
+        p = self._params(c)
+        knots = (np.asarray(p["x"]), np.asarray(p["y"])) if "x" in p else None
+        return calibrated_risk(self.method, self.input, x, temperature=p.get("temperature"),
+                               slope=p.get("slope"), intercept=p.get("intercept"), knots=knots)
+
+    def transform(self, X: ArrayLike) -> np.ndarray:
+        """The calibrated risk of X (the shape it was fitted on), strictly in (0, 1)."""
+        check_is_fitted(self)
+        x = np.asarray(X, dtype=np.float64)
+        if x.ndim == 1 or self.n_columns_ is None:
+            return self._column(x, None)
+        if x.ndim != 2 or x.shape[1] != self.n_columns_:
+            raise ValueError(f"{type(self).__name__} was fitted on {self.n_columns_} columns; "
+                             f"got inputs of shape {x.shape}")
+        return np.stack([self._column(x[:, c], c) for c in range(x.shape[1])], axis=1)
+
+    def to_calibration(self, fitted_on: str = "") -> Calibration:
+        """The fitted map as the manifest holds it (one map: fitted on 1-D inputs)."""
+        return Calibration(method=self.method, input=self.input, **self._params(None),
+                           fitted_on=fitted_on)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fitted map(s) as JSON: per-column maps hold a list per parameter."""
+        check_is_fitted(self)
+        return {"method": self.method, "input": self.input,
+                **{name: getattr(self, attr) for name, attr in self.learned.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        """A fitted calibrator from `to_dict`'s output."""
+        obj = cls(input=d.get("input", cls().input))
+        for name, attr in cls.learned.items():
+            setattr(obj, attr, d[name])
+        first = d[next(iter(cls.learned))]
+        per_column = isinstance(first, list) and (not cls.list_params
+                                                  or isinstance(first[0], list))
+        obj.n_columns_ = len(first) if per_column else None
+        return obj
+
+
 def _fit_temperature(m: np.ndarray, y: np.ndarray, bounds: tuple[float, float]) -> float:
     """1-D bounded search over log T (NLL is smooth and unimodal enough in log T)."""
     from scipy.optimize import minimize_scalar
@@ -109,52 +205,26 @@ def _fit_temperature(m: np.ndarray, y: np.ndarray, bounds: tuple[float, float]) 
     return float(math.exp(res.x))
 
 
-class TemperatureCalibrator:
+class TemperatureCalibrator(_Calibrator):
     """p_cal = σ(m / T), T fitted by NLL on held-out data (one T per column if 2-D).
 
     Temperature scaling keeps the ranking (AUROC unchanged) and only fixes
     over/under-confidence, so it is the safe default for small validation sets.
     """
 
+    method = "temperature"
+    learned: ClassVar[dict[str, str]] = {"temperature": "temperature_"}
+
     def __init__(self, input: InputKind = "margin", bounds: tuple[float, float] = (0.01, 100.0)):
         self.input = input
         self.bounds = bounds
-        self.temperature: float | list[float] | None = None
 
-    def _margin(self, x: ArrayLike) -> np.ndarray:
-        arr = np.asarray(x, dtype=np.float64)
-        return logit(arr) if self.input == "probability" else arr
-
-    def fit(self, margin_or_p: ArrayLike, y: ArrayLike) -> TemperatureCalibrator:
-        m = self._margin(margin_or_p)
-        yy = np.asarray(y, dtype=np.float64)
-        if m.shape != yy.shape:
-            raise ValueError(f"shape mismatch: inputs {m.shape} vs labels {yy.shape}")
-        if m.ndim == 1:
-            self.temperature = _fit_temperature(m, yy, self.bounds)
-        else:
-            self.temperature = [
-                _fit_temperature(m[:, c], yy[:, c], self.bounds) for c in range(m.shape[1])
-            ]
-        return self
-
-    def transform(self, margin_or_p: ArrayLike) -> np.ndarray:
-        return apply_calibration(self.to_dict(), margin_or_p)
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.temperature is None:
-            raise RuntimeError("TemperatureCalibrator is not fitted")
-        return {"method": "temperature", "input": self.input, "temperature": self.temperature}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TemperatureCalibrator:
-        obj = cls(input=d.get("input", "margin"))
-        t = d["temperature"]
-        obj.temperature = [float(v) for v in t] if isinstance(t, list) else float(t)
-        return obj
+    def _fit_column(self, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+        return {"temperature": _fit_temperature(logistic_margin(x, self.input), y,
+                                                self.bounds)}
 
 
-class PlattCalibrator:
+class PlattCalibrator(_Calibrator):
     """p_cal = σ(a·m + b) (Platt scaling), fitted by unpenalised logistic regression on
     held-out data (one pair per column if 2-D).
 
@@ -162,39 +232,21 @@ class PlattCalibrator:
     a temperature cannot (e.g. a site whose outcome rate differs from training's).
     """
 
+    method = "platt"
+    learned: ClassVar[dict[str, str]] = {"slope": "slope_", "intercept": "intercept_"}
+
     def __init__(self, input: InputKind = "margin"):
         self.input = input
-        self.slope: float | list[float] | None = None
-        self.intercept: float | list[float] | None = None
 
-    def fit(self, margin_or_p: ArrayLike, y: ArrayLike) -> PlattCalibrator:
+    def _fit_column(self, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
         from sklearn.linear_model import LogisticRegression
 
-        arr = np.asarray(margin_or_p, dtype=np.float64)
-        m = logit(arr) if self.input == "probability" else arr
-        yy = np.asarray(y, dtype=np.float64)
-        if m.shape != yy.shape:
-            raise ValueError(f"shape mismatch: inputs {m.shape} vs labels {yy.shape}")
-        cols = [(m, yy)] if m.ndim == 1 else [(m[:, c], yy[:, c]) for c in range(m.shape[1])]
-        fits = [LogisticRegression(C=np.inf, tol=1e-8, max_iter=1000).fit(x[:, None], t)
-                for x, t in cols]
-        slopes = [float(f.coef_[0, 0]) for f in fits]
-        intercepts = [float(f.intercept_[0]) for f in fits]
-        self.slope, self.intercept = ((slopes[0], intercepts[0]) if m.ndim == 1
-                                      else (slopes, intercepts))
-        return self
-
-    def transform(self, margin_or_p: ArrayLike) -> np.ndarray:
-        return apply_calibration(self.to_dict(), margin_or_p)
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.slope is None:
-            raise RuntimeError("PlattCalibrator is not fitted")
-        return {"method": "platt", "input": self.input, "slope": self.slope,
-                "intercept": self.intercept}
+        m = logistic_margin(x, self.input)
+        f = LogisticRegression(C=np.inf, tol=1e-8, max_iter=1000).fit(m[:, None], y)
+        return {"slope": float(f.coef_[0, 0]), "intercept": float(f.intercept_[0])}
 
 
-class IsotonicCalibrator:
+class IsotonicCalibrator(_Calibrator):
     """Monotone step map (sklearn IsotonicRegression, clipped), exported as knots.
 
     Knots are applied with numpy.interp, which is exactly what sklearn's
@@ -202,44 +254,21 @@ class IsotonicCalibrator:
     temperature scaling and can create ties (slightly lower AUROC).
     """
 
+    method = "isotonic"
+    learned: ClassVar[dict[str, str]] = {"x": "x_thresholds_", "y": "y_thresholds_"}
+    list_params = True
+
     def __init__(self, input: InputKind = "probability"):
         self.input = input
-        self.x: list | None = None
-        self.y: list | None = None
-        self.models: list[IsotonicRegression] = []
 
-    @staticmethod
-    def _fit_one(x: np.ndarray, y: np.ndarray) -> IsotonicRegression:
-        return IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(x, y)
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
+        self.models_: list[IsotonicRegression] = []  # one per column, as sklearn fitted it
+        return super().fit(X, y)
 
-    def fit(self, margin_or_p: ArrayLike, y: ArrayLike) -> IsotonicCalibrator:
-        x = np.asarray(margin_or_p, dtype=np.float64)
-        yy = np.asarray(y, dtype=np.float64)
-        if x.shape != yy.shape:
-            raise ValueError(f"shape mismatch: inputs {x.shape} vs labels {yy.shape}")
-        if x.ndim == 1:
-            self.models = [self._fit_one(x, yy)]
-            self.x = self.models[0].X_thresholds_.tolist()
-            self.y = self.models[0].y_thresholds_.tolist()
-        else:
-            self.models = [self._fit_one(x[:, c], yy[:, c]) for c in range(x.shape[1])]
-            self.x = [mdl.X_thresholds_.tolist() for mdl in self.models]
-            self.y = [mdl.y_thresholds_.tolist() for mdl in self.models]
-        return self
-
-    def transform(self, margin_or_p: ArrayLike) -> np.ndarray:
-        return apply_calibration(self.to_dict(), margin_or_p)
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.x is None:
-            raise RuntimeError("IsotonicCalibrator is not fitted")
-        return {"method": "isotonic", "input": self.input, "x": self.x, "y": self.y}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> IsotonicCalibrator:
-        obj = cls(input=d.get("input", "probability"))
-        obj.x, obj.y = d["x"], d["y"]
-        return obj
+    def _fit_column(self, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+        model = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(x, y)
+        self.models_.append(model)
+        return {"x": model.X_thresholds_.tolist(), "y": model.y_thresholds_.tolist()}
 
 
 # ---------------------------------------------------------------- operating points

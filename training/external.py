@@ -139,8 +139,9 @@ class ExportedModel:
         return Scored(a.y[:, 0].astype(np.float64), p, m, cal.apply(p, m), pf,
                       cal.apply(pf, mf), a.static_raw)
 
-    def alerts(self, s: Scored, flipped: bool = False) -> tuple[np.ndarray, str]:
-        """The default alerts of the stays as scored (or with their sex flipped)."""
+    def default_alerts(self, s: Scored, flipped: bool = False) -> tuple[np.ndarray, str]:
+        """The default alerts of the stays as scored (or with their sex flipped), and the rule
+        in words."""
         if flipped:
             return default_alerts(self.card, s.flipped_probability, s.flipped_risk)
         return default_alerts(self.card, s.probability, s.risk)
@@ -250,8 +251,8 @@ def evaluate_external(folder: Path, data: Path, n_boot: int = 1000, seed: int = 
     model = ExportedModel(folder)
     scored = {s: model.score(model.load(data, s)) for s in SPLITS}
     every = Scored.concat([scored[s] for s in SPLITS])
-    alerts, rule = model.alerts(every)
-    flipped_alerts, _ = model.alerts(every, flipped=True)
+    alerts, rule = model.default_alerts(every)
+    flipped_alerts, _ = model.default_alerts(every, flipped=True)
     val, test = scored["val"], scored["test"]
     cal = fit_site_calibration(model, scored["train"], val,
                                f"{Path(data).name} train split; chosen on its val split")
@@ -270,7 +271,7 @@ def evaluate_external(folder: Path, data: Path, n_boot: int = 1000, seed: int = 
         "coverage_on_site_test": {v: float(c) for v, c in zip(
             model.fs.variable_ids, model.load(data, "test").coverage, strict=True)},
         "shipped_all_stays": risk_metrics(every.y, every.risk, alerts, rule, n_boot, seed),
-        "shipped_test": risk_metrics(test.y, test.risk, *model.alerts(test), n_boot, seed),
+        "shipped_test": risk_metrics(test.y, test.risk, *model.default_alerts(test), n_boot, seed),
         "shipped_test_val_threshold": risk_metrics(
             test.y, test.risk, *at_val_event1(val.risk, test.risk), n_boot, seed),
         "recalibration": {"method": cal.method, "fitted_on": cal.fitted_on},

@@ -225,21 +225,19 @@ def plot_embedding_tsne(
     Z: ArrayLike,
     y: ArrayLike,
     anchors: Mapping[str, ArrayLike] | None = None,
-    max_points: int = 2000,
-    seed: int = 0,
-    perplexity: float = 30.0,
-    max_iter: int = 1000,
+    *,
     class_names: Mapping[Any, str] | None = None,
     title: str = "t-SNE of embeddings",
+    **tsne: Any,
 ) -> Path:
     """2-D t-SNE of normalised embeddings coloured by label, anchors as large markers.
 
-    `anchors` maps a name (e.g. "u (positive anchor)") to a [D] vector; they are
-    L2-normalised and embedded in the same t-SNE run as the (subsampled,
-    normalised) embeddings so they land where their neighbours are.
+    `anchors` maps a name (e.g. "u (positive anchor)") to a [D] vector; `tsne_with_anchors`
+    embeds them in the same t-SNE run as the embeddings, so they land where their neighbours
+    are, with its options in `tsne` (max_points, seed, perplexity, max_iter).
     """
     anchor_names = list(anchors or {})
-    pts, yy, anc = tsne_with_anchors(Z, y, anchors, max_points, seed, perplexity, max_iter)
+    pts, yy, anc = tsne_with_anchors(Z, y, anchors, **tsne)
 
     fig = _figure(figsize=(6.5, 5.5))
     ax = fig.add_subplot()

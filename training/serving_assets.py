@@ -90,18 +90,12 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
     if len(np.unique(yc)) < 2:
         return Calibration(method="none", fitted_on=where, ece_before=before, ece_after=before)
     x = mc if logistic_input == "margin" else pc  # what the two logistic maps read
-    temp = TemperatureCalibrator(input=logistic_input).fit(x, yc)
-    platt = PlattCalibrator(input=logistic_input).fit(x, yc)
-    iso = IsotonicCalibrator().fit(pc, yc).to_dict()
+    maps = (TemperatureCalibrator(input=logistic_input).fit(x, yc),
+            PlattCalibrator(input=logistic_input).fit(x, yc), IsotonicCalibrator().fit(pc, yc))
     candidates = [  # in order of preference on a tie: no map first
         Calibration(method="none", fitted_on=f"{where}; no map beat the model's own "
                     "probability (validation Brier)"),
-        Calibration(method="temperature", input=logistic_input,
-                    temperature=float(temp.to_dict()["temperature"]), fitted_on=where),
-        Calibration(method="platt", input=logistic_input, slope=float(platt.slope),
-                    intercept=float(platt.intercept), fitted_on=where),
-        Calibration(method="isotonic", input="probability", x=list(map(float, iso["x"])),
-                    y=list(map(float, iso["y"])), fitted_on=where),
+        *(m.to_calibration(fitted_on=where) for m in maps),
     ]
     scored = [(brier(yv, c.apply(pv, mv)), i) for i, c in enumerate(candidates)]
     best = candidates[min(scored)[1]]

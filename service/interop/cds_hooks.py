@@ -14,8 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.manifest import Manifest
-from schemas.outcomes import outcome_coding
 from schemas.payloads import ClassResult, Prediction, Problem, RiskInterval
+from schemas.tasks import outcome_coding
 from schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES, Variable, loinc_index
 from service.errors import ApiError
 from service.interop.fhir_in import (

@@ -83,7 +83,7 @@ def _brackets(raw: bytes) -> np.ndarray:
     marks = np.frombuffer(_unescaped(raw).translate(None, _NOT_MARKS), dtype=np.uint8)
     quote = marks == _QUOTE
     # parity of the quotes so far, in one byte per mark: a running count in int32 would write
-    # four times the memory (a first 8 MB body's refusal took 150 ms of page faults there)
+    # four times the memory, a large body's worth of fresh pages
     inside = np.bitwise_xor.accumulate(quote.view(np.uint8))
     return marks[(inside | quote) == 0]  # neither inside a string nor a quote
 

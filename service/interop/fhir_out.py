@@ -16,8 +16,8 @@ from typing import Any
 from pydantic_core import to_json as encode
 
 from schemas.manifest import Manifest
-from schemas.outcomes import outcome_coding
 from schemas.payloads import ClassResult, Prediction
+from schemas.tasks import outcome_coding
 from service.interop.fhir_in import FhirStay, Issue, expression
 from service.interop.readout import QUALITATIVE, interval_of, level_of, rationale, risk_of
 

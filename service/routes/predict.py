@@ -218,7 +218,7 @@ def _single(task: str) -> Callable[..., Awaitable[Response]]:
             response_version=answer)
         scorer: Scorer = app_state.scorer
         return _json(await scorer.score_stay(handle, stay, options, heavy=heavy, since=since,
-                                             alone=partial(app_state.admission.alone, task)))
+                                             alone=partial(app_state.load_shedder.alone, task)))
 
     predict.__doc__ = f"Score one ICU stay with the {task} model."
     return predict

@@ -51,7 +51,7 @@ async def test_every_route_that_declares_the_key_is_checked_before_its_body(
     """The pre-body check follows the routes' own declaration (an `ApiKey` dependency or the
     OpenAPI security entry): scoring on every interface and admin are 401 before their body
     is even parsed; discovery and metadata of the same interfaces stay open."""
-    from service.admission import keyed_paths
+    from service.load_shedding import keyed_paths
     from service.routes import cds_hooks, fhir, oip, predict
 
     declared = keyed_paths([r for m in (predict, fhir, cds_hooks, oip) for r in m.router.routes])

@@ -78,7 +78,7 @@ def _stall(port: int, path: str = "/predict/mortality") -> socket.socket:
 @pytest.mark.slow
 def test_stalled_bodies_never_lock_other_clients_out(
         one_worker: tuple[str, int, Path]) -> None:
-    """64 connections whose body stalls hold no admission slot: other clients are served at
+    """64 connections whose body stalls hold no load-shedding slot: other clients are served at
     once; each stalled one gets 408 `body_timeout` once the body deadline passes, and is
     closed."""
     base, port, log = one_worker
@@ -389,7 +389,7 @@ async def test_a_connection_back_before_its_retry_after_waits_for_it(
     """A refused connection that comes back at once is refused again only when its
     Retry-After has come (a sleeping coroutine, not a loop of refusals); another connection,
     and an admitted request, are never held."""
-    import service.admission as admission_module
+    import service.load_shedding as load_shedding_module
 
     waits: list[float] = []
     real_sleep = asyncio.sleep
@@ -407,8 +407,8 @@ async def test_a_connection_back_before_its_retry_after_waits_for_it(
 
         async with connection(1) as greedy, connection(2) as other:
             await wait_ready(greedy)
-            monkeypatch.setattr(admission_module.asyncio, "sleep", recording_sleep)
-            app.state.admission.admitted["mortality"] = 2  # full
+            monkeypatch.setattr(load_shedding_module.asyncio, "sleep", recording_sleep)
+            app.state.load_shedder.admitted["mortality"] = 2  # full
             r = await greedy.post("/predict/mortality", json=stay())
             assert r.status_code == 503 and waits == []
             advice = int(r.headers["retry-after"])
@@ -417,7 +417,7 @@ async def test_a_connection_back_before_its_retry_after_waits_for_it(
             assert 0 < waits[0] <= advice
             r = await other.post("/predict/mortality", json=stay())  # another connection
             assert r.status_code == 503 and len(waits) == 1
-            app.state.admission.admitted["mortality"] = 0
+            app.state.load_shedder.admitted["mortality"] = 0
             r = await greedy.post("/predict/mortality", json=stay())  # room: never held
             assert r.status_code == 200 and len(waits) == 1
 

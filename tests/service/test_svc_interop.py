@@ -21,8 +21,9 @@ from fhir.resources.R4B.riskassessment import RiskAssessment
 from pydantic import ValidationError
 
 from schemas.featureset import BENCHMARK_48H, FEATURE_SETS
-from schemas.outcomes import MORTALITY, PHENOTYPE_CCS, outcome_coding
+from schemas.outcomes import MORTALITY, PHENOTYPE_CCS
 from schemas.payloads import StayPayload
+from schemas.tasks import outcome_coding
 from schemas.variables import BY_LOINC, LOINC_PANELS, VARIABLES, by_loinc, loinc_index
 from service.interop.fhir_in import fhir_path
 from service.pipeline import prepare

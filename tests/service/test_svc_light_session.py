@@ -3,7 +3,7 @@
 `LoadedModel.light` runs the graph with one intra-op thread for runs of at most
 `LIGHT_ROWS` rows when the model's own session has more threads (it costs less CPU there).
 Responses are byte-pinned elsewhere (tests/service/test_svc_served_outputs_frozen.py,
-test_scoring.py's chunk invariance): this pins that both sessions give bit-identical outputs
+test_offline_scoring.py's chunk invariance): this pins that both sessions give bit-identical outputs
 for every shipped model, and which session each run size takes.
 """
 

@@ -52,11 +52,11 @@ async def test_overload_fast_503s_no_other_5xx_and_bounded_queue(
                              headers={"content-type": "application/json"})
             return r.status_code, r.headers.get("retry-after")
 
-        admission = app.state.admission
+        shedder = app.state.load_shedder
         tasks = [asyncio.create_task(one()) for _ in range(400)]
         for _ in range(6000):  # until every request not admitted has been answered
             await asyncio.sleep(0.01)
-            if sum(t.done() for t in tasks) + admission.admitted["mortality"] == len(tasks):
+            if sum(t.done() for t in tasks) + shedder.admitted["mortality"] == len(tasks):
                 break
         refused = [t.result() for t in tasks if t.done()]
         assert refused and {s for s, _ in refused} == {503}, Counter(s for s, _ in refused)
@@ -67,8 +67,8 @@ async def test_overload_fast_503s_no_other_5xx_and_bounded_queue(
         statuses = Counter(s for s, _ in results)
         assert set(statuses) <= {200, 503}, statuses
         assert statuses[200] == len(tasks) - len(refused) and statuses[200] >= 4, statuses
-        assert admission.peak["mortality"] <= 16 and peak["queued"] <= 16
-        assert admission.admitted["mortality"] == 0
+        assert shedder.peak["mortality"] <= 16 and peak["queued"] <= 16
+        assert shedder.admitted["mortality"] == 0
         assert (await c.post("/predict/mortality", json=stay())).status_code == 200
 
 

@@ -163,13 +163,14 @@ def test_alerts_of_every_point_follow_each_class_threshold_and_value() -> None:
                        thresholds, np.zeros(2, dtype=np.int64), False)
     risk = np.array([[0.3, 0.9], [0.29, 0.5], [np.nan, 0.49]])
     score = np.array([[0.59, 0.0], [0.6, 0.0], [0.7, 1.0]])
-    got = table.alerts(risk, score)
+    got = table.alerts_of_every_point(risk, score)
     assert got.dtype == bool and got.shape == (3, 2, 2)
     assert got[:, 0, 0].tolist() == [True, False, False]  # class 0, point a: risk >= 0.3
     assert got[:, 0, 1].tolist() == [False, True, True]  # class 0, point b: score >= 0.6
     assert not got[:, 1, 0].any()  # class 1 lacks point a
     assert got[:, 1, 1].tolist() == [True, True, False]  # class 1, point b: risk >= 0.5
-    assert (table.alerts(risk, score) == got).all()  # the cached bounds give the same again
+    # the cached bounds give the same again
+    assert (table.alerts_of_every_point(risk, score) == got).all()
 
 
 def _v2_tensors(spec: Any, payload: dict[str, Any]) -> dict[str, Any]:

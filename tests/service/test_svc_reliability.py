@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 import scehr_cli
-from service.admission import UNIT_BYTES, Admission, cost
+from service.load_shedding import UNIT_BYTES, LoadShedder, cost
 from service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model, write_model_dir
@@ -125,14 +125,14 @@ async def test_non_object_batch_items_get_their_own_error(client: httpx.AsyncCli
         assert items[i]["errors"][0]["loc"] == ["body", "stays", i], items[i]
 
 
-# 5 -------------------------------------------------------------- admission control
+# 5 --------------------------------------------------------------- load shedding
 
 
 async def test_full_model_is_refused_before_the_body_is_read(
         make_settings: Callable[..., Settings]) -> None:
     async with serve(make_settings(max_queue_size=2, retry_after_s=2)) as c:
-        admission = c.app.state.admission  # type: ignore[attr-defined]
-        admission.admitted["mortality"] = 2  # two requests already in the model's pipeline
+        shedder = c.app.state.load_shedder  # type: ignore[attr-defined]
+        shedder.admitted["mortality"] = 2  # two requests already in the model's pipeline
         r = await c.post("/predict/mortality", content=b"{not json at all",
                          headers={"content-type": "application/json"})
         assert r.status_code == 503 and r.headers["retry-after"] == "2", r.text
@@ -141,15 +141,15 @@ async def test_full_model_is_refused_before_the_body_is_read(
                          headers={"content-type": "application/json"})
         assert r.status_code == 503
         assert (await c.post("/predict/phenotypes", json=stay())).status_code == 200
-        admission.admitted["mortality"] = 0
+        shedder.admitted["mortality"] = 0
         assert (await c.post("/predict/mortality", json=stay())).status_code == 200
         metrics = (await c.get("/metrics")).text
         assert 'scehr_overload_rejections_total{model="mortality"} 2.0' in metrics
 
 
-def test_admission_counts_a_request_by_its_body_in_units() -> None:
+def test_load_shedding_counts_a_request_by_its_body_in_units() -> None:
     assert [cost(n) for n in (0, 1, UNIT_BYTES, UNIT_BYTES + 1, 6_100_000)] == [1, 1, 1, 2, 187]
-    a = Admission(limit=64, floor=64)
+    a = LoadShedder(limit=64, floor=64)
     assert a.try_admit("mortality", 1) and a.try_admit("mortality", 60)
     assert not a.try_admit("mortality", 4)  # 65 > 64: a batch does not fit
     assert a.try_admit("mortality", 3)  # single stays still do
@@ -174,15 +174,15 @@ async def test_a_large_batch_holds_the_places_of_its_stays_not_one(
     size, json_type = len(body), {"content-type": "application/json"}
     assert 8 * UNIT_BYTES < size < 16 * UNIT_BYTES, size
     async with serve(make_settings(max_queue_size=8)) as c:
-        admission = c.app.state.admission  # type: ignore[attr-defined]
-        admission.admitted["mortality"] = 1  # one small request in the pipeline
+        shedder = c.app.state.load_shedder  # type: ignore[attr-defined]
+        shedder.admitted["mortality"] = 1  # one small request in the pipeline
         r = await c.post("/predict/mortality/batch", content=body, headers=json_type)
         assert r.status_code == 503 and r.headers["retry-after"], r.text[:200]
         assert (await c.post("/predict/mortality", json=stay())).status_code == 200
-        admission.admitted["mortality"] = 0
+        shedder.admitted["mortality"] = 0
         r = await c.post("/predict/mortality/batch", content=body, headers=json_type)
         assert r.status_code == 200 and len(r.json()["items"]) == 12, r.text[:200]
-        assert admission.peak["mortality"] >= cost(size) and admission.admitted["mortality"] == 0
+        assert shedder.peak["mortality"] >= cost(size) and shedder.admitted["mortality"] == 0
 
 
 async def test_a_lone_request_runs_the_model_on_the_event_loop_only_when_alone(
@@ -199,9 +199,9 @@ async def test_a_lone_request_runs_the_model_on_the_event_loop_only_when_alone(
 
         batcher._run = recording
         alone = await c.post("/predict/mortality", json=stay(), params={"explain": "basic"})
-        c.app.state.admission.admitted["mortality"] = 1  # type: ignore[attr-defined]
+        c.app.state.load_shedder.admitted["mortality"] = 1  # type: ignore[attr-defined]
         shared = await c.post("/predict/mortality", json=stay(), params={"explain": "basic"})
-        c.app.state.admission.admitted["mortality"] = 0  # type: ignore[attr-defined]
+        c.app.state.load_shedder.admitted["mortality"] = 0  # type: ignore[attr-defined]
     assert alone.status_code == shared.status_code == 200
     assert alone.json()["results"] == shared.json()["results"]
     assert threads[0] == threading.get_ident() != threads[1], threads

@@ -1,5 +1,5 @@
 """One scorer behind every interface: the same stay gets the same risk, warnings, audit line,
-monitoring count, deadline answer and admission answer through JSON (single and batch), FHIR,
+monitoring count, deadline answer and load-shedding answer through JSON (single and batch), FHIR,
 CDS Hooks, Open Inference V2 (stays and tensors) and, for the risk and warnings, `scehr score`.
 """
 
@@ -18,8 +18,8 @@ import pytest
 
 from schemas.payloads import StayPayload
 from service.interop.fhir_out import RISK_INTERVAL_URL
+from service.offline_scoring import score_chunk
 from service.pipeline import prepare
-from service.scoring import score_chunk
 from tests.service.conftest import serve
 from tests.service.test_svc_interop import TOL, cds_request, fhir_bundle, json_stay
 
@@ -184,15 +184,15 @@ async def test_every_interface_scores_audits_and_monitors_alike(
 
 
 @pytest.mark.parametrize("interface", list(INTERFACES))
-async def test_every_interface_is_refused_by_admission_control_when_full(
+async def test_every_interface_is_refused_by_load_shedding_when_full(
         server: httpx.AsyncClient, interface: str) -> None:
     app = server.app  # type: ignore[attr-defined]
-    admission = app.state.admission
-    admission.admitted[TASK] = admission.limit
+    shedder = app.state.load_shedder
+    shedder.admitted[TASK] = shedder.limit
     try:
         a = await INTERFACES[interface](server)
     finally:
-        admission.admitted[TASK] = 0
+        shedder.admitted[TASK] = 0
     assert a.status == 503 and "retry-after" in a.headers and a.error == "overloaded"
 
 

@@ -156,8 +156,8 @@ async def test_a_reload_makes_its_version_the_default_and_drops_the_previous_one
 
 
 def test_offline_scoring_compacts_the_problems_the_same_way() -> None:
+    from service.offline_scoring import score_chunk
     from service.registry import load_model
-    from service.scoring import score_chunk
 
     settings = Settings(model_dir=MODELS, device="cpu")
     model = load_model(MODELS / "mortality" / "1.2.0", "mortality", settings)

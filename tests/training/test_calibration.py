@@ -46,12 +46,12 @@ def test_temperature_recovers_known_t():
     m = rng.normal(0, 4, 20000)
     y = (rng.random(20000) < sigmoid(m / 2.0)).astype(int)
     cal = TemperatureCalibrator().fit(m, y)
-    assert cal.temperature == pytest.approx(2.0, rel=0.08)
+    assert cal.temperature_ == pytest.approx(2.0, rel=0.08)
     # from probabilities (uncalibrated model output σ(m)) gives the same T
     cal_p = TemperatureCalibrator(input="probability").fit(sigmoid(m), y)
-    assert cal_p.temperature == pytest.approx(cal.temperature, rel=1e-3)
+    assert cal_p.temperature_ == pytest.approx(cal.temperature_, rel=1e-3)
     d = json.loads(json.dumps(cal.to_dict()))
-    np.testing.assert_allclose(apply_calibration(d, m[:10]), sigmoid(m[:10] / cal.temperature))
+    np.testing.assert_allclose(apply_calibration(d, m[:10]), sigmoid(m[:10] / cal.temperature_))
     np.testing.assert_allclose(TemperatureCalibrator.from_dict(d).transform(m[:10]),
                                cal.transform(m[:10]))
 
@@ -60,7 +60,7 @@ def test_temperature_per_column():
     rng = np.random.default_rng(1)
     m = rng.normal(0, 3, (4000, 2))
     y = (rng.random((4000, 2)) < sigmoid(m / np.array([0.5, 3.0]))).astype(int)
-    t = TemperatureCalibrator().fit(m, y).temperature
+    t = TemperatureCalibrator().fit(m, y).temperature_
     assert t[0] == pytest.approx(0.5, rel=0.15) and t[1] == pytest.approx(3.0, rel=0.15)
 
 
@@ -72,20 +72,20 @@ def test_platt_recovers_a_shifted_baseline_that_temperature_cannot():
     truth = sigmoid(0.7 * m - 1.2)
     y = (rng.random(m.shape) < truth).astype(int)
     platt = PlattCalibrator().fit(m[:, 0], y[:, 0])
-    assert platt.slope == pytest.approx(0.7, rel=0.05)
-    assert platt.intercept == pytest.approx(-1.2, abs=0.08)
+    assert platt.slope_ == pytest.approx(0.7, rel=0.05)
+    assert platt.intercept_ == pytest.approx(-1.2, abs=0.08)
     d = json.loads(json.dumps(platt.to_dict()))
     np.testing.assert_allclose(apply_calibration(d, m[:10, 0]),
-                               sigmoid(platt.slope * m[:10, 0] + platt.intercept))
+                               sigmoid(platt.slope_ * m[:10, 0] + platt.intercept_))
     temp = TemperatureCalibrator().fit(m[:, 0], y[:, 0])
     assert abs(temp.transform(m[:, 0]).mean() - y[:, 0].mean()) > 0.05
     assert abs(platt.transform(m[:, 0]).mean() - y[:, 0].mean()) < 0.01
     per_col = PlattCalibrator().fit(m, y)  # one pair per column, applied per column
     np.testing.assert_allclose(per_col.transform(m[:10])[:, 1],
-                               sigmoid(per_col.slope[1] * m[:10, 1] + per_col.intercept[1]))
+                               sigmoid(per_col.slope_[1] * m[:10, 1] + per_col.intercept_[1]))
     p = sigmoid(m[:, 0])  # from probabilities: the same map on logit(p)
     by_p = PlattCalibrator(input="probability").fit(p, y[:, 0])
-    assert by_p.slope == pytest.approx(platt.slope, rel=1e-3)
+    assert by_p.slope_ == pytest.approx(platt.slope_, rel=1e-3)
 
 
 def test_a_falling_platt_map_is_not_monotone_in_the_probability():
@@ -106,7 +106,7 @@ def test_isotonic_roundtrip_equals_sklearn():
     d = json.loads(json.dumps(cal.to_dict()))
     x_new = np.concatenate([rng.random(200), [-0.5, 0.0, 1.0, 2.0]])  # incl. out of range
     # The served read-out keeps risks strictly inside (0, 1) (schemas.contract.RISK_EPS).
-    expected = np.clip(cal.models[0].transform(x_new), RISK_EPS, 1 - RISK_EPS)
+    expected = np.clip(cal.models_[0].transform(x_new), RISK_EPS, 1 - RISK_EPS)
     np.testing.assert_allclose(apply_calibration(d, x_new), expected)
     np.testing.assert_allclose(
         np.clip(IsotonicCalibrator.from_dict(d).transform(x_new), RISK_EPS, 1 - RISK_EPS),
@@ -115,7 +115,7 @@ def test_isotonic_roundtrip_equals_sklearn():
     P2 = np.stack([p, 1 - p], axis=1)
     cal2 = IsotonicCalibrator().fit(P2, Y2)
     out = apply_calibration(cal2.to_dict(), P2[:20])
-    np.testing.assert_allclose(out[:, 1], np.clip(cal2.models[1].transform(P2[:20, 1]),
+    np.testing.assert_allclose(out[:, 1], np.clip(cal2.models_[1].transform(P2[:20, 1]),
                                                   RISK_EPS, 1 - RISK_EPS))
 
 
@@ -174,3 +174,55 @@ def test_named_points_follow_their_rules_on_validation() -> None:
     rare = choose_named_points(np.r_[np.zeros(500), np.ones(3)].astype(int),
                                rng.random(503))
     assert "high_ppv" not in rare
+
+
+@pytest.mark.parametrize("cls", [TemperatureCalibrator, PlattCalibrator, IsotonicCalibrator])
+def test_calibrators_follow_scikit_learns_estimator_conventions(cls, monkeypatch):
+    """Parameters in __init__ only, learned state set by fit (trailing `_`), clone and
+    get_params, a NotFittedError before fit; transform is numpy (no pydantic object per call)
+    and equals the exported map's served read-out."""
+    from sklearn.base import clone
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils import estimator_checks as checks
+
+    from schemas.manifest import Calibration
+
+    for check in (checks.check_no_attributes_set_in_init,
+                  checks.check_parameters_default_constructible,
+                  checks.check_get_params_invariance, checks.check_set_params,
+                  checks.check_estimator_cloneable,
+                  checks.check_do_not_raise_errors_in_init_or_set_params):
+        check(cls.__name__, cls())
+    rng = np.random.default_rng(4)
+    p = rng.random(300)
+    y = (rng.random(300) < p).astype(int)
+    cal = cls(input="probability")
+    for unfitted in (lambda: cal.transform(p), cal.to_calibration, cal.to_dict):
+        with pytest.raises(NotFittedError):
+            unfitted()
+    assert cal.fit(p, y) is cal
+    learned = {k for k in vars(cal) if k.endswith("_")}
+    assert set(cls.learned.values()) <= learned and set(vars(cal)) - learned == {
+        *cal.get_params()}
+    twin = clone(cal)
+    assert twin.get_params() == cal.get_params() and not any(k.endswith("_") for k in vars(twin))
+    with pytest.raises(ValueError, match="shape mismatch"):
+        twin.fit(p, y[:-1])
+    exported = cal.to_calibration(fitted_on="validation")
+    assert exported.fitted_on == "validation" and exported.method == cls.method
+    monkeypatch.setattr(Calibration, "__init__", None)  # any pydantic object built would fail
+    np.testing.assert_array_equal(cal.transform(p), exported.apply(p, p))
+
+
+def test_a_calibrator_fitted_per_column_refuses_other_shapes() -> None:
+    rng = np.random.default_rng(5)
+    m = rng.normal(0, 2, (200, 3))
+    y = (rng.random((200, 3)) < sigmoid(m)).astype(int)
+    cal = PlattCalibrator().fit(m, y)
+    assert cal.n_columns_ == 3 and cal.transform(m).shape == (200, 3)
+    for bad in (m[:, 0], m[:, :2]):
+        with pytest.raises(ValueError, match="3 columns"):
+            cal.transform(bad)
+    with pytest.raises(ValueError, match="3 columns"):
+        cal.to_calibration()  # the manifest holds one map per class: fit one per class
+    assert PlattCalibrator.from_dict(cal.to_dict()).n_columns_ == 3

@@ -57,7 +57,12 @@ import pandas as pd
 from schemas.featureset import BENCHMARK_STAY, FeatureSet
 from schemas.manifest import sha256_file
 from schemas.tensorize import Observations, clean
-from training.data.layout import DEMOGRAPHICS_FILE, TASK_DIRS, split_groups
+from training.data.layout import (
+    DEMOGRAPHICS_FILE,
+    TASK_DIRS,
+    require_source_files,
+    split_groups,
+)
 from training.data.phenotypes import (
     benchmark_groups,
     icd9_long,
@@ -129,16 +134,6 @@ def parse_age(age: pd.Series) -> np.ndarray:
     text = age.astype("string").str.strip()
     text = text.mask((text == "> 89").fillna(False), "90")
     return pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-
-
-def _check_source(src: Path) -> None:
-    if not src.is_dir():
-        raise FileNotFoundError(f"eICU demo source folder not found: {src} (expected a folder "
-                                f"holding {', '.join(SOURCES)})")
-    missing = [n for n in SOURCES if not (src / n).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{src} is not an eICU demo folder: missing {', '.join(missing)}"
-                                f" (expected {', '.join(SOURCES)})")
 
 
 def read_stays(src: Path, limit_patients: int | None = None) -> pd.DataFrame:
@@ -284,7 +279,7 @@ def convert_eicu_demo(src: str | Path, out: str | Path, *, ccs_definitions: str 
     provenance (also written to `provenance.json`, which names the feature set)."""
     t0 = time.perf_counter()
     src, out = Path(src).expanduser(), Path(out).expanduser()
-    _check_source(src)
+    require_source_files(src, SOURCES, "eICU demo")
     definitions = load_ccs_definitions(ccs_definitions)
     groups = benchmark_groups(definitions)
     stays = read_stays(src, limit_patients)

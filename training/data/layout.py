@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,18 @@ def task_dir(root: str | Path, task: str) -> Path:
         f"{root / name}/test/listfile.csv (mimic3-benchmarks layout), or {root} to be that "
         "task folder itself"
     )
+
+
+def require_source_files(src: Path, names: Sequence[str], what: str) -> None:
+    """FileNotFoundError unless `src` is a folder holding every file in `names`, naming the
+    files missing and those expected (`what`: the source's name, e.g. "eICU demo")."""
+    if not src.is_dir():
+        raise FileNotFoundError(f"{what} source folder not found: {src} (expected a folder "
+                                f"holding {', '.join(names)})")
+    missing = [n for n in names if not (src / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{src} lacks the {what} source files {', '.join(missing)} "
+                                f"(expected {', '.join(names)})")
 
 
 def available_tasks(root: str | Path) -> list[str]:

@@ -61,7 +61,7 @@ def load_ccs_definitions(path: str | Path | None = None) -> dict[str, dict[str, 
             f"HCUP CCS definitions not found: {path} (expected mimic3-benchmarks' "
             "mimic3benchmark/resources/hcup_ccs_2015_definitions.yaml; set SCEHR_DATA_DIR)"
         )
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~20x faster, same result
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml (C) when built in
     with open(path) as f:
         return yaml.load(f, Loader=loader)
 

@@ -50,7 +50,12 @@ from schemas.featureset import BENCHMARK_48H, FeatureSet
 from schemas.manifest import sha256_file
 from schemas.tensorize import Observations, clean
 from schemas.variables import CategoryError
-from training.data.layout import DEMOGRAPHICS_FILE, TASK_DIRS, split_groups
+from training.data.layout import (
+    DEMOGRAPHICS_FILE,
+    TASK_DIRS,
+    require_source_files,
+    split_groups,
+)
 from training.data.reader import _split_file
 from training.data.writer import (
     _disable,
@@ -62,6 +67,8 @@ from training.data.writer import (
 
 CONVERTER_VERSION = "2"
 SETS: dict[str, str] = {"a": "train", "b": "train", "c": "test"}
+#: What the source folder holds: each set's time series and outcomes.
+SOURCE_FILES = tuple([f"set-{s}.tar.gz" for s in SETS] + [f"Outcomes-{s}.txt" for s in SETS])
 DESCRIPTORS: tuple[str, ...] = ("RecordID", "Age", "Gender", "Height", "ICUType", "Weight")
 #: PhysioNet parameter -> its catalog variable, then the coarser benchmark channel it feeds
 #: when the feature set lacks the exact one; each with a priority: the higher wins when two
@@ -123,17 +130,6 @@ class SetData:
     @property
     def stays(self) -> list[str]:
         return [f"{r}_episode1_timeseries.csv" for r in self.record_ids]
-
-
-def _check_source(src: Path) -> None:
-    need = [f"set-{s}.tar.gz" for s in SETS] + [f"Outcomes-{s}.txt" for s in SETS]
-    if not src.is_dir():
-        raise FileNotFoundError(f"PhysioNet 2012 source folder not found: {src} (expected a "
-                                f"folder holding {', '.join(need)})")
-    missing = [n for n in need if not (src / n).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{src} is not a PhysioNet 2012 source folder: missing "
-                                f"{', '.join(missing)} (expected {', '.join(need)})")
 
 
 def read_records(tar_path: Path, limit: int | None = None, progress: bool | None = None
@@ -364,7 +360,7 @@ def convert_physionet2012(src: str | Path, out: str | Path, *, limit: int | None
     """
     t0 = time.perf_counter()
     src, out = Path(src).expanduser(), Path(out).expanduser()
-    _check_source(src)
+    require_source_files(src, SOURCE_FILES, "PhysioNet 2012")
     sets = {name: read_set(src, name, limit=limit, progress=progress, fs=fs) for name in SETS}
     tdir = out / TASK_DIRS["mortality"]
     tables = {}

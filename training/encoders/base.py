@@ -34,6 +34,19 @@ class Encoder(nn.Module, ABC):
         """
 
 
+#: Encoder name -> its class: filled by the package (training/encoders/__init__.py), read by
+#: `build_encoder`. Here, beside the interface, so that an encoder made of encoders (the
+#: ensemble) builds its members without importing the package that registers it.
+ENCODERS: dict[str, type[Encoder]] = {}
+
+
+def build_encoder(name: str, n_features: int, n_static: int = 0, **hparams: Any) -> Encoder:
+    """Build the encoder registered as `name`; `hparams` as returned by `Encoder.hparams()`."""
+    if name not in ENCODERS:
+        raise ValueError(f"unknown encoder {name!r}; valid names: {', '.join(sorted(ENCODERS))}")
+    return ENCODERS[name](n_features, n_static, **hparams)
+
+
 def clamp_lengths(lengths: Tensor, seq_len: int | Tensor) -> Tensor:
     """Lengths as int64 in [1, T]: an empty stay reads step 0 rather than indexing -1."""
     return lengths.to(torch.int64).clamp(min=1, max=seq_len)

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from training.encoders.base import Encoder
+from training.encoders.base import Encoder, build_encoder
 
 
 class EnsembleEncoder(Encoder):
@@ -23,8 +23,6 @@ class EnsembleEncoder(Encoder):
     def __init__(self, n_features: int, n_static: int = 0, *,
                  members: list[dict[str, Any]]) -> None:
         super().__init__()
-        from training.encoders import build_encoder  # the registry imports this module
-
         if not members:
             raise ValueError("an ensemble needs at least one member encoder")
         self._specs = [{"name": m["name"], "hparams": dict(m["hparams"])} for m in members]

@@ -1,4 +1,4 @@
-"""Admission control: a model's full pipeline refuses new requests before reading their body.
+"""Load shedding: a model's full pipeline refuses new requests before reading their body.
 
 A scoring request of any interface (JSON, FHIR, CDS Hooks, Open Inference) is refused at once
 when its model is full; otherwise its body is read under a deadline (`SCEHR_BODY_TIMEOUT_S`,
@@ -56,7 +56,7 @@ WINDOW_S = 5.0
 MAX_RETRY_AFTER_S = 60
 #: Retry-After spreads refused clients so that about one refusal comes per this many completions.
 REFUSALS_PER_COMPLETION_INV = 4
-#: The unit of admission: a request costs one per started UNIT_BYTES of body, at least one. A
+#: The unit of load shedding: a request costs one per started UNIT_BYTES of body, at least one. A
 #: full 48-hour stay in the JSON long form is ~24 kB (one unit), a 256-stay batch of them ~190
 #: units, a FHIR Bundle of 2,000 Observations ~25: parsing, validation and the rows computed
 #: grow with the body, and its size is known, at no cost, before any of them starts.
@@ -64,7 +64,7 @@ UNIT_BYTES = 32 * 1024
 
 
 def cost(body_bytes: int) -> int:
-    """Admission units of a request whose body has `body_bytes` bytes."""
+    """Load-shedding units of a request whose body has `body_bytes` bytes."""
     return max(1, -(-body_bytes // UNIT_BYTES))
 
 
@@ -98,7 +98,7 @@ class _Completed:
 
 
 @dataclass
-class Admission:
+class LoadShedder:
     """Units (`cost`) admitted per model; never above `limit`, nor above what can finish in
     time, except one request alone (a request larger than the limit runs by itself).
 
@@ -260,20 +260,20 @@ def replay(body: bytes, receive: Receive) -> Receive:
     return receive_again
 
 
-class AdmissionMiddleware:
+class LoadSheddingMiddleware:
     """Before any body is read: 401 without a valid API key (where keys are set) on the routes
     that need one, 415 for a Content-Type the route does not read (`service.media_types`),
     then 503 + Retry-After when the model is full. Then the body, under its deadline (408
-    when it stalls), and admission (503 if the model filled meanwhile)."""
+    when it stalls), and the model's limit again (503 if it filled meanwhile)."""
 
-    def __init__(self, app: ASGIApp, admission: Admission, metrics: Metrics,
+    def __init__(self, app: ASGIApp, shedder: LoadShedder, metrics: Metrics,
                  timeout_s: float, api_keys: list[str],
                  keyed: Sequence[re.Pattern[str]] = (), body_timeout_s: float = 10.0,
                  bodies: Sequence[BodyRoute] = ()) -> None:
         self.app = app
         self.keyed = tuple(keyed)
         self.bodies = tuple(bodies)
-        self.admission = admission
+        self.shedder = shedder
         self.metrics = metrics
         self.timeout_s = timeout_s
         self.body_timeout_s = body_timeout_s
@@ -288,7 +288,7 @@ class AdmissionMiddleware:
         scope["state"]["rejected"] = True
         rid = request_id_var.get() or ""
         body = _REFUSED % rid.encode()
-        advice = self.admission.refuse(task)
+        advice = self.shedder.refuse(task)
         self.told.tell(scope.get("client"), advice)
         await send({"type": "http.response.start", "status": 503, "headers": [
             (b"content-type", b"application/json"),
@@ -326,11 +326,11 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         scope.setdefault("state", {})["model"] = task
-        if self.admission.full(task):
+        if self.shedder.full(task):
             # back before its Retry-After on this connection: answered when that time comes,
             # by what the model can take then
             await self.told.hold(scope.get("client"))
-            if self.admission.full(task):
+            if self.shedder.full(task):
                 await self._refuse(scope, send, task)
                 return
         try:
@@ -346,7 +346,7 @@ class AdmissionMiddleware:
                 [(b"connection", b"close")])
             return
         units = cost(len(body))
-        if not self.admission.try_admit(task, units):
+        if not self.shedder.try_admit(task, units):
             await self._refuse(scope, send, task)
             return
         self.told.forget(scope.get("client"))
@@ -363,4 +363,4 @@ class AdmissionMiddleware:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            self.admission.release(task, completed=status < 500, units=units)
+            self.shedder.release(task, completed=status < 500, units=units)

@@ -19,7 +19,7 @@ import pytest
 from schemas.featureset import FEATURE_SETS
 from schemas.model_index import read_index
 from schemas.payloads import Prediction
-from service.scoring import CLASS_FIELDS, Output, count_jsonl, read_benchmark, score
+from service.offline_scoring import CLASS_FIELDS, Output, count_jsonl, read_benchmark, score
 from service.settings import Settings
 from service.shards import parse_shard
 from tests.conftest import REPO, SHARED_DATA, needs_shared_data

@@ -140,7 +140,7 @@ async def test_answers_before_routing_are_counted_under_their_route(
         r = await c.post("/fhir/predict/mortality", content=b"{}",
                          headers={**key, "content-type": "text/plain"})
         assert r.status_code == 415
-        c.app.state.admission.admitted["mortality"] = 2  # type: ignore[attr-defined]
+        c.app.state.load_shedder.admitted["mortality"] = 2  # type: ignore[attr-defined]
         r = await c.post("/predict/mortality/batch", json={"stays": []}, headers=key)
         assert r.status_code == 503
         assert (await c.post("/no/such/path", json={})).status_code == 404

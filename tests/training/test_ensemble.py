@@ -168,7 +168,7 @@ async def test_exported_ensemble_is_served_like_pytorch(built: tuple[Path, Path]
     async with serve(Settings(model_dir=tmp_path / "models", device="cpu")) as client:
         r = await client.post("/predict/mortality", json=payload)
     assert r.status_code == 200, r.text
-    got = np.array([c["probability"] for c in r.json()["results"]])
+    got = np.array([c["score"] for c in r.json()["results"]])
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 

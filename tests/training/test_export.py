@@ -153,7 +153,7 @@ async def test_service_scores_exported_models_like_pytorch(models: Path, task: s
     async with serve(Settings(model_dir=models, device="cpu")) as client:
         r = await client.post(f"/predict/{task}", json=payload)
     assert r.status_code == 200, r.text
-    got = np.array([c["probability"] for c in r.json()["results"]])
+    got = np.array([c["score"] for c in r.json()["results"]])
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
@@ -244,7 +244,7 @@ async def test_served_probabilities_equal_the_evaluated_ones(models: Path, task:
         r = await client.post(f"/predict/{task}/batch", json={"stays": stays})
     assert r.status_code == 200, r.text
     items = r.json()["items"]
-    got = np.array([[c["probability"] for c in it["prediction"]["results"]] for it in items])
+    got = np.array([[c["score"] for c in it["prediction"]["results"]] for it in items])
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 

@@ -40,7 +40,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv
 WORKDIR /src
 # only what the service needs: the contract (schemas) and the service; training never enters
-COPY pyproject.toml README.md scehr_cli.py ./
+COPY pyproject.toml setup.py README.md ./
+COPY scehr scehr
 COPY schemas schemas
 COPY service service
 # VARIANT names the runtime extra: `cpu` (plain onnxruntime) or `gpu` (onnxruntime-gpu)
@@ -68,7 +69,7 @@ RUN apt-get update \
 COPY --from=build /opt/venv /opt/venv
 # the venv's python is a link to the build stage's python3.X: fail the build here, not at start,
 # when the runtime base has another Python minor
-RUN /opt/venv/bin/python -c "import onnxruntime, service.app"
+RUN /opt/venv/bin/python -c "import onnxruntime, scehr.service.app"
 COPY --chown=root:root models /opt/scehr/models
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

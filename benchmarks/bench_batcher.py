@@ -38,11 +38,11 @@ from common import (
 )
 from payloads import default_model_stays
 
-from schemas.payloads import StayPayload
-from service.batcher import ModelInputs, concat_outputs
-from service.pipeline import prepare
-from service.registry import load_model, read_index, resolve
-from service.settings import Settings
+from scehr.schemas.payloads import StayPayload
+from scehr.service.batcher import ModelInputs, concat_outputs
+from scehr.service.pipeline import prepare
+from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.settings import Settings
 
 TOL = 1e-5
 

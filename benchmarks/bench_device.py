@@ -26,13 +26,13 @@ from common import describe, dumps, loadavg, model_dir, pct, server
 from compare_servers import single_client
 from payloads import default_model_stays
 
-from schemas.contract import GRAPH
-from schemas.payloads import StayPayload
-from service.batcher import ModelInputs
-from service.pipeline import prepare
-from service.registry import load_model, read_index, resolve
-from service.runtime import CPU, CUDA
-from service.settings import Settings
+from scehr.schemas.contract import GRAPH
+from scehr.schemas.payloads import StayPayload
+from scehr.service.batcher import ModelInputs
+from scehr.service.pipeline import prepare
+from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.runtime import CPU, CUDA
+from scehr.service.settings import Settings
 
 
 def timed(run: object, reps: int) -> float:

@@ -32,10 +32,10 @@ from common import (
 )
 from payloads import default_model_stays, real_stays
 
-from schemas.payloads import StayPayload
-from service.pipeline import predictions, prepare
-from service.registry import load_model, read_index, resolve
-from service.settings import Settings
+from scehr.schemas.payloads import StayPayload
+from scehr.service.pipeline import predictions, prepare
+from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.settings import Settings
 
 #: The request parse before this commit's fast path (FastAPI's body parameter: json.loads, then
 #: validation of the dict) and now (pydantic validates while parsing the bytes).

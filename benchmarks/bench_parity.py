@@ -23,10 +23,10 @@ import time
 from common import Conn, describe, dumps, loadavg, model_dir, post, server
 from payloads import default_model_stays
 
-from service.batcher import run_chunked
-from service.pipeline import parse_stays, predictions, prepare
-from service.registry import load_model, read_index, resolve
-from service.settings import Settings
+from scehr.service.batcher import run_chunked
+from scehr.service.pipeline import parse_stays, predictions, prepare
+from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.settings import Settings
 
 
 def main() -> None:

@@ -36,12 +36,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.score_vs_service import served  # noqa: E402
-from schemas.payloads import StayPayload  # noqa: E402
-from service.batcher import run_chunked  # noqa: E402
-from service.offline_scoring import read_benchmark, resolve_model, score  # noqa: E402
-from service.pipeline import prepare  # noqa: E402
-from service.registry import load_model  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from scehr.schemas.payloads import StayPayload  # noqa: E402
+from scehr.service.batcher import run_chunked  # noqa: E402
+from scehr.service.offline_scoring import read_benchmark, resolve_model, score  # noqa: E402
+from scehr.service.pipeline import prepare  # noqa: E402
+from scehr.service.registry import load_model  # noqa: E402
+from scehr.service.settings import Settings  # noqa: E402
 
 SPLIT = REPO / "data" / "physionet2012-benchmark" / "in-hospital-mortality" / "test"
 CHUNK_SIZES = (1, 2, 3, 4, 5, 7, 31, 32, 33, 100, 255, 256)

@@ -1,11 +1,11 @@
 """Classical baselines on a converted PhysioNet 2012 mortality dataset, on either feature set:
-logistic regression and gradient boosting on 48-hour summary statistics (per variable first,
-last, min, max, mean, last - first, slope and count of observed hours, so a count of 0 marks a
-variable as missing; category shares for GCS and ICU type; age and sex with missing flags;
-`training.studies.baseline`). The regularisation C and the boosting grid point are chosen on the
-validation split (15% of sets a+b), the models are fitted on the rest of sets a+b, and set c
-is only reported: AUROC/AUPRC with 95% bootstrap CIs and the Challenge 2012 scores (Event 1 at
-the validation-chosen threshold, and the best on test for reference; Event 2 on the model's
+logistic regression and gradient boosting on 48-hour summary statistics (per variable first, last,
+min, max, mean, last - first, slope and count of observed hours, so a count of 0 marks a variable as
+missing; category shares for GCS and ICU type; age and sex with missing flags;
+`scehr.training.studies.baseline`). The regularisation C and the boosting grid point are chosen on
+the validation split (15% of sets a+b), the models are fitted on the rest of sets a+b, and set c is
+only reported: AUROC/AUPRC with 95% bootstrap CIs and the Challenge 2012 scores (Event 1 at the
+validation-chosen threshold, and the best on test for reference; Event 2 on the model's
 probability).
 
 Usage:
@@ -30,11 +30,15 @@ from typing import Any
 
 import pandas as pd
 
-from schemas.featureset import FEATURE_SETS
-from training.bootstrap import bootstrap_metrics, format_ci
-from training.challenge2012 import challenge_scores
-from training.data.splits import load_split
-from training.studies.baseline import baseline_predictions, fit_gbm_baseline, fit_logistic_baseline
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.training.bootstrap import bootstrap_metrics, format_ci
+from scehr.training.challenge2012 import challenge_scores
+from scehr.training.data.splits import load_split
+from scehr.training.studies.baseline import (
+    baseline_predictions,
+    fit_gbm_baseline,
+    fit_logistic_baseline,
+)
 
 #: C values tried for the logistic regression (validation AUROC picks one).
 C_GRID: tuple[float, ...] = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas.featureset import FeatureSet
+from scehr.schemas.featureset import FeatureSet
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -41,7 +41,7 @@ def model_dir() -> tuple[Path, str]:
     """The real model folder when it has an index, else fresh fixture models (and which)."""
     real = real_models()
     if (real / "index.json").is_file():
-        from service.registry import read_index
+        from scehr.service.registry import read_index
 
         defaults = read_index(real).defaults
         return real, f"default models of {real}/index.json (" + ", ".join(
@@ -150,7 +150,7 @@ def free_port() -> int:
 
 
 _PROFILED = """import cProfile, sys
-from scehr_cli import main
+from scehr.cli import main
 prof = cProfile.Profile()
 try:
     prof.runcall(main, sys.argv[2:])
@@ -226,7 +226,7 @@ def server(models: Path, profile: Path | None = None, device: str = "cpu", worke
     env.update({f"SCEHR_{k.upper()}": str(v) for k, v in settings.items()})
     log = open(tempfile.mkstemp(prefix="scehr-bench-", suffix=".log")[1], "w")  # noqa: SIM115
     exe = Path(sys.executable).parent / "scehr"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "scehr_cli"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "scehr.cli"]
     if profile is not None:
         cmd = [sys.executable, "-c", _PROFILED, str(profile)]
     proc = subprocess.Popen([*cmd, "serve", "--port", str(port), "--model-dir", str(models),

@@ -70,10 +70,10 @@ from common import (
 )
 from payloads import default_model_stays
 
-from schemas.payloads import StayPayload
-from service.pipeline import prepare, sufficiency
-from service.registry import load_model, read_index, resolve
-from service.settings import Settings
+from scehr.schemas.payloads import StayPayload
+from scehr.service.pipeline import prepare, sufficiency
+from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.settings import Settings
 
 TOL = 1e-6
 KINDS = ("scehr-default", "scehr-top", "fastapi-ort", "fastapi-tuned", "litserve",

@@ -22,11 +22,11 @@ import numpy as np
 import onnxruntime as ort
 
 from benchmarks.common import loadavg
-from schemas.contract import INPUT_LENGTHS, INPUT_STATIC, INPUT_X
-from schemas.featureset import FeatureSet
-from schemas.manifest import load_manifest
-from schemas.tensorize import Normalizer, StaticImputer
-from training.data.splits import load_split
+from scehr.schemas.contract import INPUT_LENGTHS, INPUT_STATIC, INPUT_X
+from scehr.schemas.featureset import FeatureSet
+from scehr.schemas.manifest import load_manifest
+from scehr.schemas.tensorize import Normalizer, StaticImputer
+from scehr.training.data.splits import load_split
 
 
 def feeds(model_dir: Path, data: str, n: int) -> tuple[ort.InferenceSession, list[dict]]:

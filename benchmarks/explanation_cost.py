@@ -29,11 +29,11 @@ import pandas as pd
 from common import REPO, loadavg, real_models
 from payloads import stay_payload
 
-from schemas.payloads import StayPayload
-from service.pipeline import prepare, read_out
-from service.registry import load_model, read_index, resolve
-from service.runtime import session_options
-from service.settings import Settings
+from scehr.schemas.payloads import StayPayload
+from scehr.service.pipeline import prepare, read_out
+from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.runtime import session_options
+from scehr.service.settings import Settings
 
 TOP = 3
 

@@ -33,7 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.gc_pauses import tune_collector  # noqa: E402
+from scehr.service.gc_pauses import tune_collector  # noqa: E402
 
 PACKAGES = ("service", "schemas")
 
@@ -49,9 +49,9 @@ def load(root: Path | None) -> SimpleNamespace:
     if root:
         sys.path.insert(0, str(root))
     try:
-        from service.interop import fhir_in, fhir_limits
-        from service.routes import fhir
-        from service.settings import Settings
+        from scehr.service.interop import fhir_in, fhir_limits
+        from scehr.service.routes import fhir
+        from scehr.service.settings import Settings
         return SimpleNamespace(check_raw=fhir_limits.check_raw, limits=fhir_limits.FhirLimits(
             Settings().max_observations), bundle=fhir._bundle, read_bundle=fhir_in.read_bundle)
     finally:
@@ -97,8 +97,8 @@ def main() -> None:
     ap.add_argument("--bundle", type=Path, default=REPO / "examples" / "fhir_bundle.json")
     args = ap.parse_args()
     raw = args.bundle.read_bytes()
-    from service.registry import load_model, read_index, resolve
-    from service.settings import Settings
+    from scehr.service.registry import load_model, read_index, resolve
+    from scehr.service.settings import Settings
     models = REPO / "models"
     model = load_model(resolve(models, read_index(models), "mortality"), "mortality",
                        Settings(model_dir=models, device="cpu"))

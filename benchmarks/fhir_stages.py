@@ -26,13 +26,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.interop.fhir_in import read_bundle  # noqa: E402
-from service.interop.fhir_limits import FhirLimits  # noqa: E402
-from service.interop.fhir_out import risk_bundle, to_json  # noqa: E402
-from service.pipeline import predictions, prepare  # noqa: E402
-from service.registry import load_model, read_index, resolve  # noqa: E402
-from service.routes.fhir import _bundle  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from scehr.service.interop.fhir_in import read_bundle  # noqa: E402
+from scehr.service.interop.fhir_limits import FhirLimits  # noqa: E402
+from scehr.service.interop.fhir_out import risk_bundle, to_json  # noqa: E402
+from scehr.service.pipeline import predictions, prepare  # noqa: E402
+from scehr.service.registry import load_model, read_index, resolve  # noqa: E402
+from scehr.service.routes.fhir import _bundle  # noqa: E402
+from scehr.service.settings import Settings  # noqa: E402
 
 STAGES = ("decode + limits", "lean validation + reading", "tensorize", "ONNX Runtime",
           "read-outs", "response Bundle + JSON")

@@ -23,7 +23,7 @@ from typing import Any
 from common import REPO
 from ingest_throughput import stay_sets
 
-from schemas import ingest as after
+from scehr.schemas import ingest as after
 
 
 def load_revision(rev: str) -> Any:

@@ -1,4 +1,4 @@
-"""Ingest throughput: the column-wise `schemas.ingest` against the per-row reference.
+"""Ingest throughput: the column-wise `scehr.schemas.ingest` against the per-row reference.
 
     .venv/bin/python benchmarks/ingest_throughput.py [--stays 300] [--repeat 5]
 
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from common import REPO, full_stay
 
-from schemas import ingest as fast
-from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
-from schemas.payloads import StayPayload
+from scehr.schemas import ingest as fast
+from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
+from scehr.schemas.payloads import StayPayload
 from tests.oracles import ingest_reference as reference
 from tests.oracles.ingest_cases import assert_same_result, random_stay
 

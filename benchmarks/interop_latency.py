@@ -10,7 +10,7 @@ scehr-mortality` (the CDS Hooks example; it scores with explain=full) and
 app with `fhir_validation="full"` (every element validated by `fhir.resources`), and, for
 reference, the JSON route at explain=top. Each body is encoded once beforehand (the client's
 JSON encoding is not the interface's cost) and the collector is tuned as in a served worker
-(`service.gc_pauses.tune_collector`). Prints the median and the 90th percentile in ms, side
+(`scehr.service.gc_pauses.tune_collector`). Prints the median and the 90th percentile in ms, side
 by side in one run, the FHIR / JSON ratio of medians (both at explain=basic) beside its target
 (<= 3x) and the median of the per-round ratios (each round calls every route once, so it is
 less sensitive to other jobs), and the load average before and after. Only prints.
@@ -30,8 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.gc_pauses import tune_collector  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from scehr.service.gc_pauses import tune_collector  # noqa: E402
+from scehr.service.settings import Settings  # noqa: E402
 from tests.service.conftest import serve  # noqa: E402
 
 JSON = "JSON  POST /predict/mortality (basic)"

@@ -5,7 +5,7 @@ times, every subject, admission and ICU stay id shifted by k * 1,000,000 in copy
 headers, plain CSV as the official files), runs the reference pipeline (its seven scripts, in a
 Python environment with its pinned pandas) and ours on it, each under /usr/bin/time -v, and
 prints wall time, CPU time, peak resident memory, the load average, and whether the outputs
-agree (`training.data.mimic3.compare`).
+agree (`scehr.training.data.mimic3.compare`).
 
     python benchmarks/mimic3_extract.py --copies 14 \
         --reference-dir /tmp/mimic3-benchmarks --reference-python /tmp/m3b-venv/bin/python
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.data.layout import data_dir  # noqa: E402
+from scehr.training.data.layout import data_dir  # noqa: E402
 
 TABLES = ("PATIENTS", "ADMISSIONS", "ICUSTAYS", "DIAGNOSES_ICD", "D_ICD_DIAGNOSES", "CHARTEVENTS",
           "LABEVENTS", "OUTPUTEVENTS")
@@ -160,7 +160,7 @@ def main() -> int:
         a, b = results["mimic3-benchmarks"], results[OURS]
         print(f"speed-up: wall {a['wall_s'] / b['wall_s']:.1f}x, "
               f"CPU {a['cpu_s'] / b['cpu_s']:.1f}x")
-        from training.data.mimic3.compare import compare_trees
+        from scehr.training.data.mimic3.compare import compare_trees
 
         report = compare_trees(ours, tmp / "reference")
         print(report.summary())

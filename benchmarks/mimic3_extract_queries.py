@@ -26,11 +26,11 @@ sys.path.insert(0, str(ROOT))
 
 from common import loadavg  # noqa: E402
 
-from training.data.mimic3 import events as ev  # noqa: E402
-from training.data.mimic3.pipeline import WORK_DIR, read_itemid_map  # noqa: E402
-from training.data.mimic3.sources import Resources  # noqa: E402
-from training.data.mimic3.subjects import read_cohort  # noqa: E402
-from training.data.phenotypes import load_ccs_definitions  # noqa: E402
+from scehr.training.data.mimic3 import events as ev  # noqa: E402
+from scehr.training.data.mimic3.pipeline import WORK_DIR, read_itemid_map  # noqa: E402
+from scehr.training.data.mimic3.sources import Resources  # noqa: E402
+from scehr.training.data.mimic3.subjects import read_cohort  # noqa: E402
+from scehr.training.data.phenotypes import load_ccs_definitions  # noqa: E402
 
 
 def timed(name: str, step: Callable[[], Any]) -> Any:

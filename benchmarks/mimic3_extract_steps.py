@@ -2,7 +2,7 @@
 
     python benchmarks/mimic3_extract_steps.py MIMIC_DIR OUT
 
-Runs `training.data.mimic3.pipeline.extract` with a progress callback that prints, at each
+Runs `scehr.training.data.mimic3.pipeline.extract` with a progress callback that prints, at each
 progress message, the time since the previous one (wall; user and system CPU of the whole
 process, DuckDB's threads and the file-writer threads included) and the load average at the
 end. OUT is deleted first, so the event tables are scanned again. Two steps run beside others
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from common import loadavg  # noqa: E402
 
-from training.data.mimic3.pipeline import extract  # noqa: E402
+from scehr.training.data.mimic3.pipeline import extract  # noqa: E402
 
 
 def main() -> int:

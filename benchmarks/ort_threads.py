@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/ort_threads.py [--task mortality] [--threads N] [--reps 3]
 
 The served model's session gets cores // workers intra-op threads (`Settings.ort_threads`);
-for runs of at most `service.registry.LIGHT_ROWS` rows the server uses a second session with
+for runs of at most `scehr.service.registry.LIGHT_ROWS` rows the server uses a second session with
 one thread (`LoadedModel.light`). This times both sessions on the same real stays, batched to
 each run size (runs are padded to a multiple of RUN_ROW_BLOCK rows, as served), alternating
 the two in every repetition; CPU is `time.process_time` (ORT's threads included). Best of
@@ -20,11 +20,11 @@ import numpy as np
 from common import loadavg, model_dir
 from payloads import default_model_stays
 
-from schemas.payloads import StayPayload
-from service.batcher import batch
-from service.pipeline import prepare
-from service.registry import LIGHT_ROWS, load_model, read_index, resolve
-from service.settings import Settings, available_cores
+from scehr.schemas.payloads import StayPayload
+from scehr.service.batcher import batch
+from scehr.service.pipeline import prepare
+from scehr.service.registry import LIGHT_ROWS, load_model, read_index, resolve
+from scehr.service.settings import Settings, available_cores
 
 SIZES = (1, 4, 8, 16, 32)
 ROWS = 64  # rows per timed block: every size runs the same stays

@@ -24,8 +24,8 @@ import pandas as pd
 
 from benchmarks.common import server
 from benchmarks.payloads import stay_payload
-from training.calibration import expected_calibration_error
-from training.metrics import auroc
+from scehr.training.calibration import expected_calibration_error
+from scehr.training.metrics import auroc
 
 
 def main() -> None:

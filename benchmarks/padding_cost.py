@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/padding_cost.py [--task mortality] [--stays 50] [--reps 20]
 
-Runs on the CPU are padded to a multiple of `service.registry.RUN_ROW_BLOCK` rows (copies of
+Runs on the CPU are padded to a multiple of `scehr.service.registry.RUN_ROW_BLOCK` rows (copies of
 the last row, cut back) so that a stay's outputs never depend on which stays share its run
 (docs/deployment.md, "Batch scoring"). For real test stays scored one at a time (a lone
 request at `explain=basic`), this prints the CPU ms per stay of the served run (padded) and of
@@ -18,12 +18,12 @@ import time
 from common import loadavg, model_dir
 from payloads import default_model_stays
 
-from schemas.contract import GRAPH
-from schemas.payloads import StayPayload
-from service.batcher import ModelInputs
-from service.pipeline import prepare
-from service.registry import LoadedModel, load_model, read_index, resolve
-from service.settings import Settings
+from scehr.schemas.contract import GRAPH
+from scehr.schemas.payloads import StayPayload
+from scehr.service.batcher import ModelInputs
+from scehr.service.pipeline import prepare
+from scehr.service.registry import LoadedModel, load_model, read_index, resolve
+from scehr.service.settings import Settings
 
 
 def unpadded(m: LoadedModel, inputs: ModelInputs) -> object:

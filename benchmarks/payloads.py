@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from schemas.tasks import task_spec
-from schemas.variables import CATALOG
+from scehr.schemas.tasks import task_spec
+from scehr.schemas.variables import CATALOG
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ UNITS = {v.benchmark_name: v.unit for v in CATALOG if v.unit_required and v.unit
 
 def default_feature_set(task: str, models: Path) -> str:
     """The feature set of the task's default model in `models/index.json`."""
-    from schemas.model_index import read_index
+    from scehr.schemas.model_index import read_index
 
     index = read_index(models)
     entry = index.entry(task, index.defaults[task])
@@ -93,7 +93,7 @@ def default_model_stays(task: str, n: int, models: Path, hours: int = 48,
     that model's feature set (`common.full_stay`), with `end_hours` for whole-stay tasks."""
     from common import full_stay
 
-    from schemas.featureset import FEATURE_SETS
+    from scehr.schemas.featureset import FEATURE_SETS
 
     found = real_stays(task, n, models) if real else None
     if found is not None:

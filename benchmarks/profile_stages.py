@@ -6,7 +6,7 @@
 Real test stays (benchmarks/payloads.py; without the converted data, synthetic ones in the
 model's feature set), one at a time: parse + validate the bytes (json.loads + model_validate,
 as a FastAPI body parameter does, and model_validate_json, as the single-stay route does now),
-ingest + tensorize (`service.pipeline.prepare`), ORT at batch 1 (one intra-op thread, so it
+ingest + tensorize (`scehr.service.pipeline.prepare`), ORT at batch 1 (one intra-op thread, so it
 runs on the calling thread), read-outs (`predictions`), response JSON. Each stage is timed with
 the thread's CPU clock (`time.thread_time`), which a busy shared machine inflates far less than
 wall time, and with the wall clock; medians over stays, best of `--passes` passes. `--source
@@ -32,8 +32,8 @@ if "--source" in sys.argv:  # before anything imports service/ or schemas/
     sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f)]
     sys.path.insert(0, _src)
     # Bound to that checkout now: benchmarks/common.py puts this repository first on the path.
-    import schemas  # noqa: F401
-    import service  # noqa: F401
+    import scehr.schemas
+    import scehr.service  # noqa: F401
 
 import argparse
 import asyncio
@@ -48,10 +48,10 @@ import numpy as np
 from common import dumps, loadavg, model_dir
 from payloads import default_model_stays
 
-from schemas.payloads import StayPayload
-from service.pipeline import predictions, prepare
-from service.registry import load_model, read_index, resolve
-from service.settings import Settings
+from scehr.schemas.payloads import StayPayload
+from scehr.service.pipeline import predictions, prepare
+from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.settings import Settings
 
 STAGES = ("json.loads + model_validate", "model_validate_json", "ingest + tensorize",
           "ORT, the stay's run (1 thread)", "read-outs (predictions)", "response JSON")
@@ -92,7 +92,7 @@ async def asgi_cpu_ms(bodies: list[bytes], task: str, models: object, passes: in
     over requests of this thread's CPU time, with ORT at one intra-op thread as in the stages
     above (a lone light request runs everything on this thread), so that it compares with
     their sum; and the mean of the process's CPU time with the served ORT settings."""
-    from service.app import create_app
+    from scehr.service.app import create_app
 
     one = create_app(Settings(model_dir=models, device="cpu", workers=1, intra_op_threads=1))
     served = create_app(Settings(model_dir=models, device="cpu", workers=1))

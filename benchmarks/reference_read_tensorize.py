@@ -8,8 +8,8 @@ Input: the in-hospital-mortality test split of a converted folder (by default
 impute_strategy='previous', start_time='zero').transform(X, end=48)` of mimic3-benchmarks
 (`load_data` of its in-hospital-mortality models, copied verbatim in
 `tests/oracles/mimic3_benchmarks.py`, config from the shared data folder). scehr's path is
-`training.data.reader.read_timeseries` (plausibility and benchmark cleaning included) +
-`schemas.tensorize.discretize`. Both run in this one process on the same files (page cache
+`scehr.training.data.reader.read_timeseries` (plausibility and benchmark cleaning included) +
+`scehr.schemas.tensorize.discretize`. Both run in this one process on the same files (page cache
 warm for both); outputs must be identical or the script exits non-zero. Both stages are timed
 separately and end to end, in wall-clock and CPU seconds (both paths run on one thread, so on
 a shared machine CPU time is the steadier figure); scehr's are the best of `--repeat` passes,
@@ -32,11 +32,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 import pandas as pd
 
-from schemas.featureset import BENCHMARK_48H
-from schemas.tensorize import discretize
+from scehr.schemas.featureset import BENCHMARK_48H
+from scehr.schemas.tensorize import discretize
+from scehr.training.data.layout import data_dir, repo_root
+from scehr.training.data.reader import read_timeseries
 from tests.oracles import mimic3_benchmarks as ref
-from training.data.layout import data_dir, repo_root
-from training.data.reader import read_timeseries
 
 WINDOW = 48.0
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from training.bootstrap import bootstrap_ci, format_ci, paired_bootstrap_diff
-from training.external import ExportedModel, Scored
-from training.metrics import auroc
-from training.robustness import evaluate_missing
+from scehr.training.bootstrap import bootstrap_ci, format_ci, paired_bootstrap_diff
+from scehr.training.external import ExportedModel, Scored
+from scehr.training.metrics import auroc
+from scehr.training.robustness import evaluate_missing
 
 
 def run_config(notes: list[str]) -> dict[str, Any]:

@@ -28,10 +28,10 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from schemas.payloads import Prediction  # noqa: E402
-from service.app import create_app  # noqa: E402
-from service.offline_scoring import CLASS_FIELDS, read_benchmark, score  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from scehr.schemas.payloads import Prediction  # noqa: E402
+from scehr.service.app import create_app  # noqa: E402
+from scehr.service.offline_scoring import CLASS_FIELDS, read_benchmark, score  # noqa: E402
+from scehr.service.settings import Settings  # noqa: E402
 
 SPLIT = REPO / "data" / "physionet2012-benchmark" / "in-hospital-mortality" / "test"
 
@@ -100,7 +100,7 @@ def shards(model_dir: Path, work: Path, counts: list[int]) -> None:
         t0 = time.perf_counter()
         c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         procs = [subprocess.Popen(
-            [sys.executable, "-m", "scehr_cli", "score", "mortality", str(SPLIT), "--out",
+            [sys.executable, "-m", "scehr.cli", "score", "mortality", str(SPLIT), "--out",
              str(work / f"n{n}-part{i}.jsonl"), "--shard", f"{i}/{n}", "--threads", "1",
              "--device", "cpu", "--quiet", "--model-dir", str(model_dir)], cwd=REPO,
             stderr=subprocess.DEVNULL) for i in range(n)]

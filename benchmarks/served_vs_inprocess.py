@@ -21,7 +21,7 @@ monitoring, logs). Medians over stays, best of `--passes` passes. Each pass time
 one after another (the in-process work between the served requests and the floor's, the same
 bodies as often as they are sent), so a burst of load from another job touches all three
 alike; and the in-process work runs under the worker's garbage-collector settings
-(`service.gc_pauses.tune_collector`), not the interpreter's defaults, which collect the young
+(`scehr.service.gc_pauses.tune_collector`), not the interpreter's defaults, which collect the young
 generation every 700 allocations where a served worker does every 100,000. The same ratio is
 printed in CPU time too (the server processes' CPU per request from /proc, the in-process work's
 `time.process_time`, which counts ORT's threads): a shared machine inflates CPU time far less
@@ -55,11 +55,11 @@ from common import (
 )
 from payloads import default_model_stays
 
-from service.gc_pauses import tune_collector
-from service.pipeline import predictions, prepare
-from service.registry import LoadedModel, load_model, read_index, resolve
-from service.routes.predict import parse_stay
-from service.settings import Settings
+from scehr.service.gc_pauses import tune_collector
+from scehr.service.pipeline import predictions, prepare
+from scehr.service.registry import LoadedModel, load_model, read_index, resolve
+from scehr.service.routes.predict import parse_stay
+from scehr.service.settings import Settings
 
 EXPLAINS = ("top", "basic")
 #: Times the bodies are sent per timed block (see `timed`).

@@ -5,7 +5,7 @@ For each run directory (trained on PhysioNet 2012 A+B with `scehr train`, or an 
 fitted as `scehr export` fits it): AUROC, AUPRC and ECE (10 equal-width bins) with 95%
 bootstrap CIs, the Challenge 2012 Event 1 (threshold chosen on validation: the `balanced`
 point) and Event 2 (normalised Hosmer-Lemeshow H). The logistic regression and gradient boosting of
-`training.studies.baseline` are fitted on the same splits; the one with the better validation
+`scehr.training.studies.baseline` are fitted on the same splits; the one with the better validation
 AUROC is "the best classical model", and every run is compared with it by a paired bootstrap of
 the test AUROC (same resampled stays for both). Runs of one configuration with several seeds are
 also averaged into an equal-weight mean of their risks (reported, not a shipped model).
@@ -23,19 +23,28 @@ from typing import Any
 
 import numpy as np
 
-from schemas.featureset import FEATURE_SETS
-from training.bootstrap import bootstrap_ci, bootstrap_metrics, format_ci, paired_bootstrap_diff
-from training.calibration import expected_calibration_error
-from training.challenge2012 import challenge_scores
-from training.data.splits import load_split
-from training.evaluate import (
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.training.bootstrap import (
+    bootstrap_ci,
+    bootstrap_metrics,
+    format_ci,
+    paired_bootstrap_diff,
+)
+from scehr.training.calibration import expected_calibration_error
+from scehr.training.challenge2012 import challenge_scores
+from scehr.training.data.splits import load_split
+from scehr.training.evaluate import (
     challenge2012_scores,
     load_predictions,
     load_run_config,
     served_risk,
 )
-from training.metrics import auroc
-from training.studies.baseline import baseline_predictions, fit_gbm_baseline, fit_logistic_baseline
+from scehr.training.metrics import auroc
+from scehr.training.studies.baseline import (
+    baseline_predictions,
+    fit_gbm_baseline,
+    fit_logistic_baseline,
+)
 
 
 def run_rows(run_dir: Path, n_boot: int) -> dict[str, Any]:

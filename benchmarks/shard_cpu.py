@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from service.offline_scoring import read_benchmark  # noqa: E402
+from scehr.service.offline_scoring import read_benchmark  # noqa: E402
 
 SPLIT = REPO / "data" / "physionet2012-benchmark" / "in-hospital-mortality" / "test"
 
@@ -59,7 +59,7 @@ def build_input(split: Path, copies: int, path: Path) -> int:
 def cpu_of(args: list[str]) -> float:
     """CPU seconds (user + system) of one child process running `scehr score ARGS`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "scehr_cli", "score", *args], cwd=REPO, check=True,
+    subprocess.run([sys.executable, "-m", "scehr.cli", "score", *args], cwd=REPO, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)

@@ -6,7 +6,7 @@
 (after `scehr data convert-eicu-demo ../shared/data/eicu-demo data/eicu-benchmark`)
 
 The data folder is the eICU demo converted as the model's provenance says
-(`training.data.eicu_demo`, seed 0, split by patient); the validation and test stays are the
+(`scehr.training.data.eicu_demo`, seed 0, split by patient); the validation and test stays are the
 converter's `val_listfile.csv` and `test/listfile.csv`. Each stay's window is the whole stay
 (its `period_length`, capped at the feature set's 240 h), as in training and as the service
 sets it from `end_hours`. Data are removed as in `benchmarks.sufficiency_study` except the
@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.sufficiency_study import SEED, Model, degrade, write_report  # noqa: E402
-from schemas.sufficiency import DataMinimum, SplitFigures, shortfalls, summarize  # noqa: E402
-from schemas.tensorize import Observations  # noqa: E402
+from scehr.schemas.sufficiency import DataMinimum, SplitFigures, shortfalls, summarize  # noqa: E402
+from scehr.schemas.tensorize import Observations  # noqa: E402
 
 LEVELS = {
     "observations": [1, 2, 3, 5, 10, 20, 50, 100, 200],
@@ -44,7 +44,7 @@ ECE_FACTOR = 2.0  # micro-ECE is small for rare classes: compare with the full s
 def load(tdir: Path, model: Model, split: str
          ) -> tuple[Observations, np.ndarray, np.ndarray, np.ndarray]:
     """(observations, static_raw, labels [n, 25], window end per stay) of one split."""
-    from training.data.reader import labels, read_demographics, read_timeseries, resolve_split
+    from scehr.training.data.reader import labels, read_demographics, read_timeseries, resolve_split
 
     spec = resolve_split(tdir, "phenotypes", split)
     stays = spec.table["stay"].tolist()
@@ -56,8 +56,8 @@ def load(tdir: Path, model: Model, split: str
 
 def figures(y: np.ndarray, risk: np.ndarray, boot: bool = False) -> dict[str, float]:
     """Micro-AUROC and micro-ECE; with `boot`, their 95% stay-bootstrap intervals."""
-    from training.calibration import expected_calibration_error
-    from training.metrics import micro_auroc
+    from scehr.training.calibration import expected_calibration_error
+    from scehr.training.metrics import micro_auroc
 
     def one(idx: np.ndarray) -> tuple[float, float]:
         return (float(micro_auroc(y[idx], risk[idx])),

@@ -6,7 +6,7 @@
 Reads PhysioNet 2012 with the model's feature set (the converter's own reader and cleaning),
 takes the validation stays exactly as the converter splits them (15% of sets a+b by RecordID,
 seed 0, stratified), and runs the exported ONNX graph through the shared tensorize path
-(`schemas.tensorize.discretize`, the manifest's normalizer and static imputer, channels never
+(`scehr.schemas.tensorize.discretize`, the manifest's normalizer and static imputer, channels never
 seen in training treated as not observed, as the service does). Four ways of removing data,
 each at several levels, seeded:
 
@@ -16,7 +16,7 @@ each at several levels, seeded:
 - hours since last: keep only the window's first 48 − g hours (long span, stale data).
 
 Descriptors (ICU type, height) are always kept: they are not measurements over time
-(`schemas.sufficiency.DESCRIPTORS`). For each level it prints AUROC, ECE and the median
+(`scehr.schemas.sufficiency.DESCRIPTORS`). For each level it prints AUROC, ECE and the median
 |risk change| against the full stay, then chooses the model's minimum on validation (the
 least data at which AUROC stays within `AUROC_DROP` of the full stays' and ECE at most
 `MAX_ECE`) and reports it on the test set (set c): stays kept, AUROC and ECE on them. Writes
@@ -35,23 +35,23 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from schemas.contract import (  # noqa: E402
+from scehr.schemas.contract import (  # noqa: E402
     INPUT_LENGTHS,
     INPUT_STATIC,
     INPUT_X,
     OUTPUT_ANCHOR_LOGITS,
     OUTPUT_PROBABILITY,
 )
-from schemas.featureset import FeatureSet  # noqa: E402
-from schemas.manifest import Manifest, load_manifest  # noqa: E402
-from schemas.sufficiency import (  # noqa: E402
+from scehr.schemas.featureset import FeatureSet  # noqa: E402
+from scehr.schemas.manifest import Manifest, load_manifest  # noqa: E402
+from scehr.schemas.sufficiency import (  # noqa: E402
     DESCRIPTORS,
     DataMinimum,
     SplitFigures,
     shortfalls,
     summarize,
 )
-from schemas.tensorize import Normalizer, Observations, StaticImputer, discretize  # noqa: E402
+from scehr.schemas.tensorize import Normalizer, Observations, StaticImputer, discretize  # noqa: E402
 
 AUROC_DROP = 0.05  # the most AUROC a stay at the minimum may lose against full stays
 MAX_ECE = 0.05  # the worst calibration accepted at the minimum
@@ -108,8 +108,8 @@ class Model:
 
 def load(src: Path, fs: FeatureSet) -> dict[str, tuple[Observations, np.ndarray, np.ndarray]]:
     """{"val": ..., "test": ...}: (observations, static_raw [n, 2], labels) per split."""
-    from training.data.layout import split_groups
-    from training.data.physionet2012 import read_set
+    from scehr.training.data.layout import split_groups
+    from scehr.training.data.physionet2012 import read_set
 
     sets = {n: read_set(src, n, fs=fs, progress=False) for n in ("a", "b", "c")}
 
@@ -175,8 +175,8 @@ def degrade(obs: Observations, fs: FeatureSet, how: str, level: float, window: f
 
 
 def figures(y: np.ndarray, risk: np.ndarray) -> dict[str, float]:
-    from training.calibration import expected_calibration_error
-    from training.metrics import auroc
+    from scehr.training.calibration import expected_calibration_error
+    from scehr.training.metrics import auroc
 
     return {"auroc": float(auroc(y, risk)), "ece": float(expected_calibration_error(y, risk))}
 

@@ -17,11 +17,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
-from schemas.featureset import BENCHMARK_48H
-from schemas.tensorize import discretize
+from scehr.schemas.featureset import BENCHMARK_48H
+from scehr.schemas.tensorize import discretize
+from scehr.training.data.layout import data_dir
+from scehr.training.data.physionet2012 import read_set
 from tests.oracles.discretizer import discretize_rows
-from training.data.layout import data_dir
-from training.data.physionet2012 import read_set
 
 
 def main() -> None:

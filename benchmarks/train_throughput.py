@@ -5,7 +5,7 @@ Model: the paper's mortality LSTM (bi-LSTM 8+8 -> LSTM 16, dropout 0.3) with CBC
 the same model from the same initial weights on the same (already normalised) data:
 
 - ours: training.fit's loop (contiguous tensors, batches are index slices of them), timed step
-  by step with the same calls as `training.fit.fit`, and then `fit` itself for a few epochs
+  by step with the same calls as `scehr.training.fit.fit`, and then `fit` itself for a few epochs
   (its `stays_per_second` counts training steps only, not the per-epoch validation pass);
 - plain: a `torch.utils.data.DataLoader` over a numpy-backed Dataset (per-item numpy arrays,
   default collate converts each batch to tensors), the loop most tutorials write.
@@ -36,9 +36,9 @@ from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from training.config import TrainConfig
-from training.fit import Prepared, TensorSplit, build_model, fit, seed_everything
-from training.losses import build_loss
+from scehr.training.config import TrainConfig
+from scehr.training.fit import Prepared, TensorSplit, build_model, fit, seed_everything
+from scehr.training.losses import build_loss
 
 T, F, S = 48, 76, 4
 PHASES = ("data", "forward", "loss", "backward", "optimizer")

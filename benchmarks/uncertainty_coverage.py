@@ -1,10 +1,10 @@
 """Empirical coverage of the served uncertainty (docs/method.md, "Uncertainty"), per dataset.
 
-Each shipped model is run as the service runs it (its ONNX graph, normalizer and calibration
-map, `training.external.ExportedModel`); each stay's conformal outcome set at the model's level
-is read from its manifest, and coverage is the share of stays whose true outcome is in their
-set: overall and given each outcome (the guarantee is per outcome), with 95% bootstrap CIs over
-stays. Also the share of one-outcome sets and the mean Venn-Abers width high - low.
+Each shipped model is run as the service runs it (its ONNX graph, normalizer and calibration map,
+`scehr.training.external.ExportedModel`); each stay's conformal outcome set at the model's level is
+read from its manifest, and coverage is the share of stays whose true outcome is in their set:
+overall and given each outcome (the guarantee is per outcome), with 95% bootstrap CIs over stays.
+Also the share of one-outcome sets and the mean Venn-Abers width high - low.
 
 - mortality on PhysioNet 2012 set C (the test split of the converted data: 4,000 stays);
 - mortality on the eICU demo, all its stays (an external site, as `scehr evaluate` reads it);
@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import loadavg
-from schemas.model_index import read_index
-from schemas.uncertainty import RiskUncertainty
-from training.data.splits import SplitArrays
-from training.external import ExportedModel
-from training.uncertainty import coverage
+from scehr.schemas.model_index import read_index
+from scehr.schemas.uncertainty import RiskUncertainty
+from scehr.training.data.splits import SplitArrays
+from scehr.training.external import ExportedModel
+from scehr.training.uncertainty import coverage
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,7 @@ def _ci(hit: np.ndarray, n_boot: int, seed: int = 0) -> list[float]:
 
 def coverage_row(u: RiskUncertainty, y: np.ndarray, risk: np.ndarray, n_boot: int
                  ) -> dict[str, Any]:
-    """`training.uncertainty.coverage` of the stays, with bootstrap CIs of its coverages."""
+    """`scehr.training.uncertainty.coverage` of the stays, with bootstrap CIs of its coverages."""
     yy = y > 0.5
     hit = u.covered(yy, risk).astype(np.float64)
     row: dict[str, Any] = {"level": u.level,

@@ -6,7 +6,7 @@
 Serves the shipped models in-process (SCEHR_VERSIONS as given; the task's default answers),
 posts the stay to `POST /predict/{task}`, and prints the status, the body's size, the number
 of problems and how many carry the allowed-names list: once as served, once with the
-compaction (`service.unread_variables.compact`) switched off, which is the row-by-row answer.
+compaction (`scehr.service.unread_variables.compact`) switched off, which is the row-by-row answer.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import httpx
 
-import service.scorer as scorer
-from service.app import create_app
-from service.settings import Settings
+import scehr.service.scorer as scorer
+from scehr.service.app import create_app
+from scehr.service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 

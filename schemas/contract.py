@@ -7,7 +7,7 @@ from typing import Final
 #: model whose manifest has another major version. 1.2 adds the `platt` calibration map
 #: (intercept and slope on the logit): a 1.1 server cannot read a model that uses it. 1.3 adds
 #: the model's data minimum, withheld operating points and warning/critical levels. 1.4 adds
-#: each class's uncertainty map (`schemas.uncertainty`); a manifest without it still loads.
+#: each class's uncertainty map (`scehr.schemas.uncertainty`); a manifest without it still loads.
 CONTRACT_VERSION: Final = "1.4"
 
 #: Major.minor of the prediction response (`response_version` in every answer and the
@@ -23,7 +23,7 @@ RESPONSE_VERSIONS: Final = (RESPONSE_VERSION, PREVIOUS_RESPONSE_VERSION)
 RESPONSE_VERSION_HEADER: Final = "X-Scehr-Response-Version"
 
 #: Every served risk lies in [RISK_EPS, 1 - RISK_EPS]: no finite training sample supports a
-#: risk of exactly 0 or 1 (applied once, by `schemas.manifest.Calibration.apply`).
+#: risk of exactly 0 or 1 (applied once, by `scehr.schemas.manifest.Calibration.apply`).
 RISK_EPS: Final = 1e-4
 
 #: The ONNX opset every export targets: the highest the pinned ONNX Runtime (1.31) supports.

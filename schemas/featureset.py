@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from schemas.tasks import TASK_SPECS
-from schemas.variables import BY_ID, Variable, name_index
+from scehr.schemas.tasks import TASK_SPECS
+from scehr.schemas.variables import BY_ID, Variable, name_index
 
 
 class UnknownVariableError(ValueError):

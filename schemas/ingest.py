@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from schemas.featureset import STATIC_FIELDS, FeatureSet
-from schemas.payloads import Notice, Problem, StayPayload, WideTable
-from schemas.tensorize import Observations, apply_rules
-from schemas.variables import (
+from scehr.schemas.featureset import STATIC_FIELDS, FeatureSet
+from scehr.schemas.payloads import Notice, Problem, StayPayload, WideTable
+from scehr.schemas.tensorize import Observations, apply_rules
+from scehr.schemas.variables import (
     CategoryError,
     UnitError,
     Variable,
@@ -472,7 +472,7 @@ def _add_rows(out: StayIngest, cols: ObservationColumns, fs: FeatureSet,
 def unknown_variable(variable: str, fs: FeatureSet, rows: int = 1) -> str:
     """The message of an `unknown_variable` problem, built here only: per row here, and once
     for the `rows` rows of a stay that name it where the service folds them into one problem
-    (`service.unread_variables`); both keep the suggestion for a misspelt name."""
+    (`scehr.service.unread_variables`); both keep the suggestion for a misspelt name."""
     times = f" ({rows} observations)" if rows > 1 else ""
     known = in_catalog(variable)  # a real variable another feature set reads: say so
     where = (f"; the catalog's {known.id} is not an input of this model (feature set "

@@ -2,7 +2,7 @@
 
 Both sides read it: training writes it at export, the service validates it at load and
 refuses a manifest whose contract major version differs from its own. `manifest.schema.json`
-beside this file is generated from these models (`python -m schemas.manifest`), and a test
+beside this file is generated from these models (`python -m scehr.schemas.manifest`), and a test
 checks it is current.
 """
 
@@ -16,10 +16,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from schemas.contract import CONTRACT_VERSION, RISK_EPS
-from schemas.sufficiency import DataMinimum
-from schemas.tasks import TASK_NAMES
-from schemas.uncertainty import RiskUncertainty
+from scehr.schemas.contract import CONTRACT_VERSION, RISK_EPS
+from scehr.schemas.sufficiency import DataMinimum
+from scehr.schemas.tasks import TASK_NAMES
+from scehr.schemas.uncertainty import RiskUncertainty
 
 SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
 
@@ -206,7 +206,7 @@ class MarginReference(_M):
 
 class Histogram(_M):
     """Fractions of a reference sample in fixed bins: bin k holds edges[k-1] <= x < edges[k]
-    (`schemas.profile.bin_index`); categorical variables use one bin per category."""
+    (`scehr.schemas.profile.bin_index`); categorical variables use one bin per category."""
 
     edges: list[float] = Field(description="Interior cut points (bins = len(edges) + 1); "
                                "empty for categorical variables")

@@ -165,7 +165,7 @@ def import_model(model_dir: Path, folder: Path, *, set_default: bool) -> list[st
     immutable), and the copy lands under a temporary name first so a failure leaves nothing
     half-copied behind.
     """
-    from schemas.manifest import ContractError, load_manifest, sha256_file
+    from scehr.schemas.manifest import ContractError, load_manifest, sha256_file
 
     folder = Path(folder)
     try:

@@ -1,7 +1,7 @@
 """Codings of the predicted outcomes, for interoperable outputs (FHIR RiskAssessment).
 
 The code systems and codes live here; each task in schemas/tasks.py names its labels' codings
-(`schemas.tasks.outcome_coding` looks a label up across the tasks).
+(`scehr.schemas.tasks.outcome_coding` looks a label up across the tasks).
 
 Mortality is the SNOMED CT finding "Dead"; the 25 benchmark phenotypes are HCUP CCS 2015
 single-level diagnosis groups (their ICD-9-CM members are in mimic3-benchmarks'

@@ -18,7 +18,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from schemas.uncertainty import WIDE_INTERVAL
+from scehr.schemas.uncertainty import WIDE_INTERVAL
 
 
 def _unicode_text(s: str) -> str:

@@ -1,10 +1,10 @@
 """The input profile of stays: which variables were observed, and their values in fixed bins.
 
-One implementation for both sides of drift monitoring: export counts the training split with
-it (the manifest's `value_reference` and `coverage`), the service counts each served stay with
-it, so a population-stability index compares like with like. It reads the discretized,
-not yet normalized tensor (`schemas.tensorize.discretize`): a value counts once per hour it was
-observed (its mask column is 1), a categorical value by its category.
+One implementation for both sides of drift monitoring: export counts the training split with it (the
+manifest's `value_reference` and `coverage`), the service counts each served stay with it, so a
+population-stability index compares like with like. It reads the discretized, not yet normalized
+tensor (`scehr.schemas.tensorize.discretize`): a value counts once per hour it was observed (its
+mask column is 1), a categorical value by its category.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from schemas.featureset import FeatureSet
+from scehr.schemas.featureset import FeatureSet
 
 #: Bins per continuous variable (cut at training deciles of its observed values).
 VALUE_BINS = 10

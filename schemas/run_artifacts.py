@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: Per split, the arrays `training.fit.predict` returns and predictions.npz stores.
+#: Per split, the arrays `scehr.training.fit.predict` returns and predictions.npz stores.
 PREDICTION_FIELDS: tuple[str, ...] = ("z", "anchor_logits", "probability", "y")
 #: Splits whose predictions are stored (calib only when the run held a calibration split out).
 PREDICTION_SPLITS: tuple[str, ...] = ("val", "test", "calib")

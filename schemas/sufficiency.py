@@ -1,7 +1,7 @@
 """Is there enough data in a stay to estimate its risk? The one rule, against the manifest.
 
 A model declares its minimum as data (`Manifest.data_minimum`, chosen on validation by the
-sufficiency study, `training.sufficiency`). This module measures a prepared stay the way the
+sufficiency study, `scehr.training.sufficiency`). This module measures a prepared stay the way the
 study degraded stays (observations in the window, channels, hours covered, hours since the
 last observation) and says, in words naming what is missing, where it falls short. Service,
 `scehr score` and the study all call `summarize` + `shortfalls`, so the rule lives only here.
@@ -19,8 +19,8 @@ from functools import lru_cache
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.featureset import FeatureSet
-from schemas.tensorize import Observations
+from scehr.schemas.featureset import FeatureSet
+from scehr.schemas.tensorize import Observations
 
 #: Variables recorded once at admission: not evidence of how the stay is going.
 DESCRIPTORS = frozenset({"icu_type", "height"})

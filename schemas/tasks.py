@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from schemas.outcomes import CCS, MORTALITY, PHENOTYPE_CCS, Coding
+from scehr.schemas.outcomes import CCS, MORTALITY, PHENOTYPE_CCS, Coding
 
 
 @dataclass(frozen=True)

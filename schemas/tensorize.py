@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas.featureset import STATIC_FIELDS, FeatureSet
+from scehr.schemas.featureset import STATIC_FIELDS, FeatureSet
 
 EPS = 1e-6
 
@@ -150,7 +150,7 @@ class RowRules:
 
 def apply_rules(channel: np.ndarray, value: np.ndarray, fs: FeatureSet) -> RowRules:
     """The plausibility rule, then the benchmark rule on what is plausible: the one place both
-    are combined (`clean` for converters and the reader, `schemas.ingest` for the service)."""
+    are combined (`clean` for converters and the reader, `scehr.schemas.ingest` for the service)."""
     plausible_value, implausible, rescaled = plausibility_masks(channel, value, fs)
     drop, clip, clipped = cleaning_masks(channel, plausible_value, fs)
     return RowRules(clipped, implausible, rescaled, drop & ~implausible, clip & ~implausible)

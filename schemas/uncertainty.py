@@ -1,7 +1,7 @@
 """The uncertainty a model serves next to each risk, as data the service reads with numpy only.
 
 Two read-outs of the served risk r, both fitted on the export's held-out calibration split
-(`training.uncertainty`) and both monotone step functions of r:
+(`scehr.training.uncertainty`) and both monotone step functions of r:
 
 - the inductive Venn-Abers pair [low, high] (p0, p1): the isotonic calibration of r refitted
   with the stay itself added once as "no outcome" and once as "outcome". Under

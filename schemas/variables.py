@@ -521,12 +521,12 @@ def catalog_markdown() -> str:
     lines = [
         "# Variables: the catalog",
         "",
-        "Generated from `schemas/variables.py` (`python -m schemas.variables > docs/variables.md`)."
-        " A payload names a variable by its id, its name, an alias or a LOINC code (each also "
-        "case-insensitive); a feature set accepts the names of its own variables only. A unit "
-        "is required where the table says so; without one, a value is in the canonical unit. "
-        "Values outside the plausible range cannot be physiological and become missing "
-        "(`value_implausible`, naming the rule; pH x 100 is divided instead, "
+        "Generated from `schemas/variables.py` (`python -m scehr.schemas.variables > "
+        "docs/variables.md`). A payload names a variable by its id, its name, an alias or a "
+        "LOINC code (each also case-insensitive); a feature set accepts the names of its own "
+        "variables only. A unit is required where the table says so; without one, a value is "
+        "in the canonical unit. Values outside the plausible range cannot be physiological and "
+        "become missing (`value_implausible`, naming the rule; pH x 100 is divided instead, "
         "`value_rescaled`); then, for the 17 benchmark channels, values outside the outlier "
         "bounds are dropped and values between an outlier and a valid bound clipped (each a "
         "warning).",

@@ -13,21 +13,21 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from schemas.contract import CONTRACT_VERSION
-from schemas.payloads import StayPayload
-from service import errors, readiness
-from service.gc_pauses import share_gil, tune_collector
-from service.interop.cds_hooks import CdsRequest
-from service.load_shedding import LoadShedder, LoadSheddingMiddleware, keyed_paths
-from service.logs import configure_logging
-from service.media_types import body_routes, document
-from service.metrics import Metrics
-from service.middleware import BodyLimitMiddleware, RequestContextMiddleware
-from service.monitoring import Monitoring
-from service.registry import Registry
-from service.routes import admin, cds_hooks, fhir, health, models, oip, predict
-from service.scorer import Scorer
-from service.settings import Settings
+from scehr.schemas.contract import CONTRACT_VERSION
+from scehr.schemas.payloads import StayPayload
+from scehr.service import errors, readiness
+from scehr.service.gc_pauses import share_gil, tune_collector
+from scehr.service.interop.cds_hooks import CdsRequest
+from scehr.service.load_shedding import LoadShedder, LoadSheddingMiddleware, keyed_paths
+from scehr.service.logs import configure_logging
+from scehr.service.media_types import body_routes, document
+from scehr.service.metrics import Metrics
+from scehr.service.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from scehr.service.monitoring import Monitoring
+from scehr.service.registry import Registry
+from scehr.service.routes import admin, cds_hooks, fhir, health, models, oip, predict
+from scehr.service.scorer import Scorer
+from scehr.service.settings import Settings
 
 log = logging.getLogger("scehr.app")
 
@@ -106,7 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def openapi_components(app: FastAPI, *models: type[BaseModel]) -> None:
     """Add `models` (and the models they use) to the OpenAPI components: routes that read
     their body themselves (`/predict/{task}`) refer to them by `$ref`. And the 415 answer of
-    every route with a body (`service.media_types.document`)."""
+    every route with a body (`scehr.service.media_types.document`)."""
     plain = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -125,9 +125,9 @@ def openapi_components(app: FastAPI, *models: type[BaseModel]) -> None:
 
 
 def build_app() -> FastAPI:
-    """uvicorn factory (`service.app:build_app`): settings from SCEHR_* variables; the
+    """uvicorn factory (`scehr.service.app:build_app`): settings from SCEHR_* variables; the
     worker process's collector and GIL switch interval tuned for short pauses
-    (`service.gc_pauses`)."""
+    (`scehr.service.gc_pauses`)."""
     settings = Settings()
     app = create_app(settings)
     share_gil(settings.gil_switch_ms)

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
 
-from service.errors import ApiError
+from scehr.service.errors import ApiError
 
 _header = APIKeyHeader(name="X-API-Key", auto_error=False,
                        description="Required when the server has SCEHR_API_KEYS set")

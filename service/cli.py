@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from schemas.tasks import TASK_NAMES
+from scehr.schemas.tasks import TASK_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -109,10 +109,10 @@ def _version_parser(msub: argparse._SubParsersAction[argparse.ArgumentParser], n
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from service.logs import uvicorn_log_config
-    from service.registry import ModelLoadError, Registry, load_model
-    from service.runtime import CUDA_UNUSABLE_ENV
-    from service.settings import Settings, available_cores
+    from scehr.service.logs import uvicorn_log_config
+    from scehr.service.registry import ModelLoadError, Registry, load_model
+    from scehr.service.runtime import CUDA_UNUSABLE_ENV
+    from scehr.service.settings import Settings, available_cores
 
     for opt, env in (("model_dir", "SCEHR_MODEL_DIR"), ("device", "SCEHR_DEVICE"),
                      ("log_level", "SCEHR_LOG_LEVEL")):
@@ -150,7 +150,7 @@ def _serve(args: argparse.Namespace) -> int:
     # a no-op handler here makes a graceful stop exit with status 0, as process managers expect.
     signal.signal(signal.SIGTERM, lambda *_: None)
     try:
-        uvicorn.run("service.app:build_app", factory=True, host=args.host, port=args.port,
+        uvicorn.run("scehr.service.app:build_app", factory=True, host=args.host, port=args.port,
                     workers=workers, log_config=uvicorn_log_config(settings.log_level),
                     access_log=False, timeout_graceful_shutdown=30,
                     # Longer than a load balancer's idle timeout (60 s is common) and than the
@@ -173,8 +173,8 @@ def _multiprocess_dir(workers: int) -> Path | None:
     earlier run and its workers' readiness marks are removed from it (they would be summed into
     this run's counters, or count as ready workers).
     """
-    from service import readiness
-    from service.metrics import METRIC_FILE
+    from scehr.service import readiness
+    from scehr.service.metrics import METRIC_FILE
 
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if given:
@@ -217,9 +217,9 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _score_run(args: argparse.Namespace) -> int:
-    from service.offline_scoring import score
-    from service.registry import ModelLoadError
-    from service.shards import parse_shard
+    from scehr.service.offline_scoring import score
+    from scehr.service.registry import ModelLoadError
+    from scehr.service.shards import parse_shard
 
     if args.chunk_size < 1:
         raise ValueError("--chunk-size must be >= 1")
@@ -236,13 +236,13 @@ def _score_run(args: argparse.Namespace) -> int:
 
 
 def _model_dir(args: argparse.Namespace) -> Path:
-    from service.settings import Settings
+    from scehr.service.settings import Settings
 
     return args.model_dir or Settings().model_dir
 
 
 def _add(args: argparse.Namespace) -> int:
-    from schemas.model_index import import_model
+    from scehr.schemas.model_index import import_model
 
     for line in import_model(_model_dir(args), args.folder, set_default=args.set_default):
         print(line)
@@ -250,14 +250,14 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _set_default(args: argparse.Namespace) -> int:
-    from schemas.model_index import set_default
+    from scehr.schemas.model_index import set_default
 
     print(set_default(_model_dir(args), args.task, args.version))
     return 0
 
 
 def _remove(args: argparse.Namespace) -> int:
-    from schemas.model_index import remove_model
+    from scehr.schemas.model_index import remove_model
 
     message, folder = remove_model(_model_dir(args), args.task, args.version)
     print(message)
@@ -270,7 +270,7 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from schemas.model_index import compare_models
+    from scehr.schemas.model_index import compare_models
 
     differences, notes = compare_models(args.a, args.b)
     for line in notes:
@@ -283,7 +283,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from schemas.model_index import read_index
+    from scehr.schemas.model_index import read_index
 
     index = read_index(_model_dir(args))
     if args.json:

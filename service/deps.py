@@ -7,13 +7,13 @@ from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
-from schemas.payloads import Problem
-from service.errors import ApiError
-from service.metrics import Metrics
-from service.monitoring import Monitoring
-from service.registry import ModelHandle, ModelNotReady, Registry, VersionNotServed
-from service.scorer import Scorer
-from service.settings import Settings
+from scehr.schemas.payloads import Problem
+from scehr.service.errors import ApiError
+from scehr.service.metrics import Metrics
+from scehr.service.monitoring import Monitoring
+from scehr.service.registry import ModelHandle, ModelNotReady, Registry, VersionNotServed
+from scehr.service.scorer import Scorer
+from scehr.service.settings import Settings
 
 
 async def get_settings(request: Request) -> Settings:

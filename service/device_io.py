@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from schemas.contract import GRAPH
-from service.batcher import ModelInputs, ModelOutputs
-from service.runtime import CUDA
+from scehr.schemas.contract import GRAPH
+from scehr.service.batcher import ModelInputs, ModelOutputs
+from scehr.service.runtime import CUDA
 
 log = logging.getLogger("scehr.registry")
 

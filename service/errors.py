@@ -10,10 +10,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from schemas.payloads import ErrorBody, Problem
-from schemas.tasks import TASK_NAMES
-from service.logs import request_id_var
-from service.pipeline import pydantic_problems
+from scehr.schemas.payloads import ErrorBody, Problem
+from scehr.schemas.tasks import TASK_NAMES
+from scehr.service.logs import request_id_var
+from scehr.service.pipeline import pydantic_problems
 
 log = logging.getLogger("scehr.errors")
 

@@ -7,7 +7,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from schemas.tasks import task_spec
+from scehr.schemas.tasks import task_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLE_FILE = EXAMPLES / "mortality_stay.json"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas.manifest import Calibration, Manifest
+from scehr.schemas.manifest import Calibration, Manifest
 
 _EPS = 1e-12
 

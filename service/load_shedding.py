@@ -30,13 +30,13 @@ from typing import Any
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from schemas.payloads import ErrorBody, Problem
-from schemas.tasks import TASK_NAMES
-from service.auth import key_matches, route_needs_key
-from service.logs import request_id_var
-from service.media_types import BodyRoute, find, refusal
-from service.metrics import Metrics
-from service.middleware import header, send_error
+from scehr.schemas.payloads import ErrorBody, Problem
+from scehr.schemas.tasks import TASK_NAMES
+from scehr.service.auth import key_matches, route_needs_key
+from scehr.service.logs import request_id_var
+from scehr.service.media_types import BodyRoute, find, refusal
+from scehr.service.metrics import Metrics
+from scehr.service.middleware import header, send_error
 
 #: The scoring routes of every interface, by the task they score: JSON single and batch, FHIR,
 #: CDS Hooks services, Open Inference `infer` (of a model, or of one of its versions).
@@ -186,7 +186,7 @@ def scoring_task(scope: Scope) -> str | None:
 
 def keyed_paths(routes: Sequence[BaseRoute]) -> tuple[re.Pattern[str], ...]:
     """The path patterns of the routes that declare they need the API key
-    (`service.auth.route_needs_key`): scoring in every interface and admin; discovery,
+    (`scehr.service.auth.route_needs_key`): scoring in every interface and admin; discovery,
     metadata and probes stay open like `/models` (closable by settings)."""
     return tuple(r.path_regex for r in routes
                  if isinstance(r, Route) and route_needs_key(r))
@@ -262,7 +262,7 @@ def replay(body: bytes, receive: Receive) -> Receive:
 
 class LoadSheddingMiddleware:
     """Before any body is read: 401 without a valid API key (where keys are set) on the routes
-    that need one, 415 for a Content-Type the route does not read (`service.media_types`),
+    that need one, 415 for a Content-Type the route does not read (`scehr.service.media_types`),
     then 503 + Retry-After when the model is full. Then the body, under its deadline (408
     when it stalls), and the model's limit again (503 if it filled meanwhile)."""
 

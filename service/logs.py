@@ -71,7 +71,7 @@ def uvicorn_log_config(level: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": "service.logs.JsonFormatter"}},
+        "formatters": {"json": {"()": "scehr.service.logs.JsonFormatter"}},
         "handlers": {"default": {"class": "logging.StreamHandler", "formatter": "json",
                                  "stream": "ext://sys.stderr"}},
         "loggers": {

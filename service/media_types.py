@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.payloads import Problem
+from scehr.schemas.payloads import Problem
 
 JSON = "application/json"
 #: The `requestBody` extension by which a route reads a request without Content-Type as JSON.

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from schemas.payloads import ErrorBody, Problem
-from schemas.tasks import TASK_NAMES
-from service.logs import request_id_var
-from service.media_types import BodyRoute, find
-from service.metrics import Metrics
+from scehr.schemas.payloads import ErrorBody, Problem
+from scehr.schemas.tasks import TASK_NAMES
+from scehr.service.logs import request_id_var
+from scehr.service.media_types import BodyRoute, find
+from scehr.service.metrics import Metrics
 
 log = logging.getLogger("scehr.access")
 

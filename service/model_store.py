@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from schemas import model_index
-from schemas.model_index import ModelIndex
-from service.load_errors import ModelLoadError
+from scehr.schemas import model_index
+from scehr.schemas.model_index import ModelIndex
+from scehr.service.load_errors import ModelLoadError
 
 
 def read_index(model_dir: Path) -> ModelIndex:

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas.payloads import AlertDrift, MonitoringSummary, RiskDrift, VariableDrift
-from schemas.profile import Bins, bin_index, psi
-from service.metrics import Metrics
-from service.pipeline import ModelSpec
+from scehr.schemas.payloads import AlertDrift, MonitoringSummary, RiskDrift, VariableDrift
+from scehr.schemas.profile import Bins, bin_index, psi
+from scehr.service.metrics import Metrics
+from scehr.service.pipeline import ModelSpec
 
 #: Stays the window needs before a PSI is reported (fewer give noise, not drift).
 MIN_STAYS_FOR_PSI = 50

@@ -43,12 +43,12 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from schemas.payloads import ClassResult, Prediction, Problem, StayPayload
-from schemas.tasks import TASK_NAMES
-from schemas.variables import CATALOG
-from service.pipeline import pydantic_problems
-from service.scorer import score_offline
-from service.shards import byte_range, index_range, line_before, lines_in
+from scehr.schemas.payloads import ClassResult, Prediction, Problem, StayPayload
+from scehr.schemas.tasks import TASK_NAMES
+from scehr.schemas.variables import CATALOG
+from scehr.service.pipeline import pydantic_problems
+from scehr.service.scorer import score_offline
+from scehr.service.shards import byte_range, index_range, line_before, lines_in
 
 #: Output field per class -> where the service's response holds it. The one place that maps
 #: the response contract to output columns: a renamed response field is one edit here.
@@ -474,7 +474,7 @@ def score_chunk(model: Any, raws: list[Raw], max_batch_size: int, max_observatio
 
 def resolve_model(model_or_task: str, model_dir: Path, version: str | None) -> tuple[Path, str]:
     """A task name (its default, or --version, in the model dir) or a model folder."""
-    from service.registry import read_index, resolve
+    from scehr.service.registry import read_index, resolve
 
     if model_or_task in TASK_NAMES:
         index = read_index(model_dir)
@@ -494,8 +494,8 @@ def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Pa
     """Score every stay of `input_path` into `out_path`; resumes what is already there."""
     from tqdm import tqdm
 
-    from service.registry import load_model
-    from service.settings import Settings
+    from scehr.service.registry import load_model
+    from scehr.service.settings import Settings
 
     stays, total = open_input(input_path, shard)  # lazy: a missing input fails here
     check_output(out_path)  # a wrong or unwritable path fails now, not after the model loads

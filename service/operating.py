@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from schemas.manifest import Manifest
+from scehr.schemas.manifest import Manifest
 
 CUSTOM = "custom"
 LEGACY_RULE = "sensitivity>=0.8"

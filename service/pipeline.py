@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from schemas.audit import feature_set_hash, input_hash
-from schemas.contract import PREVIOUS_RESPONSE_VERSION, RESPONSE_VERSION
-from schemas.featureset import FeatureSet
-from schemas.ingest import DEFAULT_MAX_OBSERVATIONS, ingest
-from schemas.manifest import Manifest
-from schemas.payloads import (
+from scehr.schemas.audit import feature_set_hash, input_hash
+from scehr.schemas.contract import PREVIOUS_RESPONSE_VERSION, RESPONSE_VERSION
+from scehr.schemas.featureset import FeatureSet
+from scehr.schemas.ingest import DEFAULT_MAX_OBSERVATIONS, ingest
+from scehr.schemas.manifest import Manifest
+from scehr.schemas.payloads import (
     Audit,
     Contribution,
     ModelRef,
@@ -30,13 +30,13 @@ from schemas.payloads import (
     Problem,
     StayPayload,
 )
-from schemas.profile import Bins, observed_mask, stays_observed, value_counts
-from schemas.sufficiency import DataSummary, shortfalls, summarize
-from schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
-from schemas.uncertainty import WIDE_INTERVAL, RiskUncertainty
-from service.batcher import ModelInputs, ModelOutputs
-from service.explain import ExplainAssets
-from service.operating import Choice, PointTable
+from scehr.schemas.profile import Bins, observed_mask, stays_observed, value_counts
+from scehr.schemas.sufficiency import DataSummary, shortfalls, summarize
+from scehr.schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
+from scehr.schemas.uncertainty import WIDE_INTERVAL, RiskUncertainty
+from scehr.service.batcher import ModelInputs, ModelOutputs
+from scehr.service.explain import ExplainAssets
+from scehr.service.operating import Choice, PointTable
 
 #: Contributions shown by default (`explain=top`); `explain=full` lists every observed channel.
 TOP_CONTRIBUTIONS = 3

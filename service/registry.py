@@ -1,10 +1,10 @@
 """Model lifecycle: load (off the event loop), serve, and swap a task's model on reload.
 
-A model is loaded in full before it can serve (`load_model`: a session from `runtime`, then
-every check of `validation`, ending in a warm-up). Only then is it swapped in; a request holds
-the handle it started with, so it finishes on that model. The jobs around it live apart:
-`service.runtime` (ONNX Runtime set-up), `service.validation` (checks and start-up preflight),
-`service.model_store` (index and folders).
+A model is loaded in full before it can serve (`load_model`: a session from `runtime`, then every
+check of `validation`, ending in a warm-up). Only then is it swapped in; a request holds the handle
+it started with, so it finishes on that model. The jobs around it live apart:
+`scehr.service.runtime` (ONNX Runtime set-up), `scehr.service.validation` (checks and start-up
+preflight), `scehr.service.model_store` (index and folders).
 """
 
 from __future__ import annotations
@@ -24,19 +24,19 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from schemas.contract import GRAPH
-from schemas.model_index import ModelIndex
-from schemas.payloads import AvailableModel, ModelInfo
-from service import readiness
-from service.batcher import MicroBatcher, ModelInputs, ModelOutputs
-from service.device_io import BoundRunner, max_batch_rows
-from service.load_errors import DeviceError, ModelLoadError
-from service.metrics import Metrics
-from service.model_store import read_index, resolve
-from service.pipeline import ModelSpec
-from service.runtime import CPU, CUDA, OrtRuntime, probe_device
-from service.settings import Settings
-from service.validation import check_graph, inspect, preflight, warm_up
+from scehr.schemas.contract import GRAPH
+from scehr.schemas.model_index import ModelIndex
+from scehr.schemas.payloads import AvailableModel, ModelInfo
+from scehr.service import readiness
+from scehr.service.batcher import MicroBatcher, ModelInputs, ModelOutputs
+from scehr.service.device_io import BoundRunner, max_batch_rows
+from scehr.service.load_errors import DeviceError, ModelLoadError
+from scehr.service.metrics import Metrics
+from scehr.service.model_store import read_index, resolve
+from scehr.service.pipeline import ModelSpec
+from scehr.service.runtime import CPU, CUDA, OrtRuntime, probe_device
+from scehr.service.settings import Settings
+from scehr.service.validation import check_graph, inspect, preflight, warm_up
 
 __all__ = [
     "DeviceError",
@@ -117,7 +117,7 @@ class LoadedModel:
     default_since: datetime | None = None
     #: Rows per ORT run (`device_io.max_batch_rows`: SCEHR_GPU_MAX_BATCH_SIZE on CUDA).
     max_batch_size: int = 32
-    #: Set when runs go through an ORT I/O binding (SCEHR_IO_BINDING; `service.device_io`).
+    #: Set when runs go through an ORT I/O binding (SCEHR_IO_BINDING; `scehr.service.device_io`).
     #: Not yet verified on a GPU (docs/benchmarks.md, "GPU path").
     bound: BoundRunner | None = field(default=None, repr=False)
     #: The same graph with one intra-op thread, for runs of at most LIGHT_ROWS rows (None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import onnxruntime as ort
 
-from service.load_errors import DeviceError
+from scehr.service.load_errors import DeviceError
 
 log = logging.getLogger("scehr.registry")
 

@@ -4,7 +4,7 @@
 JSON (single and batch), FHIR, CDS Hooks, Open Inference V2 (stays or tensors) and `scehr
 score` are adapters: they decode their input into stays, call `Scorer.score` (or
 `Scorer.score_tensors`, `score_offline`), and encode the per-stay `StayResult`s. Load
-shedding happens before the body is read (`service.load_shedding`), for every interface's
+shedding happens before the body is read (`scehr.service.load_shedding`), for every interface's
 scoring route alike, so it is not repeated here. Whatever an interface, the same stay gets the same
 risk, warnings, audit line, monitoring counts, deadline and overload answers.
 """
@@ -21,14 +21,20 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
-from schemas.contract import RESPONSE_VERSION
-from schemas.payloads import Prediction, Problem, StayPayload
-from service.batcher import DeadlineExceeded, ModelInputs, ModelOutputs, Overloaded, run_chunked
-from service.errors import ApiError
-from service.metrics import Metrics
-from service.monitoring import Monitoring
-from service.operating import Choice
-from service.pipeline import (
+from scehr.schemas.contract import RESPONSE_VERSION
+from scehr.schemas.payloads import Prediction, Problem, StayPayload
+from scehr.service.batcher import (
+    DeadlineExceeded,
+    ModelInputs,
+    ModelOutputs,
+    Overloaded,
+    run_chunked,
+)
+from scehr.service.errors import ApiError
+from scehr.service.metrics import Metrics
+from scehr.service.monitoring import Monitoring
+from scehr.service.operating import Choice
+from scehr.service.pipeline import (
     ModelSpec,
     PreparedStays,
     predictions,
@@ -36,11 +42,11 @@ from service.pipeline import (
     read_out,
     tensor_rows,
 )
-from service.settings import Settings
-from service.unread_variables import compact
+from scehr.service.settings import Settings
+from scehr.service.unread_variables import compact
 
 if TYPE_CHECKING:  # the registry imports ONNX Runtime: `scehr score` loads it when it runs
-    from service.registry import LoadedModel, ModelHandle
+    from scehr.service.registry import LoadedModel, ModelHandle
 
 log = logging.getLogger("scehr.scorer")
 audit_log = logging.getLogger("scehr.audit")
@@ -253,7 +259,7 @@ class Scorer:
     def _prepare(self, spec: ModelSpec, stays: list[StayPayload],
                  options: ScoreOptions) -> PreparedStays:
         """`pipeline.prepare`, then each refused stay's unread variables compacted, with the
-        served version that reads them (`service.unread_variables`)."""
+        served version that reads them (`scehr.service.unread_variables`)."""
         prep = prepare(spec, stays, strict=options.strict,
                        max_observations=self.settings.max_observations,
                        explain_full=options.explain != "basic")

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from schemas.tasks import TASK_NAMES
+from scehr.schemas.tasks import TASK_NAMES
 
 
 def default_model_dir() -> Path:

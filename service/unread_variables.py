@@ -1,7 +1,7 @@
 """Variables a model does not read: one problem per variable, and a served version that reads
 them.
 
-`schemas.ingest` refuses a stay row by row; a stay shaped for another feature set (the 17
+`scehr.schemas.ingest` refuses a stay row by row; a stay shaped for another feature set (the 17
 benchmark channels sent to the PhysioNet model) would get one `unknown_variable` problem per
 observation, each repeating the model's variable list. Here they become one problem per
 distinct variable (the first occurrence's path, how many rows), the allowed names once, and
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schemas.ingest import unknown_variable
-from schemas.payloads import Problem, StayPayload
-from schemas.variables import in_catalog
-from service.pipeline import ModelSpec
+from scehr.schemas.ingest import unknown_variable
+from scehr.schemas.payloads import Problem, StayPayload
+from scehr.schemas.variables import in_catalog
+from scehr.service.pipeline import ModelSpec
 
 UNKNOWN = "unknown_variable"
 NOT_READ = "variable_not_read"

@@ -20,15 +20,15 @@ import numpy as np
 import onnxruntime as ort
 from pydantic import ValidationError
 
-from schemas.contract import GRAPH
-from schemas.manifest import ContractError, Manifest, load_manifest, sha256_file
-from schemas.payloads import Observation, StayPayload
-from schemas.tasks import TASK_NAMES
-from service.batcher import ModelInputs, ModelOutputs, run_chunked
-from service.load_errors import ModelLoadError
-from service.model_store import read_index, resolve
-from service.pipeline import ModelSpec, predictions, prepare
-from service.runtime import OrtRuntime
+from scehr.schemas.contract import GRAPH
+from scehr.schemas.manifest import ContractError, Manifest, load_manifest, sha256_file
+from scehr.schemas.payloads import Observation, StayPayload
+from scehr.schemas.tasks import TASK_NAMES
+from scehr.service.batcher import ModelInputs, ModelOutputs, run_chunked
+from scehr.service.load_errors import ModelLoadError
+from scehr.service.model_store import read_index, resolve
+from scehr.service.pipeline import ModelSpec, predictions, prepare
+from scehr.service.runtime import OrtRuntime
 
 log = logging.getLogger("scehr.registry")
 

@@ -16,10 +16,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TASK_REGISTRY = REPO / "schemas" / "tasks.py"
+#: The repository's folders installed under the one namespace (`scehr.service`, ...).
+PACKAGES = ("schemas", "service", "training")
 
 
 def sources(package: str) -> list[Path]:
     return sorted((REPO / package).rglob("*.py"))
+
+
+def layer(module: str) -> str:
+    """The part of the house a module belongs to: `scehr.service.app` -> `service`; a
+    third-party module -> its top-level name."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "scehr" and len(parts) > 1 else parts[0]
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -45,7 +54,7 @@ def test_layering(package: str) -> None:
     bad = []
     for path in sources(package):
         for mod in imported_modules(path):
-            if mod.split(".")[0] in FORBIDDEN[package]:
+            if layer(mod) in FORBIDDEN[package]:
                 bad.append(f"{path.relative_to(REPO)} imports {mod}")
     assert not bad, f"{package} breaks the layering rule:\n" + "\n".join(bad)
 
@@ -57,28 +66,42 @@ def test_the_training_library_never_imports_the_studies() -> None:
     studies = REPO / "training" / "studies"
     bad = [f"{path.relative_to(REPO)} imports {mod}"
            for path in sources("training") if studies not in path.parents
-           for mod in imported_modules(path) if mod.startswith("training.studies")
+           for mod in imported_modules(path) if mod.startswith("scehr.training.studies")
            and path != REPO / "training" / "cli.py"]
     assert not bad, "the training library imports a study:\n" + "\n".join(bad)
 
 
 def test_layering_check_sees_a_violation(tmp_path: Path) -> None:
     f = tmp_path / "m.py"
-    f.write_text("def f():\n    import torch.nn\n    from training.fit import fit\n")
-    assert imported_modules(f) == {"torch.nn", "training.fit"}
+    f.write_text("def f():\n    import torch.nn\n    from scehr.training.fit import fit\n")
+    assert imported_modules(f) == {"torch.nn", "scehr.training.fit"}
+    assert {layer(m) for m in imported_modules(f)} == {"torch", "training"}
 
 
-def module_name(path: Path, root: Path) -> str:
-    """`service/routes/fhir.py` -> `service.routes.fhir`; a package's `__init__.py` -> its name."""
+def test_code_imports_the_house_only_through_its_namespace() -> None:
+    """`service`, `training` and `schemas` are installed as `scehr.*` only: an import of the
+    bare name works in a checkout and fails (or finds another project's module) elsewhere."""
+    files = [*(p for pkg in PACKAGES for p in sources(pkg)), *sources("scehr"),
+             *sources("tests"), *sources("benchmarks")]
+    bad = [f"{path.relative_to(REPO)} imports {mod}" for path in files
+           for mod in imported_modules(path) if mod.split(".")[0] in PACKAGES]
+    assert not bad, "import them as scehr.<package>:\n" + "\n".join(bad)
+
+
+def module_name(path: Path, root: Path, namespace: str | None = None) -> str:
+    """`service/routes/fhir.py` -> `scehr.service.routes.fhir` (`scehr.service.routes.fhir` in the
+    `scehr` namespace); a package's `__init__.py` -> its name."""
     parts = path.relative_to(root).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join([namespace, *parts] if namespace and parts[0] != namespace else parts)
 
 
-def import_graph(root: Path, paths: list[Path]) -> dict[str, set[str]]:
+def import_graph(root: Path, paths: list[Path], namespace: str | None = None
+                 ) -> dict[str, set[str]]:
     """Module -> the modules among `paths` it imports, anywhere in it (a function-level import
     counts: it runs the imported module too, only later). `from a.b import c` is an edge to the
     module `a.b.c` when that is one, else to `a.b`."""
-    modules = {module_name(p, root): p for p in paths}
+    modules = {module_name(p, root, namespace): p for p in paths}
 
     def resolve(name: str) -> str | None:
         while name and name not in modules:
@@ -145,9 +168,10 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycle() -> None:
     """No module imports, directly or through others, a module that imports it back: a cycle
     hides as a function-level import and breaks as soon as someone moves it to the top."""
-    paths = [*sources("schemas"), *sources("service"), *sources("training")]
-    paths += [p for p in [REPO / "scehr_cli.py"] if p.is_file()]
-    cycles = import_cycles(import_graph(REPO, paths))
+    paths = [*(p for pkg in PACKAGES for p in sources(pkg)), *sources("scehr")]
+    graph = import_graph(REPO, paths, "scehr")
+    assert graph["scehr.service.app"], "the graph sees the namespace's imports"
+    cycles = import_cycles(graph)
     assert not cycles, "modules that import each other:\n" + "\n".join(
         " <-> ".join(c) for c in cycles)
 
@@ -180,7 +204,7 @@ def task_branches(text: str) -> list[str]:
 def test_no_module_outside_the_task_registry_branches_on_a_task_name() -> None:
     bad = []
     files = [*sources("schemas"), *sources("service"), *sources("training"),
-             *sources("benchmarks"), REPO / "scehr_cli.py"]
+             *sources("benchmarks"), *sources("scehr")]
     for path in files:
         if path == TASK_REGISTRY:
             continue

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import scehr_cli
+from scehr import cli as scehr_cli
 
 
 def all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -63,7 +63,7 @@ def test_train_commands_say_they_need_the_train_extra_without_torch(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A serve-only install: torch cannot be imported, so `scehr train` explains in one line."""
     for name in list(sys.modules):
-        if name.split(".")[0] in ("torch", "training"):
+        if name.split(".")[0] == "torch" or name.startswith("scehr.training"):
             monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` -> ModuleNotFoundError
     assert scehr_cli.main(["train", "--help"]) == 2
@@ -82,7 +82,7 @@ def test_service_commands_without_a_runtime_name_the_runtime_extras(
     """`serve` installs no ONNX Runtime (the `cpu` and `gpu` extras do): the one-line error
     names the extra to add, not `serve` again."""
     for name in list(sys.modules):
-        if name.split(".")[0] in ("onnxruntime", "service"):
+        if name.split(".")[0] == "onnxruntime" or name.startswith("scehr.service"):
             monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` fails
     stays = tmp_path / "stays.jsonl"

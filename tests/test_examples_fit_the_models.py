@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.settings import Settings
+from scehr.service.settings import Settings
 from tests.service.conftest import serve
 
 pytestmark = pytest.mark.anyio

@@ -54,8 +54,8 @@ TOY_CONVERTER = '''"""Toy task converter: synthetic 48-hour stays in the toy tas
 import shutil
 from pathlib import Path
 
-from schemas.tasks import task_spec
-from training.data.synthetic import write_synthetic
+from scehr.schemas.tasks import task_spec
+from scehr.training.data.synthetic import write_synthetic
 
 
 def convert_toy(out: Path) -> Path:
@@ -73,16 +73,16 @@ import json, sys
 from pathlib import Path
 import training, schemas
 assert Path(training.__file__).is_relative_to(Path.cwd()), training.__file__
-from schemas.featureset import FEATURE_SETS
-from schemas.ingest import ingest
-from schemas.manifest import load_manifest
-from schemas.payloads import StayPayload
-from schemas.tensorize import discretize
-from training.config import TrainConfig
-from training.data.toy import convert_toy
-from training.export import export_run
-from training.run import train_run
-import scehr_cli
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.schemas.ingest import ingest
+from scehr.schemas.manifest import load_manifest
+from scehr.schemas.payloads import StayPayload
+from scehr.schemas.tensorize import discretize
+from scehr.training.config import TrainConfig
+from scehr.training.data.toy import convert_toy
+from scehr.training.export import export_run
+from scehr.training.run import train_run
+from scehr import cli as scehr_cli
 
 parser, _ = scehr_cli.build_parser("train")
 help_text = parser._subparsers._group_actions[0].choices["train"].format_help()
@@ -97,7 +97,7 @@ for task, loss in (("toy", "cbce"), ("mortality", "toy_bce")):
                       batch_size=32, threads=1, n_boot=5, plots=False, tsne=False,
                       progress=False)
     if task == "mortality":
-        from training.data.synthetic import write_synthetic
+        from scehr.training.data.synthetic import write_synthetic
         write_synthetic(out / "m", "mortality", n_train=160, n_test=60, prevalence=0.3, seed=4)
     train_run(cfg, echo=False)
     folder, _ = export_run(out / f"run-{task}", out / "models" / task / "0.1.0")
@@ -162,7 +162,7 @@ def test_a_toy_loss_task_and_variable_need_only_the_documented_files(tmp_path: P
     (copy / "training/data/toy.py").write_text(TOY_CONVERTER)
     env = {"PYTHONPATH": str(copy), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
            "MPLBACKEND": "Agg", "HOME": str(tmp_path)}
-    subprocess.run([sys.executable, "-m", "schemas.manifest"], cwd=copy, env=env, check=True)
+    subprocess.run([sys.executable, "-m", "scehr.schemas.manifest"], cwd=copy, env=env, check=True)
     touched["a task"] = {"schemas/tasks.py", "training/data/toy.py",
                          "schemas/manifest.schema.json"}
 
@@ -176,7 +176,7 @@ def test_a_toy_loss_task_and_variable_need_only_the_documented_files(tmp_path: P
          '"mean_bp", "o2_saturation", "respiratory_rate", "systolic_bp", "temperature", '
          '"weight", "ph", "toy_marker"], "timestep": 1.0, "window_hours": 48.0, '
          '"max_hours": 48.0, "impute": "previous", "start_time": "zero"}, ')
-    page = subprocess.run([sys.executable, "-m", "schemas.variables"], cwd=copy, env=env,
+    page = subprocess.run([sys.executable, "-m", "scehr.schemas.variables"], cwd=copy, env=env,
                           check=True, capture_output=True, text=True).stdout
     (copy / "docs/variables.md").write_text(page)
     assert "toy_marker" in page

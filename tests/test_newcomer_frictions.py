@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-import scehr_cli
-from schemas.featureset import FEATURE_SETS
-from schemas.ingest import ingest_stay
-from schemas.payloads import StayPayload
-from schemas.variables import lookup
+from scehr import cli as scehr_cli
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.schemas.ingest import ingest_stay
+from scehr.schemas.payloads import StayPayload
+from scehr.schemas.variables import lookup
 
 
 def test_help_describes_the_product_and_points_at_the_guide(capsys: pytest.CaptureFixture[str]
@@ -34,15 +34,15 @@ def test_a_misspelt_variable_gets_a_suggestion() -> None:
 
 
 def test_train_keys_are_every_config_field_set_by_its_own_option() -> None:
-    from training.cli import _TRAIN_KEYS
-    from training.config import TrainConfig
+    from scehr.training.cli import _TRAIN_KEYS
+    from scehr.training.config import TrainConfig
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     assert set(_TRAIN_KEYS) == fields - {"encoder_hparams", "regularizers"}
     parser, _ = scehr_cli.build_parser("train")
     args = parser.parse_args(["train", "--data", "d", "--lam", "0.005", "--epochs", "3",
                               "--max-train-stays", "50", "--no-tsne"])
-    from training.config import load_config
+    from scehr.training.config import load_config
 
     cfg = load_config(None, **{k: getattr(args, k, None) for k in _TRAIN_KEYS})
     assert (cfg.lam, cfg.epochs, cfg.max_train_stays, cfg.tsne) == (0.005, 3, 50, False)
@@ -50,7 +50,7 @@ def test_train_keys_are_every_config_field_set_by_its_own_option() -> None:
 
 def test_plain_train_says_it_is_not_the_shipped_recipe(monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path) -> None:
-    from training.cli import no_recipe_note
+    from scehr.training.cli import no_recipe_note
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "configs").mkdir()
@@ -61,7 +61,7 @@ def test_plain_train_says_it_is_not_the_shipped_recipe(monkeypatch: pytest.Monke
 
 
 def test_the_challenge_scores_are_explained() -> None:
-    from training.cli import CHALLENGE_NOTE
+    from scehr.training.cli import CHALLENGE_NOTE
 
     assert "min(sensitivity, positive predictive value)" in CHALLENGE_NOTE
     assert "Hosmer-Lemeshow" in CHALLENGE_NOTE and "lower is better" in CHALLENGE_NOTE
@@ -71,7 +71,7 @@ def test_a_worker_knows_cuda_is_unusable_from_the_start_check(monkeypatch: pytes
                                                               ) -> None:
     """`scehr serve` warns once in its start-up check and tells its workers, which then
     neither retry CUDA nor warn again."""
-    from service.runtime import CUDA_UNUSABLE_ENV, OrtRuntime
+    from scehr.service.runtime import CUDA_UNUSABLE_ENV, OrtRuntime
 
     assert OrtRuntime("auto", 1).cuda_works is None
     monkeypatch.setenv(CUDA_UNUSABLE_ENV, "1")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from training.metrics import auprc, auroc, headline_metric, macro_auroc, micro_auroc
+from scehr.training.metrics import auprc, auroc, headline_metric, macro_auroc, micro_auroc
 
 MetricFn = Callable[[np.ndarray, np.ndarray], float]
 _BLOCK_ELEMENTS = 1 << 21  # indices generated per block (~16 MB of int64)

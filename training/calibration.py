@@ -2,7 +2,7 @@
 
 Calibration maps are scikit-learn-style estimators fitted on held-out (validation)
 predictions and exported as the manifest's `Calibration` (`to_calibration`), which the service
-reads out with `schemas.manifest.calibrated_risk` (numpy only, no sklearn or scipy); their
+reads out with `scehr.schemas.manifest.calibrated_risk` (numpy only, no sklearn or scipy); their
 `transform` is that same read-out, and `apply_calibration` applies an exported dict. Inputs may
 be 1-D (one task) or 2-D [N, C] (one map per column, e.g. the 25 phenotypes).
 """
@@ -20,7 +20,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import brier_score_loss
 from sklearn.utils.validation import check_is_fitted
 
-from schemas.manifest import Calibration, calibrated_risk, logistic_margin, sigmoid
+from scehr.schemas.manifest import Calibration, calibrated_risk, logistic_margin, sigmoid
 
 InputKind = Literal["margin", "probability"]
 
@@ -29,7 +29,7 @@ InputKind = Literal["margin", "probability"]
 def apply_calibration(d: dict[str, Any] | None, margin_or_p: ArrayLike) -> np.ndarray:
     """Apply an exported calibration dict to 1-D inputs or per column of [N, C] inputs.
 
-    A thin adapter over `schemas.manifest.Calibration.apply`, the one calibration read-out
+    A thin adapter over `scehr.schemas.manifest.Calibration.apply`, the one calibration read-out
     (the service serves it; this only splits per-column maps). `margin_or_p` must be what the
     map was fitted on (`d["input"]`). None or method "none" returns probabilities unchanged
     (sigmoid of a margin).

@@ -3,7 +3,7 @@ points, levels, data minimum, the uncertainty served with each risk."""
 
 from __future__ import annotations
 
-from schemas.manifest import Manifest
+from scehr.schemas.manifest import Manifest
 
 
 def withheld_lines(m: Manifest) -> list[str]:

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.metrics import precision_recall_curve
 
-from training.bootstrap import bootstrap_ci
+from scehr.training.bootstrap import bootstrap_ci
 
 DECILES = 10
 

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from schemas.featureset import FeatureSet
-from schemas.tensorize import Normalizer, Observations, discretize
+from scehr.schemas.featureset import FeatureSet
+from scehr.schemas.tensorize import Normalizer, Observations, discretize
 
 
 def absent_row(fs: FeatureSet, normalizer: Normalizer) -> np.ndarray:

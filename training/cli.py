@@ -11,14 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from schemas.featureset import FEATURE_SETS
-from schemas.tasks import TASK_NAMES
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.schemas.tasks import TASK_NAMES
 
 # The registries (and with them torch): a serve-only install fails here, and `scehr` reports
 # in one line that these commands need the `train` extra.
-from training.config import TrainConfig
-from training.encoders import TRAINABLE
-from training.losses import CCE_LOSSES, REGULARIZERS
+from scehr.training.config import TrainConfig
+from scehr.training.encoders import TRAINABLE
+from scehr.training.losses import CCE_LOSSES, REGULARIZERS
 
 
 def _nonnegative(text: str) -> float:
@@ -146,7 +146,7 @@ _TRAIN_KEYS = tuple(f.name for f in dataclasses.fields(TrainConfig)
 
 def _regularizers(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None:
     """`--regularizer name@w` and `--reg-param name.key=value` as the config's table."""
-    from training.config import parse_param
+    from scehr.training.config import parse_param
 
     specs = getattr(args, "regularizer_specs", None)
     params = getattr(args, "reg_param", [])
@@ -171,7 +171,7 @@ def _regularizers(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from training.config import load_config, parse_param
+    from scehr.training.config import load_config, parse_param
 
     params = dict(parse_param(p) for p in getattr(args, "encoder_param", []))
     cfg = load_config(args.config, encoder_params=params, regularizers=_regularizers(args),
@@ -186,7 +186,7 @@ def _config(args: argparse.Namespace) -> Any:
 
 def echo_overrides(args: argparse.Namespace, cfg: Any) -> None:
     """Say at start which options override the config file, and the thread count."""
-    from training.config import load_config
+    from scehr.training.config import load_config
 
     file_cfg = load_config(args.config) if args.config else TrainConfig()
     changed = [f"{k}={getattr(cfg, k)!r} (config: {getattr(file_cfg, k)!r})"
@@ -213,9 +213,9 @@ def no_recipe_note(task: str) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from training.config import TrainConfig as Config
-    from training.interrupt import TrainingInterrupted
-    from training.run import train_run
+    from scehr.training.config import TrainConfig as Config
+    from scehr.training.interrupt import TrainingInterrupted
+    from scehr.training.run import train_run
 
     if args.resume:
         run = Path(args.resume)
@@ -231,7 +231,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(no_recipe_note(cfg.task), file=sys.stderr, flush=True)
     try:
         if cfg.ensemble_seeds:
-            from training.ensemble import train_ensemble
+            from scehr.training.ensemble import train_ensemble
 
             final = train_ensemble(cfg)
         else:
@@ -244,7 +244,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def print_summary(final: dict[str, Any]) -> None:
-    from training.bootstrap import format_ci
+    from scehr.training.bootstrap import format_ci
 
     speed = final.get("train_stays_per_second")  # an ensemble run trains nothing itself
     print(f"run: {final.get('run_dir', '')}  best epoch {final['best_epoch']}  "
@@ -256,8 +256,8 @@ def print_summary(final: dict[str, Any]) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from training.bootstrap import format_ci
-    from training.evaluate import evaluate_run
+    from scehr.training.bootstrap import format_ci
+    from scehr.training.evaluate import evaluate_run
 
     if (Path(args.run_dir) / "manifest.json").is_file():
         return _evaluate_exported(args)
@@ -302,9 +302,9 @@ _EXTERNAL_BLOCKS = {"shipped_all_stays": "shipped, all stays",
 
 def _evaluate_exported(args: argparse.Namespace) -> int:
     """External validation of an exported model folder on a converted dataset."""
-    from training.bootstrap import format_ci
-    from training.data.writer import write_json
-    from training.external import RISK_METRICS, evaluate_external
+    from scehr.training.bootstrap import format_ci
+    from scehr.training.data.writer import write_json
+    from scehr.training.external import RISK_METRICS, evaluate_external
 
     if not args.data:
         raise ValueError(f"{args.run_dir} is an exported model: give the dataset to score it "
@@ -338,7 +338,7 @@ def _evaluate_exported(args: argparse.Namespace) -> int:
 
 
 def cmd_recalibrate(args: argparse.Namespace) -> int:
-    from training.external import recalibrate
+    from scehr.training.external import recalibrate
 
     out, changes = recalibrate(Path(args.model_dir), Path(args.data), Path(args.out),
                                version=args.version)
@@ -349,8 +349,8 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_robustness(args: argparse.Namespace) -> int:
-    from training.data.writer import write_json
-    from training.robustness import evaluate_missing, markdown_table
+    from scehr.training.data.writer import write_json
+    from scehr.training.robustness import evaluate_missing, markdown_table
 
     report = evaluate_missing(Path(args.model_dir), Path(args.data), split=args.split,
                               n_boot=args.n_boot)
@@ -369,7 +369,7 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from training.studies.experiments import run_grid
+    from scehr.training.studies.experiments import run_grid
 
     base = _config(args)
     echo_overrides(args, base)
@@ -380,7 +380,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 
 def cmd_imbalance(args: argparse.Namespace) -> int:
-    from training.studies.experiments import run_imbalance
+    from scehr.training.studies.experiments import run_imbalance
 
     cfg = _config(args)
     echo_overrides(args, cfg)
@@ -391,7 +391,7 @@ def cmd_imbalance(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from training.studies.experiments import run_comparison
+    from scehr.training.studies.experiments import run_comparison
 
     argv = sys.argv[1:]  # the exact command for the report, when run from a shell
     cfg = _config(args)
@@ -403,8 +403,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from training.interrupt import TrainingInterrupted
-    from training.studies.study import run_study
+    from scehr.training.interrupt import TrainingInterrupted
+    from scehr.training.studies.study import run_study
 
     try:
         run_study(args.study, out=Path(args.out) if args.out else None, data=args.data,
@@ -417,7 +417,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def cmd_embedding(args: argparse.Namespace) -> int:
-    from training.studies.experiments import embedding_study
+    from scehr.training.studies.experiments import embedding_study
 
     report = embedding_study(Path(args.run_dir), label=args.label)
     if args.json:
@@ -436,7 +436,7 @@ def _cell(v: Any) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from training.export import export_run
+    from scehr.training.export import export_run
 
     out, changes = export_run(
         Path(args.run_dir), Path(args.out), version=args.version, name=args.name,
@@ -450,7 +450,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_ensemble(args: argparse.Namespace) -> int:
-    from training.ensemble import select_and_combine
+    from scehr.training.ensemble import select_and_combine
 
     final = select_and_combine(args.runs, args.out, select=args.select,
                                max_members=args.max_members, n_boot=args.n_boot)

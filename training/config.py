@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schemas.featureset import FEATURE_SETS, FeatureSet
-from schemas.tasks import TASK_NAMES, task_spec
+from scehr.schemas.featureset import FEATURE_SETS, FeatureSet
+from scehr.schemas.tasks import TASK_NAMES, task_spec
 
 
 def encoder_preset(encoder: str, task: str) -> dict[str, Any]:
@@ -90,7 +90,7 @@ class TrainConfig:
         if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
             raise ValueError("label_fraction must be in (0, 1]")
         # torch: imported only when a config is made
-        from training.regimes import PROJECTIONS, check_regime
+        from scehr.training.regimes import PROJECTIONS, check_regime
 
         check_regime(self.regime, self.pretrain, self.lam, self.regularizers)
         if self.regime != "joint":  # explicit, so runs made before the default differ

@@ -1,6 +1,6 @@
 """The drift references of a served model, fitted at export: the training split's observed
 values per variable in fixed bins and the validation risks in decile bins, counted exactly as
-the service counts served stays (`schemas.profile`), so monitoring compares like with like.
+the service counts served stays (`scehr.schemas.profile`), so monitoring compares like with like.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from schemas.manifest import Histogram
-from schemas.profile import Bins, bin_index, decile_edges, value_counts
-from training.config import TrainConfig
+from scehr.schemas.manifest import Histogram
+from scehr.schemas.profile import Bins, bin_index, decile_edges, value_counts
+from scehr.training.config import TrainConfig
 
 
 def histogram(values: np.ndarray, edges: list[float]) -> Histogram:
@@ -29,9 +29,9 @@ def risk_reference(risk: np.ndarray) -> Histogram:
 
 def value_reference(cfg: dict[str, Any], data: Any = None) -> dict[str, Histogram]:
     """The training split's observed hourly values per variable in fixed bins (the PSI
-    baseline), counted with `schemas.profile` exactly as the service counts served stays.
+    baseline), counted with `scehr.schemas.profile` exactly as the service counts served stays.
 
-    Reads `data` (`training.fit.prepare` of the run's config), else re-reads the run's data
+    Reads `data` (`scehr.training.fit.prepare` of the run's config), else re-reads the run's data
     folder (cached arrays) with the run's own split rules; empty when that folder is gone."""
     data = data if data is not None else prepared_data(cfg)
     if data is None:
@@ -53,8 +53,8 @@ def value_reference(cfg: dict[str, Any], data: Any = None) -> dict[str, Histogra
 
 
 def prepared_data(cfg: dict[str, Any]) -> Any:
-    """The run's splits as training prepared them (`training.fit.prepare`); None when its data
+    """The run's splits as training prepared them (`scehr.training.fit.prepare`); None when its data
     folder is gone."""
-    from training.fit import prepare
+    from scehr.training.fit import prepare
 
     return prepare(TrainConfig(**cfg)) if Path(cfg["data"]).is_dir() else None

@@ -19,17 +19,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from schemas.run_artifacts import RunArtifacts, prediction_key
-from schemas.tasks import task_spec
-from training.bootstrap import bootstrap_metrics
-from training.config import TrainConfig
-from training.data.writer import write_json
-from training.encoders import build_encoder
-from training.fit import AnchorModel, load_checkpoint, predict, prepare
-from training.heads import AnchorHead
-from training.losses import CombinedLoss
-from training.metrics import task_metrics
-from training.run import binary_extras
+from scehr.schemas.run_artifacts import RunArtifacts, prediction_key
+from scehr.schemas.tasks import task_spec
+from scehr.training.bootstrap import bootstrap_metrics
+from scehr.training.config import TrainConfig
+from scehr.training.data.writer import write_json
+from scehr.training.encoders import build_encoder
+from scehr.training.fit import AnchorModel, load_checkpoint, predict, prepare
+from scehr.training.heads import AnchorHead
+from scehr.training.losses import CombinedLoss
+from scehr.training.metrics import task_metrics
+from scehr.training.run import binary_extras
 
 #: Config fields every member must share: they fix the data each stay's tensor comes from, the
 #: split the calibration map is fitted on, and the read-out of the mean anchor logits.
@@ -259,7 +259,7 @@ def train_ensemble(cfg: TrainConfig, *, echo: bool = True) -> dict[str, Any]:
     A member whose run is complete (metrics written, with a config that trains the same model)
     is reused, so an interrupted build resumes at the first unfinished member.
     """
-    from training.run import train_run  # the ensemble run itself trains nothing
+    from scehr.training.run import train_run  # the ensemble run itself trains nothing
 
     if len(set(cfg.ensemble_seeds)) != len(cfg.ensemble_seeds):
         raise ValueError(f"ensemble_seeds repeats a seed: {cfg.ensemble_seeds}")

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from schemas.run_artifacts import RunArtifacts, split_key
-from schemas.tasks import task_spec
-from training.bootstrap import bootstrap_metrics
-from training.config import TrainConfig
-from training.metrics import task_metrics
-from training.plots import plot_pr_curves, plot_reliability, plot_roc_curves
+from scehr.schemas.run_artifacts import RunArtifacts, split_key
+from scehr.schemas.tasks import task_spec
+from scehr.training.bootstrap import bootstrap_metrics
+from scehr.training.config import TrainConfig
+from scehr.training.metrics import task_metrics
+from scehr.training.plots import plot_pr_curves, plot_reliability, plot_roc_curves
 
 
 def load_run_config(run_dir: Path) -> TrainConfig:
@@ -40,7 +40,7 @@ def load_predictions(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
 
 def predictions_from_checkpoint(run_dir: Path, cfg: TrainConfig) -> dict[str, dict[str, Any]]:
     """Re-predict val and test with `model.pt` on the splits the run was trained with."""
-    from training.fit import load_checkpoint, predict, prepare
+    from scehr.training.fit import load_checkpoint, predict, prepare
 
     model, crit, _ = load_checkpoint(RunArtifacts(run_dir).checkpoint)
     data = prepare(cfg)
@@ -103,7 +103,7 @@ def evaluate_run(
             new is not None and old_v is not None and abs(new - old_v) < 1e-9)
     if plots:
         _plots(run_dir, cfg, test, out["test_ci"])
-    from training.data.writer import write_json
+    from scehr.training.data.writer import write_json
 
     write_json(run_dir / "evaluation.json", out)
     return out
@@ -114,8 +114,8 @@ def served_risk(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray]]
     """Class 0's risk the service would show on each split of a run ("method": the map), with
     the calibration map fitted exactly as `scehr export` fits it (calibration split, chosen on
     validation); None when the run has no calibration split."""
-    from training.losses import POSITIVE_ANCHOR_ONLY
-    from training.serving_assets import fit_calibration
+    from scehr.training.losses import POSITIVE_ANCHOR_ONLY
+    from scehr.training.serving_assets import fit_calibration
 
     def column(split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         d = preds[split]
@@ -137,7 +137,7 @@ def challenge2012_scores(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray
                          seed: int) -> dict[str, Any]:
     """Challenge 2012 Event 1/2 of a binary run, on the calibrated risk the service would show
     (`served_risk`); the model's uncalibrated probability is scored too, labelled as such."""
-    from training.challenge2012 import challenge_scores
+    from scehr.training.challenge2012 import challenge_scores
 
     yv, yt = preds["val"]["y"].reshape(-1), preds["test"]["y"].reshape(-1)
     out: dict[str, Any] = {"uncalibrated_probability": challenge_scores(

@@ -1,10 +1,10 @@
 """Export a run to `models/<task>/<version>/`: ONNX graph, manifest, model card; validated.
 
-This module assembles and registers; each asset has its own module: the per-class serving
-assets (calibration, operating points, prototypes, margin reference) in
-`training.serving_assets`, the drift references in `training.drift_reference`, the subgroup
-AUROC and fairness audit in `training.fairness`, the graph in `training.onnx_graph` and the
-card in `training.model_card`.
+This module assembles and registers; each asset has its own module: the per-class serving assets
+(calibration, operating points, prototypes, margin reference) in `scehr.training.serving_assets`,
+the drift references in `scehr.training.drift_reference`, the subgroup AUROC and fairness audit in
+`scehr.training.fairness`, the graph in `scehr.training.onnx_graph` and the card in
+`scehr.training.model_card`.
 
 Every export is checked: `onnx.checker`, then ONNX Runtime against PyTorch within
 `PARITY_ATOL` for batch sizes 1, 7 and 256 and several lengths; a failure raises and nothing
@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from schemas.contract import CONTRACT_VERSION, GRAPH
-from schemas.manifest import (
+from scehr.schemas.contract import CONTRACT_VERSION, GRAPH
+from scehr.schemas.manifest import (
     Calibration,
     ClassCard,
     EncoderSpec,
@@ -35,17 +35,17 @@ from schemas.manifest import (
     SplitInfo,
     sha256_file,
 )
-from schemas.model_index import add_model, entry_for, refuse_existing
-from schemas.run_artifacts import EXPORT_NEEDS, RunArtifacts, require_keys
-from schemas.tasks import task_spec
-from training.config import TrainConfig
-from training.drift_reference import prepared_data, risk_reference, value_reference
-from training.fairness import fairness_at_export, subgroup_auroc
-from training.fit import load_checkpoint
-from training.losses import POSITIVE_ANCHOR_ONLY
-from training.model_card import MIN_POSITIVES, write_model_card
-from training.onnx_graph import ScoringModel, export_onnx, validate_parity
-from training.serving_assets import (
+from scehr.schemas.model_index import add_model, entry_for, refuse_existing
+from scehr.schemas.run_artifacts import EXPORT_NEEDS, RunArtifacts, require_keys
+from scehr.schemas.tasks import task_spec
+from scehr.training.config import TrainConfig
+from scehr.training.drift_reference import prepared_data, risk_reference, value_reference
+from scehr.training.fairness import fairness_at_export, subgroup_auroc
+from scehr.training.fit import load_checkpoint
+from scehr.training.losses import POSITIVE_ANCHOR_ONLY
+from scehr.training.model_card import MIN_POSITIVES, write_model_card
+from scehr.training.onnx_graph import ScoringModel, export_onnx, validate_parity
+from scehr.training.serving_assets import (
     default_point,
     fit_calibration,
     margin_reference,
@@ -53,7 +53,7 @@ from training.serving_assets import (
     prototypes,
     threshold_points,
 )
-from training.uncertainty import UNCERTAINTY_WHERE, fit_uncertainty
+from scehr.training.uncertainty import UNCERTAINTY_WHERE, fit_uncertainty
 
 
 def code_version() -> str:

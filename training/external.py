@@ -6,7 +6,7 @@ ONNX graph is run with ONNX Runtime, so the figures are those of the exported ar
 service's tensors), not of a checkpoint. A channel the model never saw in training is treated
 as not observed, as the service does. The site's data are used as its converter split them (by
 patient): the recalibration map is fitted on the site's train split, chosen on its val split
-(the existing rule of `training.export.fit_calibration`), and both maps are scored on its test
+(the existing rule of `scehr.training.export.fit_calibration`), and both maps are scored on its test
 split, which neither saw. Figures on all the site's stays are given for the shipped model.
 """
 
@@ -22,24 +22,24 @@ from typing import Any
 
 import numpy as np
 
-from schemas.contract import (
+from scehr.schemas.contract import (
     INPUT_LENGTHS,
     INPUT_STATIC,
     INPUT_X,
     OUTPUT_ANCHOR_LOGITS,
     OUTPUT_PROBABILITY,
 )
-from schemas.featureset import FeatureSet
-from schemas.manifest import Calibration, ClassCard, Manifest, load_manifest
-from schemas.model_index import add_model, entry_for, refuse_existing
-from schemas.tasks import task_spec
-from schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
-from training import fairness
-from training.bootstrap import bootstrap_ci
-from training.calibration import expected_calibration_error
-from training.challenge2012 import event1, event1_threshold, hosmer_lemeshow
-from training.data.splits import SplitArrays, load_split
-from training.metrics import auprc, auroc
+from scehr.schemas.featureset import FeatureSet
+from scehr.schemas.manifest import Calibration, ClassCard, Manifest, load_manifest
+from scehr.schemas.model_index import add_model, entry_for, refuse_existing
+from scehr.schemas.tasks import task_spec
+from scehr.schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
+from scehr.training import fairness
+from scehr.training.bootstrap import bootstrap_ci
+from scehr.training.calibration import expected_calibration_error
+from scehr.training.challenge2012 import event1, event1_threshold, hosmer_lemeshow
+from scehr.training.data.splits import SplitArrays, load_split
+from scehr.training.metrics import auprc, auroc
 
 SPLITS = ("train", "val", "test")
 BATCH = 256
@@ -214,8 +214,8 @@ def fit_site_calibration(model: ExportedModel, fit: Scored, choose: Scored, wher
                          ) -> Calibration:
     """The export's calibration rule (temperature / Platt / isotonic / none, best validation
     Brier), fitted on the site's stays `fit` and chosen on `choose`."""
-    from training.losses import POSITIVE_ANCHOR_ONLY
-    from training.serving_assets import fit_calibration
+    from scehr.training.losses import POSITIVE_ANCHOR_ONLY
+    from scehr.training.serving_assets import fit_calibration
 
     kind = "probability" if model.manifest.loss.name in POSITIVE_ANCHOR_ONLY else "margin"
     return fit_calibration((fit.y, fit.probability, fit.margin),
@@ -293,8 +293,8 @@ def recalibrate(folder: Path, data: Path, out: Path, version: str | None = None
     The shipped folder is never modified; the new one says in its notes and model card where
     its map comes from.
     """
-    from training.export import manifest_json, named_points, risk_reference
-    from training.model_card import write_model_card
+    from scehr.training.export import manifest_json, named_points, risk_reference
+    from scehr.training.model_card import write_model_card
 
     model = ExportedModel(folder)
     m = model.manifest

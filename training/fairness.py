@@ -1,7 +1,7 @@
 """Fairness audit of a binary risk: discrimination, calibration and alerts by sex and age band,
 and how far single predictions move when only the recorded sex is flipped.
 
-Groups come from the stay's static inputs (`schemas.featureset.STATIC_FIELDS`: age in years,
+Groups come from the stay's static inputs (`scehr.schemas.featureset.STATIC_FIELDS`: age in years,
 sex_male 1/0, NaN when unknown). The same audit runs at export (model card) and in
 `scehr evaluate` of an exported model on another site's data, on the risk the service shows.
 """
@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from schemas.featureset import STATIC_FIELDS
-from schemas.manifest import ClassCard
-from training.metrics import auroc
+from scehr.schemas.featureset import STATIC_FIELDS
+from scehr.schemas.manifest import ClassCard
+from scehr.training.metrics import auroc
 
 AGE, SEX = STATIC_FIELDS.index("age"), STATIC_FIELDS.index("sex_male")
 #: (name, lowest age included, first age excluded); None is open-ended.
@@ -185,12 +185,12 @@ def fairness_at_export(model: Any, crit: Any, data: Any, preds: dict[str, np.nda
     """The fairness audit of a binary model on its test split (training.fairness).
 
     Alerts are the risk at or above the default named operating point. The sex flip re-scores
-    the test stays, so it needs the run's data folder (`data`, from `training.fit.prepare`);
+    the test stays, so it needs the run's data folder (`data`, from `scehr.training.fit.prepare`);
     None when that is gone or no operating point was reachable.
     """
     import torch
 
-    from training.fit import predict
+    from scehr.training.fit import predict
 
     point = {p.name: p for p in card.named_points}.get(card.default_operating_point or "")
     if data is None or point is None:

@@ -19,19 +19,19 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from schemas.run_artifacts import check_checkpoint
-from schemas.tasks import task_spec
-from schemas.tensorize import Normalizer, StaticImputer
-from training.channel_dropout import ChannelDropout
-from training.config import TrainConfig
-from training.data.splits import SplitArrays, concat_splits, load_split
-from training.encoders import build_encoder
-from training.heads import AnchorHead
-from training.interrupt import StopRequest, TrainingInterrupted
-from training.losses import CombinedLoss, build_loss
-from training.metrics import headline_metric, task_metrics
-from training.progress import RunLog, format_epoch
-from training.regimes import REGIME_PHASES, labelled_rows, pretrain_step, projection_head
+from scehr.schemas.run_artifacts import check_checkpoint
+from scehr.schemas.tasks import task_spec
+from scehr.schemas.tensorize import Normalizer, StaticImputer
+from scehr.training.channel_dropout import ChannelDropout
+from scehr.training.config import TrainConfig
+from scehr.training.data.splits import SplitArrays, concat_splits, load_split
+from scehr.training.encoders import build_encoder
+from scehr.training.heads import AnchorHead
+from scehr.training.interrupt import StopRequest, TrainingInterrupted
+from scehr.training.losses import CombinedLoss, build_loss
+from scehr.training.metrics import headline_metric, task_metrics
+from scehr.training.progress import RunLog, format_epoch
+from scehr.training.regimes import REGIME_PHASES, labelled_rows, pretrain_step, projection_head
 
 
 class AnchorModel(nn.Module):

@@ -23,8 +23,8 @@ from sklearn.metrics import (
     roc_curve,
 )
 
-from schemas.tasks import task_spec
-from training.calibration import brier, expected_calibration_error
+from scehr.schemas.tasks import task_spec
+from scehr.training.calibration import brier, expected_calibration_error
 
 
 def l2_normalize(Z: ArrayLike, eps: float = 1e-12) -> np.ndarray:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from schemas.manifest import Manifest, PointStats
-from schemas.tasks import task_spec
-from training.card_sections import data_minimum_lines, uncertainty_lines, withheld_lines
-from training.fairness import audit_lines
+from scehr.schemas.manifest import Manifest, PointStats
+from scehr.schemas.tasks import task_spec
+from scehr.training.card_sections import data_minimum_lines, uncertainty_lines, withheld_lines
+from scehr.training.fairness import audit_lines
 
 
 def _ci(d: dict | None) -> str:

@@ -1,9 +1,9 @@
 """The served graph: encoder + anchor head + the loss's read-out, its ONNX export and parity check.
 
-The graph's contract (input/output names, dynamic axes, opset) comes from `schemas.contract`, so
-the server reads the same names. Every export is checked against PyTorch with ONNX Runtime on
-batch 1 and batch > 1 with ragged lengths: LSTM exports that are right only for batch 1 are a
-known failure of such pipelines.
+The graph's contract (input/output names, dynamic axes, opset) comes from `scehr.schemas.contract`,
+so the server reads the same names. Every export is checked against PyTorch with ONNX Runtime on
+batch 1 and batch > 1 with ragged lengths: LSTM exports that are right only for batch 1 are a known
+failure of such pipelines.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import onnxruntime as ort
 import torch
 from torch import Tensor, nn
 
-from schemas.contract import GRAPH, INPUT_LENGTHS, INPUT_STATIC, INPUT_X
+from scehr.schemas.contract import GRAPH, INPUT_LENGTHS, INPUT_STATIC, INPUT_X
 
 ONNX_OPSET, PARITY_ATOL = GRAPH.opset, GRAPH.parity_atol
 #: The graph's inputs and outputs, from the graph contract (schemas.contract.GRAPH).

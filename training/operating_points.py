@@ -1,6 +1,6 @@
 """Operating points a clinician can defend: chosen on validation, or withheld with the reason.
 
-`training.calibration.choose_named_points` finds each rule's threshold on the validation risk.
+`scehr.training.calibration.choose_named_points` finds each rule's threshold on the validation risk.
 This module keeps only the points validation can support:
 
 - a class with fewer than `MIN_POSITIVES` validation stays with the outcome gets no point (a
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas.contract import RISK_EPS
-from schemas.manifest import NamedOperatingPoint, RiskLevels, WithheldPoint
-from training.model_card import MIN_POSITIVES
+from scehr.schemas.contract import RISK_EPS
+from scehr.schemas.manifest import NamedOperatingPoint, RiskLevels, WithheldPoint
+from scehr.training.model_card import MIN_POSITIVES
 
 #: The point names, in the order a class's default is taken from.
 POINT_NAMES = ("high_sensitivity", "balanced", "high_ppv")
@@ -50,7 +50,7 @@ def defensible_points(val: tuple[np.ndarray, np.ndarray],
                       test: tuple[np.ndarray, np.ndarray] | None
                       ) -> tuple[list[NamedOperatingPoint], list[WithheldPoint]]:
     """(points kept, points withheld with the reason) of one class, from (y, risk)."""
-    from training.export import named_points
+    from scehr.training.export import named_points
 
     y = np.asarray(val[0]).ravel().astype(int)
     risk = np.asarray(val[1], dtype=np.float64).ravel()

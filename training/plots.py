@@ -22,9 +22,9 @@ from numpy.typing import ArrayLike
 from sklearn.manifold import TSNE
 from sklearn.metrics import precision_recall_curve, roc_curve
 
-from training.bootstrap import format_ci
-from training.calibration import expected_calibration_error, reliability_curve
-from training.metrics import auprc, auroc, l2_normalize
+from scehr.training.bootstrap import format_ci
+from scehr.training.calibration import expected_calibration_error, reliability_curve
+from scehr.training.metrics import auprc, auroc, l2_normalize
 
 Models = Mapping[str, tuple[ArrayLike, ArrayLike]]
 CIs = Mapping[str, Mapping[str, Any]] | None

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from training.losses.ntxent import NTXent
-from training.losses.regularizers import Batch, build_regularizer
+from scehr.training.losses.ntxent import NTXent
+from scehr.training.losses.regularizers import Batch, build_regularizer
 
 #: regime -> the phases it trains, in order ("pretrain": encoder only; "train": with a head).
 REGIME_PHASES: dict[str, tuple[str, ...]] = {

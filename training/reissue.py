@@ -1,17 +1,17 @@
 """A new version of a shipped model with the same ONNX graph and calibration: its operating
-points screened by the defensible rule (`training.operating_points.screen`, from the
+points screened by the defensible rule (`scehr.training.operating_points.screen`, from the
 validation figures stored with each point), warning/critical levels, the data minimum of
 the sufficiency study, and (with --uncertainty) the uncertainty map served with each risk.
 
-    .venv/bin/python -m training.reissue models/mortality/1.2.0 models/mortality/1.2.1 \
+    .venv/bin/python -m scehr.training.reissue models/mortality/1.2.0 models/mortality/1.2.1 \
         --data-minimum docs/sufficiency-mortality.json
-    .venv/bin/python -m training.reissue models/mortality/1.2.1 models/mortality/1.2.2 \
+    .venv/bin/python -m scehr.training.reissue models/mortality/1.2.1 models/mortality/1.2.2 \
         --uncertainty configs/default_mortality_full.toml --data data/physionet2012-full
 
 --uncertainty rebuilds the model's held-out calibration and validation splits from its
 training config and data (checked against the manifest's recorded split sizes and
 prevalences), scores them with the shipped ONNX graph and calibration map, and fits the map
-with `training.uncertainty.fit_uncertainty`, the function export uses. A data minimum already
+with `scehr.training.uncertainty.fit_uncertainty`, the function export uses. A data minimum already
 in the shipped manifest is kept unless --data-minimum replaces it.
 
 The shipped folder is never modified. The risk of every stay is unchanged (same graph, same
@@ -30,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from schemas.contract import CONTRACT_VERSION
-from schemas.manifest import ClassCard, Manifest, load_manifest
-from schemas.model_index import add_model, entry_for, refuse_existing
-from schemas.sufficiency import DataMinimum
-from schemas.uncertainty import RiskUncertainty
-from training.operating_points import default_point, risk_levels, screen
-from training.uncertainty import UNCERTAINTY_WHERE, fit_uncertainty
+from scehr.schemas.contract import CONTRACT_VERSION
+from scehr.schemas.manifest import ClassCard, Manifest, load_manifest
+from scehr.schemas.model_index import add_model, entry_for, refuse_existing
+from scehr.schemas.sufficiency import DataMinimum
+from scehr.schemas.uncertainty import RiskUncertainty
+from scehr.training.operating_points import default_point, risk_levels, screen
+from scehr.training.uncertainty import UNCERTAINTY_WHERE, fit_uncertainty
 
 
 def validation_positives(m: Manifest, c: int) -> int:
@@ -66,9 +66,9 @@ class SplitMismatch(ValueError):
 def held_out_uncertainty(folder: Path, config: Path, data: Path) -> list[RiskUncertainty]:
     """Per class, the uncertainty map of a shipped model, fitted as export fits it: on its
     calibration split (level chosen on its validation split), scored by its ONNX graph."""
-    from training.config import TrainConfig, load_config
-    from training.external import ExportedModel
-    from training.fit import prepare
+    from scehr.training.config import TrainConfig, load_config
+    from scehr.training.external import ExportedModel
+    from scehr.training.fit import prepare
 
     model = ExportedModel(folder, binary_only=False)
     if config.suffix == ".json":  # a run folder's config.json (TrainConfig.to_dict)
@@ -100,8 +100,8 @@ def held_out_uncertainty(folder: Path, config: Path, data: Path) -> list[RiskUnc
 def reissue(folder: Path, out: Path, *, minimum: DataMinimum | None,
             command: str, uncertainty: list[RiskUncertainty] | None = None
             ) -> tuple[Path, list[str]]:
-    from training.export import code_version, manifest_json
-    from training.model_card import write_model_card
+    from scehr.training.export import code_version, manifest_json
+    from scehr.training.model_card import write_model_card
 
     m = load_manifest(folder / "manifest.json")
     version = out.name
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_minimum is not None:
         doc = json.loads(args.data_minimum.read_text())
         minimum = DataMinimum.model_validate(doc["data_minimum"])
-    command = "python -m training.reissue " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m scehr.training.reissue " + " ".join(sys.argv[1:] if argv is None else argv)
     maps = None
     if args.uncertainty is not None:
         print(f"fitting the uncertainty map on {args.data}'s held-out splits ...", flush=True)

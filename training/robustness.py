@@ -2,7 +2,7 @@
 
 A site that never records a channel (GCS on the eICU demo, labs in a small hospital) gives the
 model stays where that channel is absent throughout. Here every stay of a split loses one group
-at a time, encoded exactly as a channel never recorded (`training.external.neutralise`: normal
+at a time, encoded exactly as a channel never recorded (`scehr.training.external.neutralise`: normal
 value, mask 0), and the exported ONNX graph scores it as the service would. The rows show how
 far discrimination and the mean risk move; `mean_auroc` (over all rows) is the figure a
 validation split uses to choose the channel-dropout rate.
@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from training.bootstrap import bootstrap_ci
-from training.calibration import expected_calibration_error
-from training.channel_dropout import CHANNEL_GROUPS
-from training.data.eicu_demo import empty_channels
-from training.external import ExportedModel
-from training.metrics import auroc
+from scehr.training.bootstrap import bootstrap_ci
+from scehr.training.calibration import expected_calibration_error
+from scehr.training.channel_dropout import CHANNEL_GROUPS
+from scehr.training.data.eicu_demo import empty_channels
+from scehr.training.external import ExportedModel
+from scehr.training.metrics import auroc
 
 # The groups removed one at a time are CHANNEL_GROUPS (training/channel_dropout.py), then
 # "eICU demo gaps": every channel the eICU demo conversion never fills.

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from schemas.run_artifacts import RunArtifacts, prediction_key
-from schemas.tasks import task_spec
-from training.bootstrap import bootstrap_ci, bootstrap_metrics
-from training.config import TrainConfig
-from training.data.writer import write_json
-from training.fit import (
+from scehr.schemas.run_artifacts import RunArtifacts, prediction_key
+from scehr.schemas.tasks import task_spec
+from scehr.training.bootstrap import bootstrap_ci, bootstrap_metrics
+from scehr.training.config import TrainConfig
+from scehr.training.data.writer import write_json
+from scehr.training.fit import (
     RESUME_FILE,
     FitResult,
     Prepared,
@@ -28,21 +28,21 @@ from training.fit import (
     prepare,
     save_checkpoint,
 )
-from training.interrupt import StopRequest, TrainingInterrupted
-from training.metrics import (
+from scehr.training.interrupt import StopRequest, TrainingInterrupted
+from scehr.training.metrics import (
     balanced_accuracy,
     balanced_accuracy_threshold,
     min_se_ppv,
     task_metrics,
 )
-from training.plots import (
+from scehr.training.plots import (
     plot_embedding_tsne,
     plot_learning_curves,
     plot_pr_curves,
     plot_reliability,
     plot_roc_curves,
 )
-from training.progress import RunLog
+from scehr.training.progress import RunLog
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:

@@ -11,14 +11,14 @@ from typing import Literal
 
 import numpy as np
 
-from schemas.manifest import (
+from scehr.schemas.manifest import (
     Calibration,
     MarginReference,
     NamedOperatingPoint,
     OperatingPoint,
     PointStats,
 )
-from training.calibration import (
+from scehr.training.calibration import (
     IsotonicCalibrator,
     PlattCalibrator,
     TemperatureCalibrator,

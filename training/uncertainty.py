@@ -1,9 +1,9 @@
-"""Fit the uncertainty a model serves with each risk (`schemas.uncertainty.RiskUncertainty`).
+"""Fit the uncertainty a model serves with each risk (`scehr.schemas.uncertainty.RiskUncertainty`).
 
 Fitted on the held-out calibration split (never trained on, never used for early stopping),
 with the level of the outcome set chosen on the validation split; the test split plays no
-part. The same function serves export (`training.export`) and the re-issue of a shipped model
-(`training.reissue`), which scores the held-out split with the model's ONNX graph.
+part. The same function serves export (`scehr.training.export`) and the re-issue of a shipped model
+(`scehr.training.reissue`), which scores the held-out split with the model's ONNX graph.
 
 Inductive Venn-Abers (Vovk & Petej 2014): for a new score s, p0(s) and p1(s) are the values
 at s of the isotonic regression fitted on the held-out (score, label) pairs plus (s, 0),
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
-from schemas.uncertainty import LEVELS, CoverageCheck, RiskUncertainty
+from scehr.schemas.uncertainty import LEVELS, CoverageCheck, RiskUncertainty
 
 #: Where export fits the map (`RiskUncertainty.fitted_on`).
 UNCERTAINTY_WHERE = ("calibration split (held out of training and early stopping); level "

@@ -7,8 +7,8 @@ The defaults are LitServe 0.2.19's own (read from its source, `LitAPI.__init__` 
 `LitServer.__init__`): max_batch_size 1 (no batching), batch_timeout 0.0, one inference worker
 per device, as many API server processes as inference workers; with ONNX Runtime's default
 session. `decode_request` validates and tensorizes one stay (`StayPayload`,
-`service.pipeline.prepare`), `predict` is one ORT run (with batching on: `batch` pads and
-concatenates, `service.batcher.batch`), `encode_response` returns only the calibrated risk per
+`scehr.service.pipeline.prepare`), `predict` is one ORT run (with batching on: `batch` pads and
+concatenates, `scehr.service.batcher.batch`), `encode_response` returns only the calibrated risk per
 class, `{"risk": [...]}`, like the plain FastAPI app.
 """
 
@@ -24,9 +24,9 @@ import litserve as ls  # noqa: E402
 from fastapi import Request, Response  # noqa: E402
 
 from alternatives.plain_fastapi import SESSIONS, Scorer, load  # noqa: E402
-from schemas.payloads import StayPayload  # noqa: E402
-from service.batcher import ModelOutputs, batch, unbatch  # noqa: E402
-from service.pipeline import PreparedStays, prepare  # noqa: E402
+from scehr.schemas.payloads import StayPayload  # noqa: E402
+from scehr.service.batcher import ModelOutputs, batch, unbatch  # noqa: E402
+from scehr.service.pipeline import PreparedStays, prepare  # noqa: E402
 
 Scored = tuple[PreparedStays, ModelOutputs]
 

@@ -4,7 +4,7 @@
         [--session default|tuned] [--workers N]
 
 The stay is validated by the contract's pydantic model (`StayPayload`, a body parameter) and
-tensorized by the contract's own code (`service.pipeline.prepare`, no explanation rows): the
+tensorized by the contract's own code (`scehr.service.pipeline.prepare`, no explanation rows): the
 preprocessing anyone serving this model must reproduce. Then one `session.run` at batch 1 and
 the only output such an app returns, the calibrated risk per class: `{"risk": [...]}` as a
 plain dict (no `response_model` to serialise). A sync predict route (blocking work: FastAPI
@@ -12,7 +12,7 @@ runs it in its thread pool) and an async `/health` (no thread hop). uvicorn with
 
 `--session default` is `InferenceSession(path)` with ONNX Runtime's own defaults (all cores,
 spinning threads); `--session tuned` uses scehr's session options
-(`service.runtime.session_options`: cores // workers threads, no spinning).
+(`scehr.service.runtime.session_options`: cores // workers threads, no spinning).
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # also in uvicorn's spawne
 import onnxruntime as ort  # noqa: E402
 from fastapi import FastAPI, HTTPException  # noqa: E402
 
-from schemas.contract import GRAPH  # noqa: E402
-from schemas.payloads import StayPayload  # noqa: E402
-from service.batcher import ModelInputs, ModelOutputs  # noqa: E402
-from service.model_store import read_index, resolve  # noqa: E402
-from service.pipeline import ModelSpec, read_out  # noqa: E402
-from service.runtime import session_options  # noqa: E402
-from service.settings import available_cores  # noqa: E402
-from service.validation import check_graph, inspect  # noqa: E402
+from scehr.schemas.contract import GRAPH  # noqa: E402
+from scehr.schemas.payloads import StayPayload  # noqa: E402
+from scehr.service.batcher import ModelInputs, ModelOutputs  # noqa: E402
+from scehr.service.model_store import read_index, resolve  # noqa: E402
+from scehr.service.pipeline import ModelSpec, read_out  # noqa: E402
+from scehr.service.runtime import session_options  # noqa: E402
+from scehr.service.settings import available_cores  # noqa: E402
+from scehr.service.validation import check_graph, inspect  # noqa: E402
 
 SESSIONS = ("default", "tuned")
 _ENV = "PLAIN_FASTAPI_ARGS"  # model dir, task, session, workers: for uvicorn's workers
@@ -78,7 +78,7 @@ def load(model_dir: Path, task: str, session: str = "tuned", workers: int = 1) -
 
 
 def build(scorer: Scorer) -> FastAPI:
-    from service.pipeline import prepare
+    from scehr.service.pipeline import prepare
 
     app = FastAPI()
 

@@ -13,12 +13,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.manifest import Manifest
-from schemas.payloads import ClassResult, Prediction, Problem, RiskInterval
-from schemas.tasks import outcome_coding
-from schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES, Variable, loinc_index
-from service.errors import ApiError
-from service.interop.fhir_in import (
+from scehr.schemas.manifest import Manifest
+from scehr.schemas.payloads import ClassResult, Prediction, Problem, RiskInterval
+from scehr.schemas.tasks import outcome_coding
+from scehr.schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES, Variable, loinc_index
+from scehr.service.errors import ApiError
+from scehr.service.interop.fhir_in import (
     SNOMED,
     VENTILATION,
     FhirStay,
@@ -28,7 +28,7 @@ from service.interop.fhir_in import (
     to_stay,
     validate_resource,
 )
-from service.interop.readout import (
+from scehr.service.interop.readout import (
     Level,
     interval_of,
     level_of,

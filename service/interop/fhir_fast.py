@@ -1,7 +1,7 @@
 """A fast path for the commonest FHIR resource, an Observation with one value, and for the
 Bundle around it.
 
-Validating an Observation with its lean model (`service.interop.fhir_lean`) is mostly
+Validating an Observation with its lean model (`scehr.service.interop.fhir_lean`) is mostly
 pydantic building a model object per element (Observation, CodeableConcept, Coding,
 Reference, Quantity) and the library's Python dateTime validator. A stay is hundreds of
 Observations of one shape: status, code, subject (and encounter), effectiveDateTime and
@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import TzInfo
 
-from service.interop.fhir_lean import TIMES, DateTime, choices
+from scehr.service.interop.fhir_lean import TIMES, DateTime, choices
 
 #: An id, code or URI the lean types accept: visible ASCII, no whitespace (id: its own
 #: alphabet, at most 64 characters; the library allows 255).

@@ -1,13 +1,13 @@
 """FHIR R4 in: a Bundle (or CDS Hooks prefetch) -> the service's own `StayPayload`.
 
-Resources are validated by default by the lean models of `service.interop.fhir_lean` (the
-elements the adapter reads, with FHIR's rules), or, opted in, by `fhir.resources` whole (the
-R4B models: R4B changed no element of Patient, Encounter, Observation, Bundle or
-RiskAssessment, and the R4-only release of the library needs pydantic 1). Codes and units are
-read through the variable catalog (`schemas.variables`): LOINC codes -> channels, UCUM units ->
-the catalog's conversions. What cannot be used is skipped with a warning naming the resource;
-what is malformed is a 422 naming the FHIR path. The payload then goes through exactly the
-scoring path of `POST /predict/{task}`.
+Resources are validated by default by the lean models of `scehr.service.interop.fhir_lean` (the
+elements the adapter reads, with FHIR's rules), or, opted in, by `fhir.resources` whole (the R4B
+models: R4B changed no element of Patient, Encounter, Observation, Bundle or RiskAssessment, and the
+R4-only release of the library needs pydantic 1). Codes and units are read through the variable
+catalog (`scehr.schemas.variables`): LOINC codes -> channels, UCUM units -> the catalog's
+conversions. What cannot be used is skipped with a warning naming the resource; what is malformed is
+a 422 naming the FHIR path. The payload then goes through exactly the scoring path of `POST
+/predict/{task}`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 from fhir.resources.R4B import get_fhir_model_class
 from pydantic import TypeAdapter, ValidationError
 
-from schemas.payloads import Demographics, Observation, Problem, StayPayload
-from schemas.variables import (
+from scehr.schemas.payloads import Demographics, Observation, Problem, StayPayload
+from scehr.schemas.variables import (
     LOINC_PANELS,
     VARIABLES,
     CategoryError,
@@ -31,9 +31,9 @@ from schemas.variables import (
     Variable,
     loinc_index,
 )
-from service.errors import ApiError
-from service.interop import fhir_fast, fhir_lean
-from service.interop.fhir_rows import (
+from scehr.service.errors import ApiError
+from scehr.service.interop import fhir_fast, fhir_lean
+from scehr.service.interop.fhir_rows import (
     NO_VALUE,
     ObservationRow,
     RowReader,

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from schemas.payloads import Problem
-from service.errors import ApiError
+from scehr.schemas.payloads import Problem
+from scehr.service.errors import ApiError
 
 #: Deepest JSON nesting accepted: FHIR resources nest ~12 levels (Bundle.entry.resource.
 #: component.code.coding.extension...); extensions inside extensions need a few more.

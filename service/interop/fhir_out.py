@@ -4,7 +4,7 @@ Built as plain JSON objects and serialised by pydantic's encoder (the one the JS
 constructing the `fhir.resources` models cost as much as the rest of a FHIR request. The
 elements are those of the FHIR R4 resources; the tests validate every shape this module
 writes with `fhir.resources` and check that the models give back exactly the same JSON. Risk,
-level and words come from `service.interop.readout`.
+level and words come from `scehr.service.interop.readout`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic_core import to_json as encode
 
-from schemas.manifest import Manifest
-from schemas.payloads import ClassResult, Prediction
-from schemas.tasks import outcome_coding
-from service.interop.fhir_in import FhirStay, Issue, expression
-from service.interop.readout import QUALITATIVE, interval_of, level_of, rationale, risk_of
+from scehr.schemas.manifest import Manifest
+from scehr.schemas.payloads import ClassResult, Prediction
+from scehr.schemas.tasks import outcome_coding
+from scehr.service.interop.fhir_in import FhirStay, Issue, expression
+from scehr.service.interop.readout import QUALITATIVE, interval_of, level_of, rationale, risk_of
 
 MODEL_SYSTEM = "urn:scehr:model"
 #: The extension on `RiskAssessment.prediction` carrying the risk's uncertainty

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from schemas.variables import LOINC_SYSTEM, Variable, by_loinc
-from service.interop.fhir_fast import (
+from scehr.schemas.variables import LOINC_SYSTEM, Variable, by_loinc
+from scehr.service.interop.fhir_fast import (
     _ID,
     _READ,
     INT32,

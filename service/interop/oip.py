@@ -3,7 +3,7 @@
 Two ways in: the graph's own tensors (`x`, `lengths`, `static`, already normalized, as the
 manifest's graph contract says), or `stay`, a BYTES tensor of raw stay payloads (JSON text),
 which goes through the same validation and tensorization as `POST /predict/{task}`. Either
-way the service's one scorer (`service.scorer`) runs and reads them, so `risk` is the same.
+way the service's one scorer (`scehr.service.scorer`) runs and reads them, so `risk` is the same.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schemas.contract import INPUT_LENGTHS, INPUT_STATIC, INPUT_X
-from schemas.payloads import Prediction, StayPayload
-from service.batcher import ModelInputs, ModelOutputs
-from service.interop.readout import alert_of, interval_of, risk_of
-from service.pipeline import ModelSpec
+from scehr.schemas.contract import INPUT_LENGTHS, INPUT_STATIC, INPUT_X
+from scehr.schemas.payloads import Prediction, StayPayload
+from scehr.service.batcher import ModelInputs, ModelOutputs
+from scehr.service.interop.readout import alert_of, interval_of, risk_of
+from scehr.service.pipeline import ModelSpec
 
 INPUT_STAY = "stay"
 #: The risk's uncertainty as tensors, for a model that serves it (`RiskInterval`: the interval's

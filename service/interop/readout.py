@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from schemas.manifest import Manifest
-from schemas.payloads import ClassResult, RiskInterval
+from scehr.schemas.manifest import Manifest
+from scehr.schemas.payloads import ClassResult, RiskInterval
 
 Level = Literal["info", "warning", "critical"]
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from schemas.payloads import ErrorBody, Problem, ReloadRequest, ReloadResponse
-from schemas.tasks import TASK_NAMES
-from service.auth import ApiKey
-from service.deps import MetricsDep, RegistryDep
-from service.errors import ApiError
-from service.registry import ModelLoadError
+from scehr.schemas.payloads import ErrorBody, Problem, ReloadRequest, ReloadResponse
+from scehr.schemas.tasks import TASK_NAMES
+from scehr.service.auth import ApiKey
+from scehr.service.deps import MetricsDep, RegistryDep
+from scehr.service.errors import ApiError
+from scehr.service.registry import ModelLoadError
 
 router = APIRouter(tags=["admin"])
 

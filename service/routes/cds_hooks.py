@@ -9,13 +9,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from schemas.payloads import ErrorBody
-from schemas.variables import CATALOG, Variable
-from service.auth import ApiKey
-from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
-from service.errors import ApiError
-from service.examples import cds_examples
-from service.interop.cds_hooks import (
+from scehr.schemas.payloads import ErrorBody
+from scehr.schemas.variables import CATALOG, Variable
+from scehr.service.auth import ApiKey
+from scehr.service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
+from scehr.service.errors import ApiError
+from scehr.service.examples import cds_examples
+from scehr.service.interop.cds_hooks import (
     SERVICE_PREFIX,
     CdsDiscovery,
     CdsRequest,
@@ -25,10 +25,10 @@ from service.interop.cds_hooks import (
     model_card_url,
     read_prefetch,
 )
-from service.interop.fhir_limits import FhirLimits, check_raw
-from service.registry import ModelNotReady, Registry
-from service.routes.predict import ERRORS, as_body_parameter
-from service.scorer import ScoreOptions
+from scehr.service.interop.fhir_limits import FhirLimits, check_raw
+from scehr.service.registry import ModelNotReady, Registry
+from scehr.service.routes.predict import ERRORS, as_body_parameter
+from scehr.service.scorer import ScoreOptions
 
 router = APIRouter(tags=["cds-hooks"])
 #: The model card tells the served version, its checksums and metrics: served with /models

@@ -11,23 +11,23 @@ from fastapi.responses import Response
 from pydantic import RootModel
 from starlette.concurrency import run_in_threadpool
 
-from schemas.payloads import Problem
-from service.auth import ApiKey
-from service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
-from service.errors import ApiError
-from service.examples import fhir_examples
-from service.interop.fhir_in import BUNDLE_TYPES, FhirStay, read_bundle
-from service.interop.fhir_limits import FhirLimits, check_bundle, check_raw
-from service.interop.fhir_out import FHIR_JSON, risk_bundle, to_json
-from service.media_types import JSON
-from service.routes.predict import (
+from scehr.schemas.payloads import Problem
+from scehr.service.auth import ApiKey
+from scehr.service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
+from scehr.service.errors import ApiError
+from scehr.service.examples import fhir_examples
+from scehr.service.interop.fhir_in import BUNDLE_TYPES, FhirStay, read_bundle
+from scehr.service.interop.fhir_limits import FhirLimits, check_bundle, check_raw
+from scehr.service.interop.fhir_out import FHIR_JSON, risk_bundle, to_json
+from scehr.service.media_types import JSON
+from scehr.service.routes.predict import (
     ERRORS,
     AllowInsufficient,
     ExplainParam,
     Strict,
     as_body_parameter,
 )
-from service.scorer import DEFAULT_EXPLAIN, ScoreOptions, choose_point, release
+from scehr.service.scorer import DEFAULT_EXPLAIN, ScoreOptions, choose_point, release
 
 router = APIRouter(tags=["fhir"])
 
@@ -43,7 +43,7 @@ class _Body(RootModel[dict[str, Any]]):
 def reject_xml(raw: bytes) -> None:
     """415 for FHIR XML sent under a JSON content type (a body that starts like XML): only
     FHIR's JSON format is read. Other content types are refused before the body is read
-    (`service.media_types`)."""
+    (`scehr.service.media_types`)."""
     if raw.lstrip()[:1] == b"<":
         raise ApiError(415, "unsupported_media_type", [Problem(
             loc=["header", "content-type"], rule="fhir_json_only",

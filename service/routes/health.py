@@ -7,8 +7,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from service import readiness
-from service.deps import MetricsDep, MonitoringDep, RegistryDep
+from scehr.service import readiness
+from scehr.service.deps import MetricsDep, MonitoringDep, RegistryDep
 
 router = APIRouter(tags=["health"])
 metrics_router = APIRouter(tags=["health"])  # closable: SCEHR_OPEN_METRICS=false

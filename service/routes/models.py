@@ -6,10 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from schemas.payloads import ErrorBody, ModelInfo, ModelList, MonitoringSummary
-from service.deps import MonitoringDep, RegistryDep, VersionParam, handle_for
-from service.errors import ApiError
-from service.registry import ModelHandle, Registry
+from scehr.schemas.payloads import ErrorBody, ModelInfo, ModelList, MonitoringSummary
+from scehr.service.deps import MonitoringDep, RegistryDep, VersionParam, handle_for
+from scehr.service.errors import ApiError
+from scehr.service.registry import ModelHandle, Registry
 
 router = APIRouter(tags=["models"])
 #: Not served (or that version not served), `version` malformed, still loading.

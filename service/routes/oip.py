@@ -14,15 +14,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from schemas.contract import CONTRACT_VERSION
-from schemas.payloads import ErrorBody, StayPayload
-from schemas.tasks import TASK_NAMES
-from service.auth import ApiKey
-from service.batcher import ModelInputs
-from service.deps import RegistryDep, ScorerDep, SettingsDep
-from service.errors import ApiError
-from service.examples import infer_examples
-from service.interop.oip import (
+from scehr.schemas.contract import CONTRACT_VERSION
+from scehr.schemas.payloads import ErrorBody, StayPayload
+from scehr.schemas.tasks import TASK_NAMES
+from scehr.service.auth import ApiKey
+from scehr.service.batcher import ModelInputs
+from scehr.service.deps import RegistryDep, ScorerDep, SettingsDep
+from scehr.service.errors import ApiError
+from scehr.service.examples import infer_examples
+from scehr.service.interop.oip import (
     INPUT_STAY,
     InferRequest,
     InferResponse,
@@ -34,11 +34,11 @@ from service.interop.oip import (
     stays,
     tensor_inputs,
 )
-from service.media_types import JSON, OPTIONAL
-from service.pipeline import ModelSpec
-from service.registry import ModelHandle, ModelNotReady, Registry, VersionNotServed
-from service.scorer import ScoreOptions, Scorer, in_worker, released
-from service.settings import Settings
+from scehr.service.media_types import JSON, OPTIONAL
+from scehr.service.pipeline import ModelSpec
+from scehr.service.registry import ModelHandle, ModelNotReady, Registry, VersionNotServed
+from scehr.service.scorer import ScoreOptions, Scorer, in_worker, released
+from scehr.service.settings import Settings
 
 router = APIRouter(prefix="/v2", tags=["open-inference-protocol"], responses={
     code: {"model": V2Error} for code in (400, 404, 503)})
@@ -66,7 +66,7 @@ def _handle(registry: Registry, name: str, version: str | None) -> ModelHandle:
 
 #: `infer` answers these in the service's error body, before the protocol's route runs: 401
 #: without a valid key (where keys are set), 408 for a body that stalls, 413 for one over the
-#: size limit (and 415, documented for every body route: `service.media_types.document`); and
+#: size limit (and 415, documented for every body route: `scehr.service.media_types.document`); and
 #: 500 in the protocol's body when the model fails on the request's batch.
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody}, 408: {"model": ErrorBody}, 413: {"model": ErrorBody},
@@ -215,7 +215,7 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
 
 _SCHEMA = InferRequest.model_json_schema()
 #: JSON only; a request without Content-Type is read as JSON too (Triton's client sends none;
-#: `service.media_types`).
+#: `scehr.service.media_types`).
 INFER_BODY = {"requestBody": {"required": True, OPTIONAL: True, "content": {JSON: {
     "schema": _inline(_SCHEMA, _SCHEMA.get("$defs", {})),
     "examples": infer_examples(TASK_NAMES[0])}}}}

@@ -13,13 +13,13 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
-from schemas.contract import (
+from scehr.schemas.contract import (
     PREVIOUS_RESPONSE_VERSION,
     RESPONSE_VERSION,
     RESPONSE_VERSION_HEADER,
     RESPONSE_VERSIONS,
 )
-from schemas.payloads import (
+from scehr.schemas.payloads import (
     BatchItem,
     BatchItemV1_1,
     BatchRequest,
@@ -32,9 +32,9 @@ from schemas.payloads import (
     StayPayload,
     printable,
 )
-from schemas.tasks import TASK_NAMES
-from service.auth import API_KEY_SECURITY, ApiKey
-from service.deps import (
+from scehr.schemas.tasks import TASK_NAMES
+from scehr.service.auth import API_KEY_SECURITY, ApiKey
+from scehr.service.deps import (
     MetricsDep,
     RegistryDep,
     ScorerDep,
@@ -42,16 +42,16 @@ from service.deps import (
     VersionParam,
     handle_for,
 )
-from service.errors import ApiError
-from service.examples import (
+from scehr.service.errors import ApiError
+from scehr.service.examples import (
     batch_examples,
     mortality_response,
     response_examples,
     stay_examples,
 )
-from service.pipeline import ModelSpec, parse_stays
-from service.query_route import QueryRoute
-from service.scorer import (
+from scehr.service.pipeline import ModelSpec, parse_stays
+from scehr.service.query_route import QueryRoute
+from scehr.service.scorer import (
     DEFAULT_EXPLAIN,
     Explain,
     ScoredStays,
@@ -61,7 +61,7 @@ from service.scorer import (
     in_worker,
     released,
 )
-from service.settings import Settings
+from scehr.service.settings import Settings
 
 router = APIRouter(tags=["predict"])
 _Body = TypeVar("_Body", bound=BaseModel)
@@ -188,7 +188,7 @@ def as_body_parameter(model: type[_Body], raw: bytes,
 
 def _stay_body(task: str) -> dict[str, Any]:
     """The request body of the single-stay routes in OpenAPI (the route reads the bytes
-    itself); `StayPayload` is added to the components by `service.app.openapi_components`."""
+    itself); `StayPayload` is added to the components by `scehr.service.app.openapi_components`."""
     return {"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": "#/components/schemas/StayPayload"},
         "examples": stay_examples(task)}}}}

@@ -9,12 +9,12 @@ import httpx
 import numpy as np
 import pytest
 
-from schemas.payloads import StayPayload
-from schemas.tasks import TASK_NAMES
-from service.model_store import read_index
-from service.pipeline import predictions, prepare
-from service.registry import load_model, resolve
-from service.settings import Settings
+from scehr.schemas.payloads import StayPayload
+from scehr.schemas.tasks import TASK_NAMES
+from scehr.service.model_store import read_index
+from scehr.service.pipeline import predictions, prepare
+from scehr.service.registry import load_model, resolve
+from scehr.service.settings import Settings
 from tests.service.conftest import stay
 from tests.service.fixture_model import write_model_dir
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from schemas.featureset import FEATURE_SETS
-from schemas.ingest import ingest_stay
-from schemas.payloads import StayPayload
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.schemas.ingest import ingest_stay
+from scehr.schemas.payloads import StayPayload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from common import full_stay

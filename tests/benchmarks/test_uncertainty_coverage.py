@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.uncertainty_coverage import coverage_row
-from schemas.uncertainty import RiskUncertainty
+from scehr.schemas.uncertainty import RiskUncertainty
 from tests.service.fixture_model import UNCERTAINTY_CARD
 
 

@@ -11,8 +11,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from service.app import create_app
-from service.settings import Settings
+from scehr.service.app import create_app
+from scehr.service.settings import Settings
 from tests.conftest import REPO
 
 CHART = REPO / "helm" / "scehr"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.cli import register
+from scehr.service.cli import register
 from tests.conftest import REPO
 
 DOCKERFILE = REPO / "Dockerfile"

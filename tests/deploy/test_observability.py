@@ -12,8 +12,8 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from schemas.variables import VARIABLES
-from service.metrics import Metrics
+from scehr.schemas.variables import VARIABLES
+from scehr.service.metrics import Metrics
 from tests.deploy.test_chart import CHART, RELEASE, render
 
 DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")  # Prometheus' duration (the CRD's pattern)
@@ -163,7 +163,7 @@ def _status_selected(expr: str, status: str) -> bool:
 def test_the_server_error_alert_counts_5xx_but_not_client_closed_or_overload() -> None:
     """A client that left before its answer is 499 (service/middleware.py CLIENT_CLOSED): no
     server error; the overload 503 has its own alert."""
-    from service.middleware import CLIENT_CLOSED
+    from scehr.service.middleware import CLIENT_CLOSED
 
     doc = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
     rules = {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
@@ -177,8 +177,8 @@ def test_the_server_error_alert_counts_5xx_but_not_client_closed_or_overload() -
 def test_the_requests_panel_shows_every_scoring_interface() -> None:
     """The dashboard's requests-by-status panel selects the scoring routes of every interface
     (their templates, as the service counts them) and no other route."""
-    from service.media_types import body_routes
-    from service.routes import admin, cds_hooks, fhir, oip, predict
+    from scehr.service.media_types import body_routes
+    from scehr.service.routes import admin, cds_hooks, fhir, oip, predict
 
     dash = json.loads((CHART / "files" / "grafana-dashboard.json").read_text())
     [expr] = [e for title, e in dashboard_exprs(dash) if title.startswith("Scoring requests")]

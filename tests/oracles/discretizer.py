@@ -2,15 +2,15 @@
 
 It walks the rows of each stay in order exactly like `Discretizer.transform` (timestep 1,
 store_masks, impute 'previous', start_time 'zero', end = the window): a slow, obvious oracle
-for `schemas.tensorize.discretize` and the baseline of the tensorize benchmark.
+for `scehr.schemas.tensorize.discretize` and the baseline of the tensorize benchmark.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from schemas.featureset import FeatureSet
-from schemas.tensorize import Observations
+from scehr.schemas.featureset import FeatureSet
+from scehr.schemas.tensorize import Observations
 
 EPS = 1e-6
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas.variables import VARIABLES, Variable
+from scehr.schemas.variables import VARIABLES, Variable
 
 ADMISSION = datetime(2026, 1, 1, 6, 0, 0)
 

@@ -12,10 +12,10 @@ from datetime import datetime
 
 import numpy as np
 
-from schemas.featureset import STATIC_FIELDS, FeatureSet
-from schemas.payloads import Notice, Problem, StayPayload
-from schemas.tensorize import Observations, clean
-from schemas.variables import CategoryError, UnitError, did_you_mean, in_catalog
+from scehr.schemas.featureset import STATIC_FIELDS, FeatureSet
+from scehr.schemas.payloads import Notice, Problem, StayPayload
+from scehr.schemas.tensorize import Observations, clean
+from scehr.schemas.variables import CategoryError, UnitError, did_you_mean, in_catalog
 
 DEFAULT_MAX_OBSERVATIONS = 20_000
 

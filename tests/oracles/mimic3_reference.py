@@ -22,7 +22,7 @@ import math
 import sys
 from pathlib import Path
 
-from training.data.mimic3.compare import ORDER_FREE, SKIP_PARTS
+from scehr.training.data.mimic3.compare import ORDER_FREE, SKIP_PARTS
 
 MANIFEST = Path(__file__).with_name("mimic3_demo_reference.json")
 

@@ -1,12 +1,12 @@
 """Per-variable value counts, one variable at a time: the oracle for the vectorised
-`schemas.profile.value_counts` (this is how it was computed before)."""
+`scehr.schemas.profile.value_counts` (this is how it was computed before)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from schemas.featureset import FeatureSet
-from schemas.profile import Bins, bin_index, observed_mask
+from scehr.schemas.featureset import FeatureSet
+from scehr.schemas.profile import Bins, bin_index, observed_mask
 
 
 def value_counts_by_variable(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet,

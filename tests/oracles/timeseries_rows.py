@@ -1,9 +1,9 @@
 """A line-by-line reader of benchmark `*_timeseries.csv` files: the slow, obvious oracle for
-`training.data.reader.read_timeseries` (which parses many files per `pandas.read_csv` call).
+`scehr.training.data.reader.read_timeseries` (which parses many files per `pandas.read_csv` call).
 
 Each line is split on commas; a cell becomes a number with `float` or a category index with
 `Variable.category_index`; rows are ordered by (stay, time, line, column) and the one cleaning
-step (`schemas.tensorize.clean`) is applied to the result, as the reader does.
+step (`scehr.schemas.tensorize.clean`) is applied to the result, as the reader does.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from schemas.featureset import FeatureSet
-from schemas.tensorize import Observations, clean
-from schemas.variables import CategoryError
+from scehr.schemas.featureset import FeatureSet
+from scehr.schemas.tensorize import Observations, clean
+from scehr.schemas.variables import CategoryError
 
 
 def _number(text: str) -> float:

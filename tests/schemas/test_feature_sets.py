@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.featureset import (
+from scehr.schemas.featureset import (
     BENCHMARK_48H,
     BENCHMARK_STAY,
     FEATURE_SET_FILE,
@@ -26,7 +26,7 @@ PUBLISHED = {
 
 
 def test_the_full_physionet_set_keeps_its_content() -> None:
-    from schemas.featureset import FEATURE_SETS
+    from scehr.schemas.featureset import FEATURE_SETS
 
     fs = FEATURE_SETS["physionet2012-full"]
     assert fs.sha256 == PUBLISHED[fs.name]

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY
-from schemas.ingest import ingest, ingest_stay
-from schemas.payloads import StayPayload
-from schemas.tensorize import discretize
+from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY
+from scehr.schemas.ingest import ingest, ingest_stay
+from scehr.schemas.payloads import StayPayload
+from scehr.schemas.tensorize import discretize
 
 
 def stay(obs: list[dict], **kw) -> StayPayload:
@@ -98,7 +98,7 @@ def test_implausible_values_become_missing_naming_the_rule() -> None:
 
 
 def test_payloads_name_variables_by_id_alias_or_loinc_code() -> None:
-    from schemas.featureset import FEATURE_SETS
+    from scehr.schemas.featureset import FEATURE_SETS
 
     full = FEATURE_SETS["physionet2012-full"]
     obs = [{"variable": "lactate", "time": 1, "value": 2.0},

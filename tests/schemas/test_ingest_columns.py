@@ -6,9 +6,9 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from schemas import ingest
-from schemas.featureset import BENCHMARK_48H
-from schemas.payloads import StayPayload
+from scehr.schemas import ingest
+from scehr.schemas.featureset import BENCHMARK_48H
+from scehr.schemas.payloads import StayPayload
 
 ADMISSION = datetime(2026, 1, 1, 6)
 #: (variable, unit, time, value) in reading order: timestamps and hours, a unit to convert, a

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from schemas import ingest as fast
-from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FEATURE_SETS, FeatureSet
-from schemas.payloads import Observation, StayPayload
+from scehr.schemas import ingest as fast
+from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FEATURE_SETS, FeatureSet
+from scehr.schemas.payloads import Observation, StayPayload
 from tests.oracles import ingest_reference as reference
 from tests.oracles.ingest_cases import assert_same_result, assert_same_stay, random_stay
 

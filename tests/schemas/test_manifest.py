@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from schemas.contract import CONTRACT_VERSION
-from schemas.manifest import SCHEMA_PATH, ContractError, json_schema, load_manifest
+from scehr.schemas.contract import CONTRACT_VERSION
+from scehr.schemas.manifest import SCHEMA_PATH, ContractError, json_schema, load_manifest
 
 
 def test_committed_json_schema_is_current() -> None:
     assert json.loads(SCHEMA_PATH.read_text()) == json_schema(), (
-        "regenerate with: python -m schemas.manifest")
+        "regenerate with: python -m scehr.schemas.manifest")
 
 
 def test_other_major_version_is_refused_with_a_clear_message(tmp_path: Path) -> None:

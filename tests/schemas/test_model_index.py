@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import scehr_cli
-from schemas.model_index import (
+from scehr import cli as scehr_cli
+from scehr.schemas.model_index import (
     IndexEntry,
     MetricCI,
     ModelIndex,

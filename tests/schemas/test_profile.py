@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
-from schemas.profile import Bins, value_counts
-from schemas.tensorize import discretize
+from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
+from scehr.schemas.profile import Bins, value_counts
+from scehr.schemas.tensorize import discretize
 from tests.oracles.profile_counts import value_counts_by_variable
 from tests.schemas.test_tensorize import random_obs
 

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
-from schemas.ingest import ingest
-from schemas.payloads import StayPayload
-from schemas.tensorize import discretize
+from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
+from scehr.schemas.ingest import ingest
+from scehr.schemas.payloads import StayPayload
+from scehr.schemas.tensorize import discretize
 
 FEATURE_SETS = [BENCHMARK_48H, BENCHMARK_STAY]
 CONTINUOUS = [v for v in BENCHMARK_48H.variables if not v.is_categorical]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas.featureset import FEATURE_SETS
-from schemas.sufficiency import DataMinimum, shortfalls, summarize
-from schemas.tensorize import Observations
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.schemas.sufficiency import DataMinimum, shortfalls, summarize
+from scehr.schemas.tensorize import Observations
 
 FS = FEATURE_SETS["physionet2012-full"]
 MIN = DataMinimum(min_observations=100, min_channels=20, min_hours_covered=24,

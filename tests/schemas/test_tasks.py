@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from schemas.featureset import FEATURE_SETS, TASK_FEATURE_SETS
-from schemas.manifest import Manifest
-from schemas.tasks import TASK_NAMES, TASK_SPECS, task_spec
+from scehr.schemas.featureset import FEATURE_SETS, TASK_FEATURE_SETS
+from scehr.schemas.manifest import Manifest
+from scehr.schemas.tasks import TASK_NAMES, TASK_SPECS, task_spec
 
 
 def test_every_task_names_an_existing_feature_set_with_its_window() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY
-from schemas.tensorize import (
+from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY
+from scehr.schemas.tensorize import (
     Normalizer,
     Observations,
     clean,
@@ -15,7 +15,7 @@ from schemas.tensorize import (
     discretize,
     plausibility_masks,
 )
-from schemas.variables import BY_ID
+from scehr.schemas.variables import BY_ID
 from tests.oracles.discretizer import discretize_rows
 
 FS = BENCHMARK_48H

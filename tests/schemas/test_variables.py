@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from schemas.variables import BY_ID, CATALOG, VARIABLES, lookup, name_index
+from scehr.schemas.variables import BY_ID, CATALOG, VARIABLES, lookup, name_index
 from tests.conftest import SHARED_DATA, needs_shared_data
 
 RES = SHARED_DATA / "mimic3-benchmarks-resources"
@@ -84,11 +84,11 @@ def test_lookup_by_id_benchmark_name_and_case() -> None:
 def test_docs_variables_md_is_current() -> None:
     from pathlib import Path
 
-    from schemas.variables import catalog_markdown
+    from scehr.schemas.variables import catalog_markdown
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "variables.md"
     assert doc.read_text() == catalog_markdown() + "\n", (
-        "regenerate with: python -m schemas.variables > docs/variables.md")
+        "regenerate with: python -m scehr.schemas.variables > docs/variables.md")
 
 
 def _loinc_check_digit_ok(code: str) -> bool:
@@ -110,7 +110,7 @@ def test_every_loinc_code_is_well_formed() -> None:
 
 
 def test_names_are_unique_in_the_catalog_and_in_every_feature_set() -> None:
-    from schemas.featureset import FEATURE_SETS
+    from scehr.schemas.featureset import FEATURE_SETS
 
     for fs in FEATURE_SETS.values():
         index = name_index(fs.variables)  # raises on a name two variables share

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from service.app import create_app
-from service.settings import Settings
+from scehr.service.app import create_app
+from scehr.service.settings import Settings
 from tests.service.fixture_model import write_model_dir
 
 

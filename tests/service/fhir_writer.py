@@ -1,4 +1,4 @@
-"""FHIR R4 Bundles written as a hospital would, independently of `service.interop`.
+"""FHIR R4 Bundles written as a hospital would, independently of `scehr.service.interop`.
 
 The LOINC codes and UCUM units here are this file's own table (written from LOINC, not read
 from the catalog), so a test that feeds these Bundles to the service checks the catalog's

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from schemas.contract import (
+from scehr.schemas.contract import (
     CONTRACT_VERSION,
     INPUT_LENGTHS,
     INPUT_STATIC,
@@ -26,9 +26,9 @@ from schemas.contract import (
     OUTPUT_PROBABILITY,
     OUTPUT_Z,
 )
-from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
-from schemas.manifest import Manifest, sha256_file
-from schemas.tensorize import Normalizer, StaticImputer
+from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
+from scehr.schemas.manifest import Manifest, sha256_file
+from scehr.schemas.tensorize import Normalizer, StaticImputer
 
 PHENOTYPE_LABELS = [f"phenotype_{i:02d}" for i in range(25)]
 

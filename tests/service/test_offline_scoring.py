@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from schemas.featureset import FEATURE_SETS
-from schemas.model_index import read_index
-from schemas.payloads import Prediction
-from service.offline_scoring import CLASS_FIELDS, Output, count_jsonl, read_benchmark, score
-from service.settings import Settings
-from service.shards import parse_shard
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.schemas.model_index import read_index
+from scehr.schemas.payloads import Prediction
+from scehr.service.offline_scoring import CLASS_FIELDS, Output, count_jsonl, read_benchmark, score
+from scehr.service.settings import Settings
+from scehr.service.shards import parse_shard
+from scehr.training.data.synthetic import write_synthetic
 from tests.conftest import REPO, SHARED_DATA, needs_shared_data
 from tests.service.conftest import serve, stay
-from training.data.synthetic import write_synthetic
 
 pytestmark = pytest.mark.anyio
 
@@ -234,7 +234,7 @@ def test_output_never_mixes_two_models(model_dir: Path, tmp_path: Path) -> None:
 
 
 def _cli(model_dir: Path, src: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "scehr_cli", "score", "mortality", str(src), "--out",
+    return [sys.executable, "-m", "scehr.cli", "score", "mortality", str(src), "--out",
             str(out), "--model-dir", str(model_dir), "--device", "cpu", "--threads", "1",
             "--chunk-size", "5", "--quiet"]
 
@@ -255,7 +255,7 @@ def test_resume_from_any_prefix_a_kill_can_leave(model_dir: Path, tmp_path: Path
 
 
 def _cli(model_dir: Path, src: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "scehr_cli", "score", "mortality", str(src), "--out",
+    return [sys.executable, "-m", "scehr.cli", "score", "mortality", str(src), "--out",
             str(out), "--model-dir", str(model_dir), "--device", "cpu", "--threads", "1",
             "--chunk-size", "5", "--quiet"]
 
@@ -310,7 +310,7 @@ def test_ctrl_c_prints_the_command_that_resumes_and_exits_130(model_dir: Path,
     assert said == [f"scehr score: interrupted; the rows written so far stay in {out}: to go "
                     f"on, run the same command: {again}"], err
     assert len(read_rows(out)) < n
-    subprocess.run([sys.executable, "-m", "scehr_cli", *shlex.split(again)[1:]], check=True,
+    subprocess.run([sys.executable, "-m", "scehr.cli", *shlex.split(again)[1:]], check=True,
                    cwd=REPO, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert len(read_rows(out)) == n
 
@@ -384,7 +384,7 @@ def test_score_runs_without_torch_or_pandas(model_dir: Path, tmp_path: Path) -> 
 @needs_shared_data
 async def test_real_physionet_set_c_stays_equal_the_service(tmp_path: Path) -> None:
     """Converted PhysioNet 2012 set-c stays, shipped default model: scorer == HTTP to 1e-6."""
-    from training.data.physionet2012 import convert_physionet2012
+    from scehr.training.data.physionet2012 import convert_physionet2012
 
     models = REPO / "models"
     index = read_index(models)

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.settings import Settings
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_model, write_model_dir
 
@@ -51,8 +51,8 @@ async def test_every_route_that_declares_the_key_is_checked_before_its_body(
     """The pre-body check follows the routes' own declaration (an `ApiKey` dependency or the
     OpenAPI security entry): scoring on every interface and admin are 401 before their body
     is even parsed; discovery and metadata of the same interfaces stay open."""
-    from service.load_shedding import keyed_paths
-    from service.routes import cds_hooks, fhir, oip, predict
+    from scehr.service.load_shedding import keyed_paths
+    from scehr.service.routes import cds_hooks, fhir, oip, predict
 
     declared = keyed_paths([r for m in (predict, fhir, cds_hooks, oip) for r in m.router.routes])
     assert len(declared) == 7  # 2 single-stay tasks, batch, FHIR, CDS service, 2 V2 infer

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from service.settings import Settings
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from service.batcher import (
+from scehr.service.batcher import (
     MicroBatcher,
     ModelInputs,
     ModelOutputs,

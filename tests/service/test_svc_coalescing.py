@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from service.settings import Settings
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 
 pytestmark = pytest.mark.anyio

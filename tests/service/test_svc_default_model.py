@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas.model_index import set_default
-from service.settings import Settings
+from scehr.schemas.model_index import set_default
+from scehr.service.settings import Settings
 from tests.service.conftest import serve
 from tests.service.fixture_model import write_index, write_model
 

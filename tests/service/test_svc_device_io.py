@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schemas.contract import GRAPH
-from schemas.payloads import StayPayload
-from service.batcher import ModelInputs
-from service.device_io import BoundRunner, max_batch_rows, padded_rows
-from service.pipeline import prepare
-from service.registry import load_model
-from service.runtime import CPU, CUDA
-from service.settings import Settings
+from scehr.schemas.contract import GRAPH
+from scehr.schemas.payloads import StayPayload
+from scehr.service.batcher import ModelInputs
+from scehr.service.device_io import BoundRunner, max_batch_rows, padded_rows
+from scehr.service.pipeline import prepare
+from scehr.service.registry import load_model
+from scehr.service.runtime import CPU, CUDA
+from scehr.service.settings import Settings
 from tests.service.conftest import stay
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from schemas.manifest import load_manifest
-from schemas.model_index import read_index
+from scehr.schemas.manifest import load_manifest
+from scehr.schemas.model_index import read_index
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "interfaces.md"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from service.settings import Settings
+from scehr.service.settings import Settings
 from tests.service.conftest import serve
 
 pytestmark = pytest.mark.anyio

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from fhir.resources.R4B.bundle import Bundle
 
-from schemas.model_index import read_index
-from service.settings import Settings
+from scehr.schemas.model_index import read_index
+from scehr.service.settings import Settings
 from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.service.conftest import serve
 from tests.service.test_svc_interop_shipped import raw_records
@@ -280,7 +280,7 @@ async def test_basis_lists_only_observations_the_model_read() -> None:
 
 
 def test_no_served_point_alerts_for_more_than_half_of_validation_stays() -> None:
-    from schemas.manifest import load_manifest
+    from scehr.schemas.manifest import load_manifest
 
     index = read_index(MODELS)
     for task, version in index.defaults.items():
@@ -336,7 +336,7 @@ async def test_a_phenotypes_stay_with_one_value_abstains_and_the_example_does_no
     """The default phenotypes model declares its minimum too: one heart-rate value gets no
     risk on JSON, FHIR or CDS Hooks; the shipped example, above the minimum, is scored."""
     index = read_index(MODELS)
-    from schemas.manifest import load_manifest
+    from scehr.schemas.manifest import load_manifest
 
     m = load_manifest(MODELS / index.entry("phenotypes", index.defaults["phenotypes"]).path
                       / "manifest.json")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.routes.predict import _loads_envelope
+from scehr.service.routes.predict import _loads_envelope
 
 values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5)
                       | st.floats(allow_nan=False), lambda c: st.lists(c, max_size=3)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.settings import Settings
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 
 pytestmark = pytest.mark.anyio
@@ -118,7 +118,7 @@ async def test_unknown_routes_and_methods_are_json(client: httpx.AsyncClient) ->
 
 async def test_internal_error_is_json_500_with_request_id(
         client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    import service.scorer as scorer
+    import scehr.service.scorer as scorer
 
     def boom(*a: object, **k: object) -> None:
         raise RuntimeError("bug")
@@ -142,7 +142,7 @@ def test_the_body_parser_reads_and_refuses_as_json_loads(raw: bytes) -> None:
     (the FHIR and CDS Hooks bodies, whose errors are FastAPI's)."""
     import json
 
-    from service.routes.predict import loads_json
+    from scehr.service.routes.predict import loads_json
 
     def answer(loads: Callable[[bytes], object]) -> object:
         try:
@@ -167,7 +167,7 @@ def test_the_body_parser_reads_generated_json_as_json_loads(
     the body parser's value is json.loads's, type for type."""
     import json
 
-    from service.routes.predict import loads_json
+    from scehr.service.routes.predict import loads_json
 
     raw = json.dumps(value, ensure_ascii=ascii_only, indent=indent).encode("utf-8",
                                                                         "surrogatepass")

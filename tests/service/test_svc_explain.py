@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas.manifest import Calibration
-from service.explain import ExplainAssets, Prototypes, _row_dot, _unit_rows
+from scehr.schemas.manifest import Calibration
+from scehr.service.explain import ExplainAssets, Prototypes, _row_dot, _unit_rows
 
 
 def assets(counts: list[int | None], d: int = 4, seed: int = 0) -> ExplainAssets:

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from schemas.featureset import FEATURE_SETS
-from service.interop import fhir_fast, fhir_rows
-from service.settings import Settings
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.service.interop import fhir_fast, fhir_rows
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fhir_writer import (
     HSLOC,

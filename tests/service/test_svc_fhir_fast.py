@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from pydantic_core import TzInfo
 
-from schemas.payloads import Observation
-from schemas.variables import VARIABLES, loinc_index
-from service.errors import ApiError
-from service.interop import fhir_fast, fhir_in, fhir_lean, fhir_rows
-from service.interop.fhir_in import StayBuilder, bundle_resources, read_bundle
+from scehr.schemas.payloads import Observation
+from scehr.schemas.variables import VARIABLES, loinc_index
+from scehr.service.errors import ApiError
+from scehr.service.interop import fhir_fast, fhir_in, fhir_lean, fhir_rows
+from scehr.service.interop.fhir_in import StayBuilder, bundle_resources, read_bundle
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = settings(max_examples=400, deadline=None,

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from service.errors import ApiError
-from service.interop import fhir_in, fhir_lean
-from service.interop.fhir_in import bundle_resources, read_bundle
-from service.settings import Settings
+from scehr.service.errors import ApiError
+from scehr.service.interop import fhir_in, fhir_lean
+from scehr.service.interop.fhir_in import bundle_resources, read_bundle
+from scehr.service.settings import Settings
 from tests.service.conftest import serve
 from tests.service.fhir_writer import example_bundle, example_cds_request
 

@@ -1,4 +1,5 @@
-"""The raw-bytes scan of `service.interop.fhir_limits`: brackets inside strings never count."""
+"""The raw-bytes scan of `scehr.service.interop.fhir_limits`: brackets inside strings never count.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import json
 
 import pytest
 
-from service.errors import ApiError
-from service.interop.fhir_limits import MAX_DEPTH, FhirLimits, _brackets, check_raw
+from scehr.service.errors import ApiError
+from scehr.service.interop.fhir_limits import MAX_DEPTH, FhirLimits, _brackets, check_raw
 
 LIMITS = FhirLimits(max_observations=100)
 

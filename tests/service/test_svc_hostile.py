@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from schemas.payloads import StayPayload
-from service.app import create_app
-from service.pipeline import prepare
-from service.settings import Settings
+from scehr.schemas.payloads import StayPayload
+from scehr.service.app import create_app
+from scehr.service.pipeline import prepare
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay, wait_ready
 from tests.service.fhir_writer import example_bundle, example_cds_request
 from tests.service.test_svc_process import REPO, free_port, scehr_command
@@ -314,7 +314,7 @@ async def test_fhir_over_a_limit_is_refused_before_fhir_validation(
         make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:
     """Millions of empty entries, too many Observations, extensions 300 deep: each a 422
     naming its rule, and FHIR validation never runs for them."""
-    import service.interop.fhir_in as fhir_in
+    import scehr.service.interop.fhir_in as fhir_in
 
     calls: list[str] = []
     real = fhir_in.validate
@@ -389,7 +389,7 @@ async def test_a_connection_back_before_its_retry_after_waits_for_it(
     """A refused connection that comes back at once is refused again only when its
     Retry-After has come (a sleeping coroutine, not a loop of refusals); another connection,
     and an admitted request, are never held."""
-    import service.load_shedding as load_shedding_module
+    import scehr.service.load_shedding as load_shedding_module
 
     waits: list[float] = []
     real_sleep = asyncio.sleep

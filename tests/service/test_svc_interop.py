@@ -20,14 +20,14 @@ from fhir.resources.R4B.bundle import Bundle
 from fhir.resources.R4B.riskassessment import RiskAssessment
 from pydantic import ValidationError
 
-from schemas.featureset import BENCHMARK_48H, FEATURE_SETS
-from schemas.outcomes import MORTALITY, PHENOTYPE_CCS
-from schemas.payloads import StayPayload
-from schemas.tasks import outcome_coding
-from schemas.variables import BY_LOINC, LOINC_PANELS, VARIABLES, by_loinc, loinc_index
-from service.interop.fhir_in import fhir_path
-from service.pipeline import prepare
-from service.settings import Settings
+from scehr.schemas.featureset import BENCHMARK_48H, FEATURE_SETS
+from scehr.schemas.outcomes import MORTALITY, PHENOTYPE_CCS
+from scehr.schemas.payloads import StayPayload
+from scehr.schemas.tasks import outcome_coding
+from scehr.schemas.variables import BY_LOINC, LOINC_PANELS, VARIABLES, by_loinc, loinc_index
+from scehr.service.interop.fhir_in import fhir_path
+from scehr.service.pipeline import prepare
+from scehr.service.settings import Settings
 from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.service import cds_hooks_schema as cds
 from tests.service.conftest import serve, stay
@@ -336,7 +336,7 @@ def test_the_docs_give_the_discovery_prefetch_templates() -> None:
     """docs/interfaces.md writes each template of a model reading the ICU type and
     ventilation as discovery serves it (the Observation search by its start and end: its
     codes are the model's)."""
-    from service.interop.cds_hooks import prefetch_templates
+    from scehr.service.interop.cds_hooks import prefetch_templates
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "interfaces.md").read_text()
     templates = prefetch_templates(FEATURE_SETS["physionet2012-full"].variables)
@@ -369,12 +369,12 @@ def test_public_base_url_must_be_an_http_address() -> None:
 
 
 async def test_cds_indicator_follows_the_operating_points(client: httpx.AsyncClient) -> None:
-    from service.interop.readout import level_of
+    from scehr.service.interop.readout import level_of
 
     registry = client.app.state.registry  # type: ignore[attr-defined]
     manifest = registry.get("phenotypes").model.spec.manifest
     ref = (await client.post("/predict/phenotypes", json=json_stay())).json()
-    from schemas.payloads import Prediction
+    from scehr.schemas.payloads import Prediction
 
     pred = Prediction.model_validate(ref)
     r = await client.post("/cds-services/scehr-phenotypes", json=cds_request(fhir_bundle()))
@@ -479,7 +479,7 @@ def test_a_triton_client_talks_to_the_running_server(
 
     import uvicorn
 
-    from service.app import create_app
+    from scehr.service.app import create_app
 
     server = uvicorn.Server(uvicorn.Config(create_app(make_settings()), host="127.0.0.1",
                                            port=0, log_level="warning"))

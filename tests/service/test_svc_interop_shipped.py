@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 from fhir.resources.R4B.bundle import Bundle
 
-from service.settings import Settings
+from scehr.service.settings import Settings
 from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.service import cds_hooks_schema as cds
 from tests.service.conftest import serve

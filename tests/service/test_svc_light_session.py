@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from schemas.contract import GRAPH
-from service.batcher import ModelInputs, ModelOutputs
-from service.registry import LIGHT_ROWS, LoadedModel, load_model
-from service.settings import Settings
+from scehr.schemas.contract import GRAPH
+from scehr.service.batcher import ModelInputs, ModelOutputs
+from scehr.service.registry import LIGHT_ROWS, LoadedModel, load_model
+from scehr.service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "models"

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from schemas.manifest import sha256_file
-from service.settings import Settings
+from scehr.schemas.manifest import sha256_file
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_model, write_model_dir
 from tests.service.test_svc_process import REPO, free_port, scehr_command

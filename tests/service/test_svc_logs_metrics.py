@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from service.logs import JsonFormatter, configure_logging
-from service.settings import Settings
+from scehr.service.logs import JsonFormatter, configure_logging
+from scehr.service.settings import Settings
 from tests.service.conftest import serve
 
 pytestmark = pytest.mark.anyio
@@ -163,8 +163,8 @@ async def test_a_client_that_left_is_499_but_a_failure_after_it_is_still_500(
     `client_closed`, no error logged; any other exception is the server's own 500."""
     from starlette.requests import ClientDisconnect
 
-    from service.metrics import Metrics
-    from service.middleware import RequestContextMiddleware
+    from scehr.service.metrics import Metrics
+    from scehr.service.middleware import RequestContextMiddleware
 
     async def app(scope: dict, receive: Callable, send: Callable) -> None:
         assert (await receive())["type"] == "http.disconnect"
@@ -206,7 +206,7 @@ def test_multiprocess_metrics(tmp_path: Path, model_dir: Path) -> None:
 import asyncio, sys
 sys.path.insert(0, {str(REPO)!r})
 from tests.service.conftest import serve, stay
-from service.settings import Settings
+from scehr.service.settings import Settings
 async def main():
     async with serve(Settings(model_dir={str(model_dir)!r}, device="cpu", tasks="mortality")) as c:
         assert (await c.post("/predict/mortality", json=stay())).status_code == 200

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from service.examples import CDS_FILE, FHIR_FILE
-from service.media_types import BodyRoute, find, refusal
-from service.settings import Settings
+from scehr.service.examples import CDS_FILE, FHIR_FILE
+from scehr.service.media_types import BodyRoute, find, refusal
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 
 pytestmark = pytest.mark.anyio

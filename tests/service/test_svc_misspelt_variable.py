@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.offline_scoring import score
+from scehr.service.offline_scoring import score
 
 pytestmark = pytest.mark.anyio
 SUGGESTION = "(did you mean heart_rate?)"

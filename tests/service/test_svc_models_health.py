@@ -12,8 +12,8 @@ import httpx
 import jsonschema
 import pytest
 
-from service.registry import Registry
-from service.settings import Settings
+from scehr.service.registry import Registry
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay, wait_ready
 from tests.service.fixture_model import write_index, write_model
 

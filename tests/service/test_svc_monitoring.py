@@ -10,13 +10,13 @@ import httpx
 import numpy as np
 import pytest
 
-from schemas.payloads import StayPayload
-from schemas.profile import psi
-from service import monitoring
-from service.monitoring import ModelMonitor, Reference
-from service.operating import PointTable
-from service.pipeline import prepare
-from service.settings import Settings
+from scehr.schemas.payloads import StayPayload
+from scehr.schemas.profile import psi
+from scehr.service import monitoring
+from scehr.service.monitoring import ModelMonitor, Reference
+from scehr.service.operating import PointTable
+from scehr.service.pipeline import prepare
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model
 

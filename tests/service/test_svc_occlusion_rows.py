@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schemas.ingest import ingest
-from schemas.manifest import load_manifest
-from schemas.model_index import read_index
-from schemas.payloads import StayPayload
-from schemas.tensorize import Observations, discretize
-from service.pipeline import ModelSpec, _neutralise, prepare
+from scehr.schemas.ingest import ingest
+from scehr.schemas.manifest import load_manifest
+from scehr.schemas.model_index import read_index
+from scehr.schemas.payloads import StayPayload
+from scehr.schemas.tensorize import Observations, discretize
+from scehr.service.pipeline import ModelSpec, _neutralise, prepare
 from tests.conftest import SHARED_DATA
 from tests.service.conftest import stay
 

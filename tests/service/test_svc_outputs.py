@@ -12,9 +12,9 @@ import httpx
 import numpy as np
 import pytest
 
-from schemas.contract import RESPONSE_VERSION, RESPONSE_VERSION_HEADER, RISK_EPS
-from schemas.manifest import Calibration
-from service.settings import Settings
+from scehr.schemas.contract import RESPONSE_VERSION, RESPONSE_VERSION_HEADER, RISK_EPS
+from scehr.schemas.manifest import Calibration
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model
 
@@ -213,7 +213,7 @@ async def test_worsening_a_vital_raises_its_contribution_on_the_shipped_model() 
 
 
 async def test_openapi_response_example_follows_the_contract(client: httpx.AsyncClient) -> None:
-    from schemas.payloads import Prediction
+    from scehr.schemas.payloads import Prediction
 
     example = json.loads((REPO / "examples" / "mortality_response.json").read_text())
     Prediction.model_validate(example)
@@ -240,8 +240,8 @@ def _no_nulls(v: object) -> object:
 def test_feature_set_hash_is_the_recorded_content_hash_when_there_is_one() -> None:
     import hashlib
 
-    from schemas.audit import feature_set_hash
-    from schemas.featureset import BENCHMARK_48H
+    from scehr.schemas.audit import feature_set_hash
+    from scehr.schemas.featureset import BENCHMARK_48H
 
     d = BENCHMARK_48H.to_dict()
     canon = json.dumps(d, sort_keys=True, separators=(",", ":")).encode()

@@ -54,8 +54,8 @@ def convert(out: Path) -> Path:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from payloads import SOURCES, default_feature_set
 
-    from schemas.featureset import FEATURE_SETS
-    from training.data.physionet2012 import convert_physionet2012
+    from scehr.schemas.featureset import FEATURE_SETS
+    from scehr.training.data.physionet2012 import convert_physionet2012
 
     name = default_feature_set("mortality", REPO / "models")
     convert_physionet2012(SHARED_DATA / "physionet2012", out / SOURCES[name][0],
@@ -69,10 +69,10 @@ def digests(data: Path) -> list[str]:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from payloads import real_stays
 
-    from schemas.payloads import StayPayload
-    from service.pipeline import predictions, prepare
-    from service.registry import load_model, read_index, resolve
-    from service.settings import Settings
+    from scehr.schemas.payloads import StayPayload
+    from scehr.service.pipeline import predictions, prepare
+    from scehr.service.registry import load_model, read_index, resolve
+    from scehr.service.settings import Settings
 
     models = REPO / "models"
     found = real_stays("mortality", N_STAYS, models, data)

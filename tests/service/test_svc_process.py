@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-import scehr_cli
+from scehr import cli as scehr_cli
 from tests.service.conftest import stay
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def scehr_command() -> list[str]:
     exe = Path(sys.executable).parent / "scehr"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "scehr_cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "scehr.cli"]
 
 
 def free_port() -> int:

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from service.query_route import QueryRoute, query_model
+from scehr.service.query_route import QueryRoute, query_model
 
 
 async def endpoint(
@@ -93,7 +93,7 @@ def test_only_for_query_parameters() -> None:
 
 
 def test_the_scoring_routes_use_it() -> None:
-    from service.routes.predict import router
+    from scehr.service.routes.predict import router
 
     single = [r for r in router.routes if isinstance(r, APIRoute)
               and r.path.startswith("/predict/") and not r.path.endswith("/batch")]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from service import readiness
-from service.settings import Settings
+from scehr.service import readiness
+from scehr.service.settings import Settings
 from tests.service.conftest import serve
 
 pytestmark = pytest.mark.anyio

@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-import scehr_cli
-from service.load_shedding import UNIT_BYTES, LoadShedder, cost
-from service.settings import Settings
+from scehr import cli as scehr_cli
+from scehr.service.load_shedding import UNIT_BYTES, LoadShedder, cost
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model, write_model_dir
 
@@ -236,8 +236,8 @@ async def test_deadline_answers_instead_of_waiting(
 
 async def test_preprocessing_explanations_and_exposition_run_off_the_loop(
         client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    import service.routes.health as health_routes
-    import service.scorer as scorer
+    import scehr.service.routes.health as health_routes
+    import scehr.service.scorer as scorer
     from tests.service.test_svc_interop import cds_request, fhir_bundle
 
     loop_thread = threading.get_ident()
@@ -340,7 +340,7 @@ async def test_reload_version_is_confined(tmp_path: Path, version: str) -> None:
 
 def _corrupt_onnx(folder: Path) -> None:
     """Garbage in model.onnx with the manifest's sha256 updated to match it."""
-    from schemas.manifest import sha256_file
+    from scehr.schemas.manifest import sha256_file
 
     (folder / "model.onnx").write_bytes(b"\x08\x07garbage" * 100)
     m = json.loads((folder / "manifest.json").read_text())
@@ -479,7 +479,7 @@ async def test_a_large_request_scored_in_chunks_answers_as_in_one_piece(
     """40 stays (two refused, in different chunks) with explain=full, as a JSON batch and as
     Open Inference `stay` tensors: chunks of 7 and of 16 (the default) answer exactly what one
     piece does, items and outputs in input order, the refusals at their own index."""
-    import service.scorer as scorer_module
+    import scehr.service.scorer as scorer_module
 
     stays = [stay(hr=70.0 + i) for i in range(40)]
     stays[3]["observations"][0]["value"] = "not a number"
@@ -509,8 +509,8 @@ async def test_a_heavy_requests_objects_are_freed_off_the_loop_one_at_a_time(
     """Dropped at once on the event loop's thread when a route returns, a large batch's
     payloads and predictions stalled `/livez` for 100-200 ms: each heavy route empties its
     large lists in a worker thread instead (JSON batch, Open Inference stays, FHIR)."""
-    import service.routes.fhir as fhir_route
-    import service.scorer as scorer
+    import scehr.service.routes.fhir as fhir_route
+    import scehr.service.scorer as scorer
     from tests.service.test_svc_interop import fhir_bundle
 
     loop_thread = threading.get_ident()

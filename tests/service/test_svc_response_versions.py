@@ -11,13 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from schemas.contract import (
+from scehr.schemas.contract import (
     PREVIOUS_RESPONSE_VERSION,
     RESPONSE_VERSION,
     RESPONSE_VERSION_HEADER,
     RESPONSE_VERSIONS,
 )
-from service.settings import Settings
+from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 
 pytestmark = pytest.mark.anyio

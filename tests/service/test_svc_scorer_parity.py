@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from schemas.payloads import StayPayload
-from service.interop.fhir_out import RISK_INTERVAL_URL
-from service.offline_scoring import score_chunk
-from service.pipeline import prepare
+from scehr.schemas.payloads import StayPayload
+from scehr.service.interop.fhir_out import RISK_INTERVAL_URL
+from scehr.service.offline_scoring import score_chunk
+from scehr.service.pipeline import prepare
 from tests.service.conftest import serve
 from tests.service.test_svc_interop import TOL, cds_request, fhir_bundle, json_stay
 
@@ -138,7 +138,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def server(model_dir: Any) -> AsyncIterator[httpx.AsyncClient]:
-    from service.settings import Settings
+    from scehr.service.settings import Settings
     async with serve(Settings(model_dir=model_dir, device="cpu")) as c:
         yield c
 
@@ -236,7 +236,7 @@ async def test_every_interface_answers_503_when_its_deadline_passes_in_the_queue
 async def test_every_interface_counts_decoding_and_preparation_in_its_deadline(
         server: httpx.AsyncClient, interface: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Preparation outlives the deadline: 503 + Retry-After, and the model never runs."""
-    import service.scorer as scorer_module
+    import scehr.service.scorer as scorer_module
 
     app = server.app  # type: ignore[attr-defined]
     handle = app.state.registry.get(TASK)
@@ -264,8 +264,8 @@ async def test_every_interface_counts_decoding_and_preparation_in_its_deadline(
 
 def test_offline_scoring_gives_the_same_risk_and_warnings(model_dir: Any) -> None:
     """`scehr score` runs the scorer's offline path: the same risk and warnings as HTTP."""
-    from service.registry import load_model
-    from service.settings import Settings
+    from scehr.service.registry import load_model
+    from scehr.service.settings import Settings
 
     settings = Settings(model_dir=model_dir, device="cpu")
     model = load_model(model_dir / TASK / "v1", TASK, settings)

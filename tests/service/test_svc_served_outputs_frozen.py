@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from schemas.model_index import ModelIndex, read_index, write_index
-from service.settings import Settings
+from scehr.schemas.model_index import ModelIndex, read_index, write_index
+from scehr.service.settings import Settings
 from tests.service.conftest import serve
 
 pytestmark = pytest.mark.anyio

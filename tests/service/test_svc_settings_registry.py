@@ -11,10 +11,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from schemas.payloads import StayPayload
-from service.app import create_app
-from service.pipeline import prepare
-from service.registry import (
+from scehr.schemas.payloads import StayPayload
+from scehr.service.app import create_app
+from scehr.service.pipeline import prepare
+from scehr.service.registry import (
     DeviceError,
     ModelLoadError,
     Registry,
@@ -24,8 +24,8 @@ from service.registry import (
     read_index,
     resolve,
 )
-from service.runtime import CUDA, OrtRuntime
-from service.settings import Settings, available_cores
+from scehr.service.runtime import CUDA, OrtRuntime
+from scehr.service.settings import Settings, available_cores
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model
 
@@ -193,7 +193,7 @@ def test_preflight_fails_fast_on_missing_index(tmp_path: Path) -> None:
 
 
 def test_model_state_is_an_enum_shown_as_before() -> None:
-    from service.registry import ModelState, TaskState
+    from scehr.service.registry import ModelState, TaskState
 
     assert str(TaskState(ModelState.LOADING)) == "loading"
     assert str(TaskState(ModelState.READY)) == "ready" and TaskState(ModelState.READY).ready
@@ -201,7 +201,7 @@ def test_model_state_is_an_enum_shown_as_before() -> None:
 
 
 def test_runtimes_keep_what_they_learnt_about_cuda_to_themselves() -> None:
-    from service.runtime import OrtRuntime
+    from scehr.service.runtime import OrtRuntime
 
     a, b = OrtRuntime("auto", 1), OrtRuntime("auto", 1)
     a.cuda_works = False

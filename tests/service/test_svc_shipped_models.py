@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from schemas.manifest import load_manifest, sha256_file
-from service.settings import Settings
+from scehr.schemas.manifest import load_manifest, sha256_file
+from scehr.service.settings import Settings
 from tests.service.conftest import serve
 
 pytestmark = pytest.mark.anyio

@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from schemas.payloads import ClassResult, RiskInterval
-from schemas.uncertainty import RiskUncertainty
-from service.interop.fhir_out import RISK_INTERVAL_URL
-from service.interop.oip import INTERVAL_OUTPUTS
-from service.interop.readout import uncertainty_words
-from service.pipeline import _intervals
-from service.settings import Settings
+from scehr.schemas.payloads import ClassResult, RiskInterval
+from scehr.schemas.uncertainty import RiskUncertainty
+from scehr.service.interop.fhir_out import RISK_INTERVAL_URL
+from scehr.service.interop.oip import INTERVAL_OUTPUTS
+from scehr.service.interop.readout import uncertainty_words
+from scehr.service.pipeline import _intervals
+from scehr.service.settings import Settings
 from tests.service.conftest import serve
 from tests.service.fixture_model import UNCERTAINTY_CARD, write_index, write_model
 from tests.service.test_svc_interop import cds_request, fhir_bundle, json_stay

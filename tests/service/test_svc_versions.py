@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from service.settings import Settings, parse_versions
+from scehr.service.settings import Settings, parse_versions
 from tests.service.conftest import serve, stay
 from tests.service.test_svc_interop import cds_request, fhir_bundle, json_stay
 
@@ -156,8 +156,8 @@ async def test_a_reload_makes_its_version_the_default_and_drops_the_previous_one
 
 
 def test_offline_scoring_compacts_the_problems_the_same_way() -> None:
-    from service.offline_scoring import score_chunk
-    from service.registry import load_model
+    from scehr.service.offline_scoring import score_chunk
+    from scehr.service.registry import load_model
 
     settings = Settings(model_dir=MODELS, device="cpu")
     model = load_model(MODELS / "mortality" / "1.2.0", "mortality", settings)

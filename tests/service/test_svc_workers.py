@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-import scehr_cli
-from service import settings as settings_mod
-from service.settings import Settings, _cgroup_quota, available_cores
+from scehr import cli as scehr_cli
+from scehr.service import settings as settings_mod
+from scehr.service.settings import Settings, _cgroup_quota, available_cores
 
 
 def test_cgroup_v2_quota_rounds_up(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from training.config import TrainConfig
-from training.fit import TensorSplit, make_batches
+from scehr.training.config import TrainConfig
+from scehr.training.fit import TensorSplit, make_batches
 
 
 def _split(lengths: list[int]) -> TensorSplit:

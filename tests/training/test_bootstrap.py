@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from training.bootstrap import (
+from scehr.training.bootstrap import (
     bootstrap_ci,
     bootstrap_metrics,
     format_ci,
@@ -12,7 +12,7 @@ from training.bootstrap import (
     paired_bootstrap_diff,
     resample_indices,
 )
-from training.metrics import auroc
+from scehr.training.metrics import auroc
 
 
 def _data(n, seed=0, signal=1.0):

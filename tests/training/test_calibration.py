@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from schemas.contract import RISK_EPS
-from training.calibration import (
+from scehr.schemas.contract import RISK_EPS
+from scehr.training.calibration import (
     IsotonicCalibrator,
     PlattCalibrator,
     TemperatureCalibrator,
@@ -89,7 +89,7 @@ def test_platt_recovers_a_shifted_baseline_that_temperature_cannot():
 
 
 def test_a_falling_platt_map_is_not_monotone_in_the_probability():
-    from schemas.manifest import Calibration
+    from scehr.schemas.manifest import Calibration
 
     rising = Calibration(method="platt", input="probability", slope=0.8, intercept=0.1)
     falling = rising.model_copy(update={"slope": -0.8})
@@ -148,7 +148,7 @@ def test_operating_points_monotonic_and_targets():
 
 
 def test_named_points_follow_their_rules_on_validation() -> None:
-    from training.calibration import choose_named_points, point_stats
+    from scehr.training.calibration import choose_named_points, point_stats
 
     rng = np.random.default_rng(0)
     y = (rng.random(2000) < 0.15).astype(int)
@@ -185,7 +185,7 @@ def test_calibrators_follow_scikit_learns_estimator_conventions(cls, monkeypatch
     from sklearn.exceptions import NotFittedError
     from sklearn.utils import estimator_checks as checks
 
-    from schemas.manifest import Calibration
+    from scehr.schemas.manifest import Calibration
 
     for check in (checks.check_no_attributes_set_in_init,
                   checks.check_parameters_default_constructible,

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from training.challenge2012 import (
+from scehr.training.challenge2012 import (
     challenge_scores,
     event1,
     event1_threshold,

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from schemas.featureset import FEATURE_SETS, FeatureSet
-from schemas.tensorize import Normalizer, Observations, discretize
-from training.channel_dropout import LABS, ChannelDropout
-from training.cli import _dropout_rate
-from training.config import TrainConfig
-from training.data.synthetic import write_synthetic
-from training.run import train_run
+from scehr.schemas.featureset import FEATURE_SETS, FeatureSet
+from scehr.schemas.tensorize import Normalizer, Observations, discretize
+from scehr.training.channel_dropout import LABS, ChannelDropout
+from scehr.training.cli import _dropout_rate
+from scehr.training.config import TrainConfig
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.run import train_run
 
 
 def random_obs(fs: FeatureSet, n: int, seed: int) -> Observations:

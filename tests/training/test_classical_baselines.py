@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import classical_baselines
-from training.data.synthetic import write_synthetic
+from scehr.training.data.synthetic import write_synthetic
 
 
 def test_runs_on_a_converted_dataset_and_writes_predictions(

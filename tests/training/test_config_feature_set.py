@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY
-from training.config import TrainConfig
+from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY
+from scehr.training.config import TrainConfig
 
 
 def test_default_is_the_tasks_feature_set() -> None:
@@ -17,7 +17,7 @@ def test_default_is_the_tasks_feature_set() -> None:
 
 
 def test_the_full_physionet_set_is_accepted_for_mortality_and_recorded_with_its_hash() -> None:
-    from schemas.featureset import FEATURE_SETS, FeatureSet
+    from scehr.schemas.featureset import FEATURE_SETS, FeatureSet
 
     fs = TrainConfig(task="mortality", feature_set="physionet2012-full").features()
     assert fs is FEATURE_SETS["physionet2012-full"] and fs.n_channels == 39

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from training.studies.embedding_quality import (
+from scehr.training.studies.embedding_quality import (
     embedding_quality,
     embedding_quality_multilabel,
     intra_class_spread,

@@ -16,12 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from schemas.manifest import load_manifest
-from tests.service.conftest import serve
-from tests.training.test_export import torch_probability
-from training.config import TrainConfig
-from training.data.synthetic import write_synthetic
-from training.ensemble import (
+from scehr.schemas.manifest import load_manifest
+from scehr.training.config import TrainConfig
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.ensemble import (
     greedy_select,
     load_members,
     mean_logit_probability,
@@ -29,9 +27,11 @@ from training.ensemble import (
     select_and_combine,
     train_ensemble,
 )
-from training.export import export_run
-from training.fit import criterion, load_checkpoint
-from training.onnx_graph import ScoringModel, export_onnx, validate_parity
+from scehr.training.export import export_run
+from scehr.training.fit import criterion, load_checkpoint
+from scehr.training.onnx_graph import ScoringModel, export_onnx, validate_parity
+from tests.service.conftest import serve
+from tests.training.test_export import torch_probability
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {"units": 4, "depth": 1, "bidirectional": False, "dropout": 0.0, "static": True}
@@ -106,7 +106,7 @@ def test_ensemble_graph_matches_pytorch_for_any_batch_and_length(
 
 def test_members_of_other_splits_are_refused(built: tuple[Path, Path], tmp_path: Path) -> None:
     data, ens = built
-    from training.run import train_run
+    from scehr.training.run import train_run
 
     other = tmp_path / "other-split"
     train_run(tiny_cfg(data, other, epochs=1, seed=5, split_seed=7), echo=False)
@@ -154,7 +154,7 @@ def test_select_and_combine_writes_a_run_that_exports(built: tuple[Path, Path],
 @pytest.mark.anyio
 async def test_exported_ensemble_is_served_like_pytorch(built: tuple[Path, Path],
                                                         tmp_path: Path) -> None:
-    from service.settings import Settings
+    from scehr.service.settings import Settings
 
     _, ens = built
     folder = tmp_path / "models" / "mortality" / "0.1.0"
@@ -182,7 +182,7 @@ def test_cli_trains_members_once_and_reuses_them(built: tuple[Path, Path],
         'task = "mortality"\nencoder = "lstm"\nloss = "csce"\nlam = 0.01\nbatch_size = 32\n'
         f"epochs = 2\nthreads = 1\nn_boot = 10\nensemble_seeds = {SEEDS}\n[encoder_hparams]\n"
         + "".join(f"{k} = {json.dumps(v)}\n" for k, v in TINY.items()))
-    r = subprocess.run([sys.executable, "-m", "scehr_cli", "train", "--config", str(toml),
+    r = subprocess.run([sys.executable, "-m", "scehr.cli", "train", "--config", str(toml),
                         "--data", str(data), "--out", str(ens), "--no-plots", "--no-tsne",
                         "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import training.studies.experiments as exp
-from training.config import TrainConfig
-from training.data.splits import load_split
-from training.data.synthetic import write_synthetic
-from training.evaluate import evaluate_run
-from training.metrics import auroc
-from training.studies.baseline import (
+import scehr.training.studies.experiments as exp
+from scehr.training.config import TrainConfig
+from scehr.training.data.splits import load_split
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.evaluate import evaluate_run
+from scehr.training.metrics import auroc
+from scehr.training.studies.baseline import (
     baseline_predictions,
     feature_names,
     fit_gbm_baseline,
@@ -131,8 +131,8 @@ def test_baseline_beats_chance(data_dir: Path) -> None:
 
 
 def test_baseline_features_use_only_observed_bins() -> None:
-    from schemas.featureset import BENCHMARK_48H as fs
-    from training.studies.baseline import summary_features
+    from scehr.schemas.featureset import BENCHMARK_48H as fs
+    from scehr.training.studies.baseline import summary_features
 
     x = np.zeros((1, 4, fs.n_features), np.float32)
     hr = [v.id for v in fs.variables].index("heart_rate")
@@ -154,8 +154,8 @@ def test_baseline_features_use_only_observed_bins() -> None:
 
 
 def test_baseline_scores_ordinal_gcs_and_sums_urine() -> None:
-    from schemas.featureset import FEATURE_SETS
-    from training.studies.baseline import summary_features
+    from scehr.schemas.featureset import FEATURE_SETS
+    from scehr.training.studies.baseline import summary_features
 
     fs = FEATURE_SETS["physionet2012-full"]
     ids = [v.id for v in fs.variables]

@@ -17,20 +17,20 @@ import numpy as np
 import pytest
 import torch
 
-from schemas.contract import CONTRACT_VERSION
-from schemas.featureset import TASK_FEATURE_SETS
-from schemas.ingest import ingest
-from schemas.manifest import load_manifest, sha256_file
-from schemas.payloads import StayPayload
-from schemas.tensorize import Normalizer, StaticImputer, discretize
-from service.settings import Settings
+from scehr.schemas.contract import CONTRACT_VERSION
+from scehr.schemas.featureset import TASK_FEATURE_SETS
+from scehr.schemas.ingest import ingest
+from scehr.schemas.manifest import load_manifest, sha256_file
+from scehr.schemas.payloads import StayPayload
+from scehr.schemas.tensorize import Normalizer, StaticImputer, discretize
+from scehr.service.settings import Settings
+from scehr.training.config import TrainConfig
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.export import export_run, prototypes
+from scehr.training.fit import load_checkpoint
+from scehr.training.reissue import SplitMismatch, held_out_uncertainty
+from scehr.training.run import train_run
 from tests.service.conftest import serve
-from training.config import TrainConfig
-from training.data.synthetic import write_synthetic
-from training.export import export_run, prototypes
-from training.fit import load_checkpoint
-from training.reissue import SplitMismatch, held_out_uncertainty
-from training.run import train_run
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {"units": 4, "depth": 1, "bidirectional": False, "dropout": 0.0}
@@ -180,7 +180,7 @@ def test_no_held_out_split_means_no_calibration(tmp_path: Path) -> None:
 
 def test_temperature_of_a_positive_anchor_loss_ignores_the_untrained_negative_anchor() -> None:
     """For BCE/focal p = σ(uᵀz) and v is never trained: the map must rank stays as p does."""
-    from training.export import POSITIVE_ANCHOR_ONLY, fit_calibration
+    from scehr.training.export import POSITIVE_ANCHOR_ONLY, fit_calibration
 
     assert {"bce", "focal"} <= POSITIVE_ANCHOR_ONLY and "cbce" not in POSITIVE_ANCHOR_ONLY
     rng = np.random.default_rng(0)
@@ -203,7 +203,7 @@ def wide_payload(csv: Path, end_hours: float, age: float, sex_male: float) -> di
     """A benchmark timeseries CSV as the API's wide form, with the stay's length."""
     import pandas as pd
 
-    from schemas.variables import VARIABLES
+    from scehr.schemas.variables import VARIABLES
 
     table = pd.read_csv(csv, dtype=str, keep_default_na=False)
     columns: dict[str, list] = {}
@@ -251,8 +251,8 @@ async def test_served_probabilities_equal_the_evaluated_ones(models: Path, task:
 def test_export_refuses_an_existing_version_and_keeps_the_default(
         models: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`scehr export` never overwrites a version, and moves the default only when asked."""
-    from scehr_cli import build_parser, main
-    from schemas.model_index import ModelIndexError
+    from scehr.cli import build_parser, main
+    from scehr.schemas.model_index import ModelIndexError
 
     run = models.parent / "run-mortality"
     before = (models / "mortality" / "0.1.0" / "model.onnx").read_bytes()
@@ -293,7 +293,7 @@ def test_scehr_export_prints_no_torchvision_warnings(models: Path, tmp_path: Pat
     nothing of them. A process of its own: torch's log handler writes to the stderr it found
     at import."""
     out = tmp_path / "models" / "mortality" / "0.2.0"
-    res = subprocess.run([sys.executable, "-m", "scehr_cli", "export",
+    res = subprocess.run([sys.executable, "-m", "scehr.cli", "export",
                           str(models.parent / "run-mortality"), "--out", str(out)],
                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=600)

@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schemas.manifest import load_manifest, sha256_file
-from schemas.model_index import ModelIndexError
-from service.settings import Settings
+from scehr.schemas.manifest import load_manifest, sha256_file
+from scehr.schemas.model_index import ModelIndexError
+from scehr.service.settings import Settings
+from scehr.training.config import TrainConfig
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.export import export_run
+from scehr.training.external import ExportedModel, evaluate_external, recalibrate
+from scehr.training.run import train_run
 from tests.service.conftest import serve
-from training.config import TrainConfig
-from training.data.synthetic import write_synthetic
-from training.export import export_run
-from training.external import ExportedModel, evaluate_external, recalibrate
-from training.run import train_run
 
 REPO = Path(__file__).resolve().parents[2]
 

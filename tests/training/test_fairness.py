@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training import fairness
+from scehr.training import fairness
 
 
 def _synthetic(n: int = 20000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

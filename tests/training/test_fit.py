@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.config import TrainConfig, load_config
-from training.data.synthetic import write_synthetic
-from training.fit import load_checkpoint, predict, prepare
-from training.run import train_run
+from scehr.training.config import TrainConfig, load_config
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.fit import load_checkpoint, predict, prepare
+from scehr.training.run import train_run
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {"units": 4, "depth": 2, "bidirectional": True, "dropout": 0.1}
@@ -74,7 +74,7 @@ def test_checkpoint_reproduces_predictions(run: tuple[Path, dict]) -> None:
 
 def test_early_stopping_stops_after_patience(data_dir: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import training.fit as fit_mod
+    import scehr.training.fit as fit_mod
 
     scores = iter([0.9, 0.8, 0.7, 0.6, 0.5, 0.4])  # validation only gets worse after epoch 1
     real = fit_mod.task_metrics
@@ -120,7 +120,7 @@ def test_shipped_configs_load() -> None:
 
 
 def test_encoder_params_override_the_file_or_the_preset(tmp_path: Path) -> None:
-    from training.config import parse_param
+    from scehr.training.config import parse_param
 
     assert parse_param("units=32") == ("units", 32)
     assert parse_param("static=true") == ("static", True)

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from training.metrics import (
+from scehr.training.metrics import (
     binary_metrics,
     headline_metric,
     min_se_ppv,
@@ -91,7 +91,14 @@ def test_fast_ranking_metrics_equal_sklearn_with_ties_and_label_encodings(seed: 
     positive-weighted multi-label AUROC."""
     from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
-    from training.metrics import auprc, auroc, macro_auroc, micro_auroc, min_se_ppv, weighted_auroc
+    from scehr.training.metrics import (
+        auprc,
+        auroc,
+        macro_auroc,
+        micro_auroc,
+        min_se_ppv,
+        weighted_auroc,
+    )
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(5, 400))

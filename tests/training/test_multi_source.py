@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schemas.manifest import load_manifest
-from training.config import TrainConfig
-from training.data.splits import concat_splits, load_split
-from training.data.synthetic import write_synthetic
-from training.export import export_run
-from training.external import evaluate_external
-from training.fit import prepare
-from training.run import train_run
+from scehr.schemas.manifest import load_manifest
+from scehr.training.config import TrainConfig
+from scehr.training.data.splits import concat_splits, load_split
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.export import export_run
+from scehr.training.external import evaluate_external
+from scehr.training.fit import prepare
+from scehr.training.run import train_run
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_train_and_val_join_while_test_stays_the_first_datasets(sites: tuple) ->
 
 
 def test_splits_of_different_feature_sets_are_refused(sites: tuple) -> None:
-    from schemas.featureset import FEATURE_SETS
+    from scehr.schemas.featureset import FEATURE_SETS
 
     _, home, _ = sites
     a = load_split(home, "mortality", "test", FEATURE_SETS["benchmark76-48h"])

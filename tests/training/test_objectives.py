@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import scehr_cli
+from scehr import cli as scehr_cli
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.losses import REGULARIZERS, build_loss, build_regularizer
 from tests.training.tiny_run import tiny_config
-from training.data.synthetic import write_synthetic
-from training.losses import REGULARIZERS, build_loss, build_regularizer
 
 #: Small but non-default parameters per regularizer, to check they reach the loss.
 PARAMS: dict[str, str] = {

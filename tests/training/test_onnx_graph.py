@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from schemas.contract import (
+from scehr.schemas.contract import (
     INPUT_LENGTHS,
     INPUT_STATIC,
     INPUT_X,
@@ -21,9 +21,9 @@ from schemas.contract import (
     OUTPUT_PROBABILITY,
     OUTPUT_Z,
 )
-from training.encoders import build_encoder
-from training.heads import AnchorHead
-from training.onnx_graph import ParityError, ScoringModel, export_onnx, validate_parity
+from scehr.training.encoders import build_encoder
+from scehr.training.heads import AnchorHead
+from scehr.training.onnx_graph import ParityError, ScoringModel, export_onnx, validate_parity
 
 F, S, C, T = 6, 3, 2, 48
 ENCODERS = {

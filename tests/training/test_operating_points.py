@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from schemas.manifest import load_manifest
-from training.operating_points import MAX_ALERT_RATE, defensible_points, risk_levels
-from training.reissue import rescreen, validation_positives
+from scehr.schemas.manifest import load_manifest
+from scehr.training.operating_points import MAX_ALERT_RATE, defensible_points, risk_levels
+from scehr.training.reissue import rescreen, validation_positives
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from training.plots import (
+from scehr.training.plots import (
     plot_embedding_tsne,
     plot_learning_curves,
     plot_pr_curves,

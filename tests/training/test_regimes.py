@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-import scehr_cli
+from scehr import cli as scehr_cli
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.regimes import labelled_rows, segment_views
 from tests.training.tiny_run import tiny_config
-from training.data.synthetic import write_synthetic
-from training.regimes import labelled_rows, segment_views
 
 #: regime/method -> the config lines that select it.
 REGIMES = {
@@ -63,8 +63,8 @@ def test_regime_trains_one_epoch_from_a_config(name: str, data_dir: Path,
 
 def test_two_stage_freezes_the_encoder_and_ssl_fine_tunes_it(data_dir: Path,
                                                              tmp_path: Path) -> None:
-    from training.config import load_config
-    from training.fit import fit, prepare
+    from scehr.training.config import load_config
+    from scehr.training.fit import fit, prepare
 
     for regime, objective in (("two_stage", "supcon"), ("ssl", "ntxent_segments")):
         cfg = load_config(None, data=str(data_dir), epochs=1, batch_size=16, threads=1,
@@ -102,7 +102,7 @@ def test_label_fraction_keeps_that_share_per_class() -> None:
 
 
 def test_regime_errors_name_the_field() -> None:
-    from training.config import TrainConfig
+    from scehr.training.config import TrainConfig
 
     with pytest.raises(ValueError, match="regime must be one of joint, two_stage, ssl"):
         TrainConfig(regime="three_stage")
@@ -123,8 +123,8 @@ def test_pretraining_trains_its_projection_and_the_model_drops_it(
     is not part of the trained model (nor of what is exported)."""
     import copy
 
-    import training.fit as fit_module
-    from training.config import TrainConfig, load_config
+    import scehr.training.fit as fit_module
+    from scehr.training.config import TrainConfig, load_config
 
     assert TrainConfig(regime="two_stage", pretrain={"objective": "afcl"}).pretrain[
         "projection"] == "mlp"  # explicit in config.json, so older runs read as different

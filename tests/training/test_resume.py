@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import scehr_cli
-import training.run
-from training.data.synthetic import write_synthetic
-from training.fit import RESUME_FILE, LoopState
+from scehr import cli as scehr_cli
+from scehr.training import run as training_run
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.fit import RESUME_FILE, LoopState
 
 CONFIG = """task = "mortality"
 encoder = "lstm"
@@ -80,8 +80,8 @@ def test_stopped_and_resumed_run_equals_an_uninterrupted_one(
     config.write_text(CONFIG.format(extra=extra))
     assert _train(config, data_dir, tmp_path / "whole") == 0
 
-    fit = training.run.fit
-    monkeypatch.setattr(training.run, "fit",
+    fit = training_run.fit
+    monkeypatch.setattr(training_run, "fit",
                         functools.partial(fit, on_step=_interrupt_at(stop_step)))
     capsys.readouterr()
     assert _train(config, data_dir, tmp_path / "split") == 128 + signal.SIGINT
@@ -91,7 +91,7 @@ def test_stopped_and_resumed_run_equals_an_uninterrupted_one(
     assert not (tmp_path / "split" / "metrics.json").exists()
     assert signal.getsignal(signal.SIGINT) == handler  # the handler it found, restored
 
-    monkeypatch.setattr(training.run, "fit", fit)
+    monkeypatch.setattr(training_run, "fit", fit)
     assert scehr_cli.main(["train", "--resume", str(tmp_path / "split")]) == 0
     assert not (tmp_path / "split" / RESUME_FILE).exists()
 
@@ -143,13 +143,13 @@ def test_a_signal_during_evaluation_finishes_the_run_then_stops(
         capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "run.toml"
     config.write_text(CONFIG.format(extra="plots = true"))
-    real = training.run.make_plots
+    real = training_run.make_plots
 
     def plots_then_signal(*args: object, **kwargs: object) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(training.run, "make_plots", plots_then_signal)
+    monkeypatch.setattr(training_run, "make_plots", plots_then_signal)
     assert _train(config, data_dir, tmp_path / "run") == 128 + signal.SIGTERM
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "nothing to resume" in err

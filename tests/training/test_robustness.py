@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scehr_cli import main
-from schemas.tensorize import Observations, discretize
-from training.config import TrainConfig
-from training.data.synthetic import write_synthetic
-from training.export import export_run
-from training.external import ExportedModel
-from training.robustness import ALL, evaluate_missing, markdown_table
-from training.run import train_run
+from scehr.cli import main
+from scehr.schemas.tensorize import Observations, discretize
+from scehr.training.config import TrainConfig
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.export import export_run
+from scehr.training.external import ExportedModel
+from scehr.training.robustness import ALL, evaluate_missing, markdown_table
+from scehr.training.run import train_run
 
 
 @pytest.fixture(scope="module")

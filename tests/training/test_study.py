@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import scehr_cli
-from training.data.synthetic import write_synthetic
-from training.studies.study import Progress, load_study, point_name, run_study
+from scehr import cli as scehr_cli
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.studies.study import Progress, load_study, point_name, run_study
 
 STUDY = """title = "tiny"
 seeds = [0, 1]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from training.data.synthetic import write_synthetic
-from training.fit import prepare
-from training.run import train_run
-from training.studies.study import cell_config, load_study
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.fit import prepare
+from scehr.training.run import train_run
+from scehr.training.studies.study import cell_config, load_study
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STUDIES = sorted(CONFIGS.glob("study_*.toml"))

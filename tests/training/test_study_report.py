@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.data.synthetic import write_synthetic
-from training.evaluate import load_predictions
-from training.studies.embedding_quality import embedding_quality
-from training.studies.study import run_study
-from training.studies.study_report import plot_by_prevalence
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.evaluate import load_predictions
+from scehr.training.studies.embedding_quality import embedding_quality
+from scehr.training.studies.study import run_study
+from scehr.training.studies.study_report import plot_by_prevalence
 
 STUDY = """seeds = [0, 1]
 reference = "bce_p20"

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 from sklearn.isotonic import IsotonicRegression
 
-from schemas.manifest import ClassCard, json_schema
-from schemas.uncertainty import RiskUncertainty
-from training.uncertainty import conformal_bounds, coverage, fit_uncertainty, venn_abers_steps
+from scehr.schemas.manifest import ClassCard, json_schema
+from scehr.schemas.uncertainty import RiskUncertainty
+from scehr.training.uncertainty import conformal_bounds, coverage, fit_uncertainty, venn_abers_steps
 
 
 def draw(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

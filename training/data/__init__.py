@@ -3,7 +3,7 @@
 The public entry points are `load_split` (one split as arrays, cached) and `write_synthetic`.
 """
 
-from training.data.splits import SplitArrays, load_split
-from training.data.synthetic import write_synthetic
+from scehr.training.data.splits import SplitArrays, load_split
+from scehr.training.data.synthetic import write_synthetic
 
 __all__ = ["SplitArrays", "load_split", "write_synthetic"]

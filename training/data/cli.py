@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from schemas.featureset import FEATURE_SETS, FeatureSet
-from schemas.tasks import TASK_NAMES, task_spec
-from training.data.layout import TASK_DIRS, available_tasks
-from training.data.report import cleaning_table, pct, table
+from scehr.schemas.featureset import FEATURE_SETS, FeatureSet
+from scehr.schemas.tasks import TASK_NAMES, task_spec
+from scehr.training.data.layout import TASK_DIRS, available_tasks
+from scehr.training.data.report import cleaning_table, pct, table
 
 
 def register(subparsers: Any) -> None:
@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
                    "names, else the task's)")
     p.set_defaults(func=_inspect)
 
-    from training.data.mimic3.cli import register as register_mimic3
+    from scehr.training.data.mimic3.cli import register as register_mimic3
 
     register_mimic3(sub)
 
@@ -81,7 +81,7 @@ def _feature_set_arg(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def _physionet(args: argparse.Namespace) -> int:
-    from training.data.physionet2012 import convert_physionet2012
+    from scehr.training.data.physionet2012 import convert_physionet2012
 
     t0 = time.perf_counter()
     prov = convert_physionet2012(args.src, args.out, limit=args.limit, seed=args.seed,
@@ -109,7 +109,7 @@ def _physionet(args: argparse.Namespace) -> int:
 
 
 def _eicu(args: argparse.Namespace) -> int:
-    from training.data.eicu_demo import convert_eicu_demo
+    from scehr.training.data.eicu_demo import convert_eicu_demo
 
     t0 = time.perf_counter()
     prov = convert_eicu_demo(args.src, args.out, ccs_definitions=args.ccs_definitions,
@@ -143,7 +143,7 @@ def _eicu(args: argparse.Namespace) -> int:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from training.data.synthetic import write_synthetic
+    from scehr.training.data.synthetic import write_synthetic
 
     t0 = time.perf_counter()
     out = write_synthetic(args.out, task=args.task, n_train=args.n_train, n_test=args.n_test,
@@ -153,8 +153,8 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from training.data.report import inspect_task
-    from training.data.splits import load_split
+    from scehr.training.data.report import inspect_task
+    from scehr.training.data.splits import load_split
 
     path: Path = args.path
     if not path.exists():

@@ -54,22 +54,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from schemas.featureset import BENCHMARK_STAY, FeatureSet
-from schemas.manifest import sha256_file
-from schemas.tensorize import Observations, clean
-from training.data.layout import (
+from scehr.schemas.featureset import BENCHMARK_STAY, FeatureSet
+from scehr.schemas.manifest import sha256_file
+from scehr.schemas.tensorize import Observations, clean
+from scehr.training.data.layout import (
     DEMOGRAPHICS_FILE,
     TASK_DIRS,
     require_source_files,
     split_groups,
 )
-from training.data.phenotypes import (
+from scehr.training.data.phenotypes import (
     benchmark_groups,
     icd9_long,
     label_matrix,
     load_ccs_definitions,
 )
-from training.data.writer import write_json, write_listfile, write_task_listfiles, write_timeseries
+from scehr.training.data.writer import (
+    write_json,
+    write_listfile,
+    write_task_listfiles,
+    write_timeseries,
+)
 
 CONVERTER_VERSION = "2"
 DYN = "derived-yaib-hourly/los_eicu_demo_dyn.parquet"
@@ -340,7 +345,7 @@ def convert_eicu_demo(src: str | Path, out: str | Path, *, ccs_definitions: str 
         "source": "eICU Collaborative Research Database Demo v2.0.1 (ODbL) + YAIB hourly grid",
         "source_dir": str(src.resolve()),
         "source_sha256": {name: sha256_file(src / name) for name in SOURCES},
-        "converter": "training.data.eicu_demo", "converter_version": CONVERTER_VERSION,
+        "converter": "scehr.training.data.eicu_demo", "converter_version": CONVERTER_VERSION,
         "seed": seed, "limit_patients": limit_patients,
         "split": {"by": "uniquepid" if split_by == "patient" else "hospitalid",
                   "test_fraction": TEST_FRACTION,

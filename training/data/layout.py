@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schemas.tasks import MORTALITY, TASK_SPECS, task_spec
+from scehr.schemas.tasks import MORTALITY, TASK_SPECS, task_spec
 
 #: Task name (as the model contract spells it) -> the benchmark's folder name.
 TASK_DIRS: dict[str, str] = {t.name: t.data_dir for t in TASK_SPECS.values()}

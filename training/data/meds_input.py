@@ -22,11 +22,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from schemas.featureset import FEATURE_SETS, FeatureSet
-from schemas.tensorize import Observations
-from schemas.variables import CategoryError, lookup
-from training.data.layout import TASK_DIRS
-from training.data.writer import write_json, write_task_listfiles, write_timeseries
+from scehr.schemas.featureset import FEATURE_SETS, FeatureSet
+from scehr.schemas.tensorize import Observations
+from scehr.schemas.variables import CategoryError, lookup
+from scehr.training.data.layout import TASK_DIRS
+from scehr.training.data.writer import write_json, write_task_listfiles, write_timeseries
 
 WINDOW_HOURS = 48.0
 EPS = 1e-6

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from schemas.tasks import PHENOTYPE_LABELS as PHENOTYPE_LABELS  # the labels live in the task
-from training.data.layout import ccs_definitions_path
+from scehr.schemas.tasks import PHENOTYPE_LABELS as PHENOTYPE_LABELS  # the labels live in the task
+from scehr.training.data.layout import ccs_definitions_path
 
 # ICD-9-CM diagnosis codes: 3 digits (001-999), V + 2 digits, or E + 3 digits, then an optional
 # decimal part. ICD-10 codes (a letter then 2 digits, e.g. E86.0, I25.10) and ICD-9 procedure

@@ -27,7 +27,7 @@ benchmark set:
 and Capillary refill rate and the GCS eye, motor and verbal subscores stay empty; the labs,
 Urine and MechVent are skipped. In `physionet2012-full` the ICU type descriptor is also a
 channel at t = 0. Values go through the plausibility rule and the benchmark cleaning rule
-(`schemas.tensorize.clean`), each counted in the provenance.
+(`scehr.schemas.tensorize.clean`), each counted in the provenance.
 Rows with an empty parameter name (set c) are dropped. The cleaning rules are applied
 before the invasive-wins rule, so a dropped invasive value leaves the non-invasive one in place.
 Age, sex (Gender 0 = female, 1 = male), height, weight and ICU type go to `demographics.csv`.
@@ -46,18 +46,18 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from schemas.featureset import BENCHMARK_48H, FeatureSet
-from schemas.manifest import sha256_file
-from schemas.tensorize import Observations, clean
-from schemas.variables import CategoryError
-from training.data.layout import (
+from scehr.schemas.featureset import BENCHMARK_48H, FeatureSet
+from scehr.schemas.manifest import sha256_file
+from scehr.schemas.tensorize import Observations, clean
+from scehr.schemas.variables import CategoryError
+from scehr.training.data.layout import (
     DEMOGRAPHICS_FILE,
     TASK_DIRS,
     require_source_files,
     split_groups,
 )
-from training.data.reader import _split_file
-from training.data.writer import (
+from scehr.training.data.reader import _split_file
+from scehr.training.data.writer import (
     _disable,
     write_json,
     write_listfile,
@@ -389,7 +389,7 @@ def convert_physionet2012(src: str | Path, out: str | Path, *, limit: int | None
         "source_dir": str(src.resolve()),
         "source_sha256": {p.name: sha256_file(p) for p in sorted(src.glob("*")) if p.is_file()
                           and (p.name.startswith("set-") or p.name.startswith("Outcomes-"))},
-        "converter": "training.data.physionet2012", "converter_version": CONVERTER_VERSION,
+        "converter": "scehr.training.data.physionet2012", "converter_version": CONVERTER_VERSION,
         "task": TASK_DIRS["mortality"], "label": "In-hospital_death",
         "sets": {n: {"split": SETS[n], **s.stats} for n, s in sets.items()},
         "splits": splits,

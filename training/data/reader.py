@@ -3,7 +3,7 @@
 All timeseries files of a split are parsed in one go: their bodies are concatenated (grouped by
 header line) and handed to one `pandas.read_csv` call; the stay of each row comes from the
 per-file line counts. Values become `Observations` (canonical numbers, category indices) and the
-plausibility and benchmark cleaning rules (`schemas.tensorize.clean`) are applied and counted.
+plausibility and benchmark cleaning rules (`scehr.schemas.tensorize.clean`) are applied and counted.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from schemas.featureset import STATIC_FIELDS, FeatureSet
-from schemas.tasks import task_spec
-from schemas.tensorize import Observations, clean, in_stay_time_order
-from schemas.variables import CategoryError, Variable
-from training.data.layout import (
+from scehr.schemas.featureset import STATIC_FIELDS, FeatureSet
+from scehr.schemas.tasks import task_spec
+from scehr.schemas.tensorize import Observations, clean, in_stay_time_order
+from scehr.schemas.variables import CategoryError, Variable
+from scehr.training.data.layout import (
     DEMOGRAPHICS_FILE,
     benchmark_valset_path,
     split_groups,
     subject_of,
 )
-from training.data.writer import _disable
+from scehr.training.data.writer import _disable
 
 #: Share of a train listfile's subjects that a `valset.csv` must list to be used for it.
 VALSET_MIN_COVERAGE = 0.99

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from training.data.splits import SplitArrays
+from scehr.training.data.splits import SplitArrays
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from schemas.featureset import TASK_FEATURE_SETS, FeatureSet
-from schemas.tasks import task_spec
-from schemas.tensorize import Observations, coverage, discretize
-from training.data.layout import cache_dir, task_dir, task_name
-from training.data.reader import (
+from scehr.schemas.featureset import TASK_FEATURE_SETS, FeatureSet
+from scehr.schemas.tasks import task_spec
+from scehr.schemas.tensorize import Observations, coverage, discretize
+from scehr.training.data.layout import cache_dir, task_dir, task_name
+from scehr.training.data.reader import (
     SplitSpec,
     label_names,
     labels,
@@ -30,7 +30,7 @@ from training.data.reader import (
     read_timeseries,
     resolve_split,
 )
-from training.data.writer import _disable
+from scehr.training.data.writer import _disable
 
 #: Bump when anything that changes the cached arrays changes (reader, cleaning, layout).
 CACHE_VERSION = "3"

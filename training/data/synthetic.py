@@ -25,13 +25,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from schemas.featureset import BENCHMARK_STAY, FeatureSet
-from schemas.tasks import task_spec
-from schemas.tensorize import Observations
-from schemas.variables import BY_ID
-from training.data.layout import MORTALITY_LABEL, TASK_DIRS, split_groups
-from training.data.phenotypes import PHENOTYPE_LABELS
-from training.data.writer import write_json, write_listfile, write_task_listfiles, write_timeseries
+from scehr.schemas.featureset import BENCHMARK_STAY, FeatureSet
+from scehr.schemas.tasks import task_spec
+from scehr.schemas.tensorize import Observations
+from scehr.schemas.variables import BY_ID
+from scehr.training.data.layout import MORTALITY_LABEL, TASK_DIRS, split_groups
+from scehr.training.data.phenotypes import PHENOTYPE_LABELS
+from scehr.training.data.writer import (
+    write_json,
+    write_listfile,
+    write_task_listfiles,
+    write_timeseries,
+)
 
 GENERATOR_VERSION = "1"
 #: Subject ids start here, far from MIMIC-III subject ids (< 100000), so no valset matches.

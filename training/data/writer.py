@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from schemas.featureset import FeatureSet
-from schemas.tensorize import Observations
+from scehr.schemas.featureset import FeatureSet
+from scehr.schemas.tensorize import Observations
 
 
 def header(fs: FeatureSet) -> str:

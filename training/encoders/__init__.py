@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from training.encoders.base import ENCODERS, Encoder, build_encoder
-from training.encoders.channelwise_gru import ChannelwiseGRU
-from training.encoders.ensemble import EnsembleEncoder
-from training.encoders.lstm import BenchmarkLSTM
-from training.encoders.summary_lstm import SummaryLSTM
+from scehr.training.encoders.base import ENCODERS, Encoder, build_encoder
+from scehr.training.encoders.channelwise_gru import ChannelwiseGRU
+from scehr.training.encoders.ensemble import EnsembleEncoder
+from scehr.training.encoders.lstm import BenchmarkLSTM
+from scehr.training.encoders.summary_lstm import SummaryLSTM
 
 ENCODERS.update({
     "lstm": BenchmarkLSTM, "cwgru": ChannelwiseGRU, "sumlstm": SummaryLSTM,

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from training.encoders.base import Encoder, clamp_lengths, last_valid
+from scehr.training.encoders.base import Encoder, clamp_lengths, last_valid
 
 
 class ChannelSelfAttention(nn.Module):

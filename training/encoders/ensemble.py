@@ -1,6 +1,6 @@
 """K trained encoders side by side: z is the concatenation of the members' embeddings.
 
-With the members' anchor heads stacked and scaled by 1/K (`training.ensemble.ensemble_head`),
+With the members' anchor heads stacked and scaled by 1/K (`scehr.training.ensemble.ensemble_head`),
 one anchor head on this z gives the mean of the members' anchor logits, so an ensemble is an
 ordinary anchor model: the same graph contract, calibration and explanations as one member.
 """
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from training.encoders.base import Encoder, build_encoder
+from scehr.training.encoders.base import Encoder, build_encoder
 
 
 class EnsembleEncoder(Encoder):

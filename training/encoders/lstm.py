@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from schemas.tasks import task_spec
-from training.encoders.base import (
+from scehr.schemas.tasks import task_spec
+from scehr.training.encoders.base import (
     Encoder,
     LockedDropout,
     clamp_lengths,

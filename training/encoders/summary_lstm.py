@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from training.encoders.base import Encoder, clamp_lengths
-from training.encoders.lstm import BenchmarkLSTM
+from scehr.training.encoders.base import Encoder, clamp_lengths
+from scehr.training.encoders.lstm import BenchmarkLSTM
 
 #: Statistics per value column (last, min, max, mean over observed steps) and per channel
 #: (log(1 + count), time since the last observation as a share of the stay).
@@ -34,7 +34,7 @@ BIG = 1e4
 def feature_set_widths(n_features: int) -> list[int]:
     """Channel widths of the registered feature sets with `n_features` columns (all must agree).
     """
-    from schemas.featureset import FEATURE_SETS
+    from scehr.schemas.featureset import FEATURE_SETS
 
     found = {tuple(int(w) for w in fs.widths) for fs in FEATURE_SETS.values()
              if fs.n_features == n_features}

@@ -4,24 +4,29 @@ Conventions: anchor losses take anchor_logits [B, C, 2] = (uᵀz, vᵀz) and flo
 contrastive losses take embeddings z [B, D] and binary labels [B] or [B, C] (per column).
 """
 
-from training.losses.asymmetric import ACL, AFCL
-from training.losses.base import AnchorLoss, ColumnPairLoss
-from training.losses.classification import BCE, CBCE, CSCE
-from training.losses.combined import CCE_LOSSES, POSITIVE_ANCHOR_ONLY, CombinedLoss, build_loss
-from training.losses.debias import DebiasedSupCon, MemoryQueue
-from training.losses.focal import FocalLoss
-from training.losses.margin import MarginContrastiveLoss
-from training.losses.ntxent import NTXent
-from training.losses.positives import (
+from scehr.training.losses.asymmetric import ACL, AFCL
+from scehr.training.losses.base import AnchorLoss, ColumnPairLoss
+from scehr.training.losses.classification import BCE, CBCE, CSCE
+from scehr.training.losses.combined import (
+    CCE_LOSSES,
+    POSITIVE_ANCHOR_ONLY,
+    CombinedLoss,
+    build_loss,
+)
+from scehr.training.losses.debias import DebiasedSupCon, MemoryQueue
+from scehr.training.losses.focal import FocalLoss
+from scehr.training.losses.margin import MarginContrastiveLoss
+from scehr.training.losses.ntxent import NTXent
+from scehr.training.losses.positives import (
     AttributeKNNPositives,
     FeatureKNNPositives,
     KRandomPositives,
     PositiveSelector,
     SupConWithPositives,
 )
-from training.losses.regularizers import REGULARIZERS, Regularizer, build_regularizer
-from training.losses.scr import SCR
-from training.losses.triplet import TripletLoss
+from scehr.training.losses.regularizers import REGULARIZERS, Regularizer, build_regularizer
+from scehr.training.losses.scr import SCR
+from scehr.training.losses.triplet import TripletLoss
 
 __all__ = [
     "ACL",

@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from training.losses.base import ColumnPairLoss
-from training.losses.pairwise import (
+from scehr.training.losses.base import ColumnPairLoss
+from scehr.training.losses.pairwise import (
     cosine_similarity_matrix,
     log1m_softmax,
     masked_log_softmax,

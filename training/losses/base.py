@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from training.losses.pairwise import informative_columns, label_matrix, mean_over_kept
+from scehr.training.losses.pairwise import informative_columns, label_matrix, mean_over_kept
 
 
 def as_targets(anchor_logits: Tensor, y: Tensor) -> Tensor:

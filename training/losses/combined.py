@@ -14,11 +14,11 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from training.losses.base import AnchorLoss
-from training.losses.classification import BCE, CBCE, CSCE
-from training.losses.focal import FocalLoss
-from training.losses.regularizers import Batch, Regularizer, build_regularizer
-from training.losses.scr import SCR
+from scehr.training.losses.base import AnchorLoss
+from scehr.training.losses.classification import BCE, CBCE, CSCE
+from scehr.training.losses.focal import FocalLoss
+from scehr.training.losses.regularizers import Batch, Regularizer, build_regularizer
+from scehr.training.losses.scr import SCR
 
 #: Classification term name -> loss class: the one registry of classification losses. Each
 #: class also defines the probability read-out and whether it reads the positive anchor only;

@@ -18,7 +18,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from training.losses.pairwise import (
+from scehr.training.losses.pairwise import (
     cosine_similarity_matrix,
     informative_columns,
     label_matrix,

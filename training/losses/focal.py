@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from training.losses.base import AnchorLoss
+from scehr.training.losses.base import AnchorLoss
 
 
 class FocalLoss(AnchorLoss):

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from training.losses.base import ColumnPairLoss
-from training.losses.pairwise import (
+from scehr.training.losses.base import ColumnPairLoss
+from scehr.training.losses.pairwise import (
     euclidean_distance_matrix,
     masked_mean,
     off_diagonal,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from training.losses.pairwise import (
+from scehr.training.losses.pairwise import (
     cosine_similarity_matrix,
     masked_log_softmax,
     off_diagonal,

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from training.losses.pairwise import (
+from scehr.training.losses.pairwise import (
     cosine_similarity_matrix,
     label_matrix,
     masked_log_softmax,

@@ -1,7 +1,7 @@
 """Regularizers by name: every contrastive term the training objective can add to the CCE.
 
 Each entry wraps one loss of this package behind one call, `term(batch) -> scalar`, so the
-objective (`training.losses.combined.CombinedLoss`) can sum any of them with weights and log
+objective (`scehr.training.losses.combined.CombinedLoss`) can sum any of them with weights and log
 each by name, the way pytorch-metric-learning's `MultipleLosses` does. Formulas are the wrapped
 losses' own (docs/method.md); this module only feeds them.
 
@@ -21,19 +21,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from training.losses.asymmetric import ACL, AFCL
-from training.losses.debias import DebiasedSupCon, MemoryQueue
-from training.losses.margin import MarginContrastiveLoss
-from training.losses.ntxent import NTXent
-from training.losses.positives import (
+from scehr.training.losses.asymmetric import ACL, AFCL
+from scehr.training.losses.debias import DebiasedSupCon, MemoryQueue
+from scehr.training.losses.margin import MarginContrastiveLoss
+from scehr.training.losses.ntxent import NTXent
+from scehr.training.losses.positives import (
     AttributeKNNPositives,
     FeatureKNNPositives,
     KRandomPositives,
     PositiveSelector,
     SupConWithPositives,
 )
-from training.losses.scr import SCR
-from training.losses.triplet import TripletLoss
+from scehr.training.losses.scr import SCR
+from scehr.training.losses.triplet import TripletLoss
 
 
 @dataclass

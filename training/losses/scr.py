@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from training.losses.base import ColumnPairLoss
-from training.losses.pairwise import (
+from scehr.training.losses.base import ColumnPairLoss
+from scehr.training.losses.pairwise import (
     cosine_similarity_matrix,
     masked_log_softmax,
     masked_mean,

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from training.losses.base import ColumnPairLoss
-from training.losses.pairwise import (
+from scehr.training.losses.base import ColumnPairLoss
+from scehr.training.losses.pairwise import (
     euclidean_distance_matrix,
     large_negative,
     masked_mean,

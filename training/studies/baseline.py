@@ -40,11 +40,11 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from schemas.featureset import STATIC_FIELDS, FeatureSet
-from schemas.tasks import task_spec
-from schemas.tensorize import StaticImputer
-from training.data.splits import SplitArrays
-from training.metrics import task_metrics
+from scehr.schemas.featureset import STATIC_FIELDS, FeatureSet
+from scehr.schemas.tasks import task_spec
+from scehr.schemas.tensorize import StaticImputer
+from scehr.training.data.splits import SplitArrays
+from scehr.training.metrics import task_metrics
 
 C_GRID: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0, 10.0)
 _STATS = ("first", "last", "min", "max", "mean", "delta", "slope", "count")

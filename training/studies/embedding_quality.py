@@ -16,7 +16,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from training.metrics import auroc, l2_normalize
+from scehr.training.metrics import auroc, l2_normalize
 
 
 def _split(Z: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

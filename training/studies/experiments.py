@@ -20,20 +20,20 @@ from typing import Any
 
 import numpy as np
 
-from schemas.tasks import task_spec
-from training.bootstrap import (
+from scehr.schemas.tasks import task_spec
+from scehr.training.bootstrap import (
     bootstrap_metrics,
     format_ci,
     format_mean_sd,
     mean_sd,
     paired_bootstrap_diff,
 )
-from training.config import TrainConfig
-from training.data.writer import write_json
-from training.fit import Prepared, prepare
-from training.metrics import auprc, auroc, headline_metric, macro_auroc, micro_auroc
-from training.progress import Progress
-from training.run import train_run
+from scehr.training.config import TrainConfig
+from scehr.training.data.writer import write_json
+from scehr.training.fit import Prepared, prepare
+from scehr.training.metrics import auprc, auroc, headline_metric, macro_auroc, micro_auroc
+from scehr.training.progress import Progress
+from scehr.training.run import train_run
 
 MetricFn = Callable[[np.ndarray, np.ndarray], float]
 
@@ -334,10 +334,13 @@ def embedding_study(run_dir: Path, label: int = 0, max_points: int = 2000) -> di
     The probe is fitted on the training embeddings saved in `predictions.npz` (recomputed from
     the checkpoint and data when an older run lacks them) and scored on test.
     """
-    from training.evaluate import load_predictions, load_run_config
-    from training.fit import load_checkpoint, predict
-    from training.plots import plot_embedding_tsne
-    from training.studies.embedding_quality import embedding_quality, embedding_quality_multilabel
+    from scehr.training.evaluate import load_predictions, load_run_config
+    from scehr.training.fit import load_checkpoint, predict
+    from scehr.training.plots import plot_embedding_tsne
+    from scehr.training.studies.embedding_quality import (
+        embedding_quality,
+        embedding_quality_multilabel,
+    )
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -401,8 +404,8 @@ def run_comparison(
     `comparison_pr.png` under `study_dir` and, if `docs` is given (a `.md` file or a folder),
     the same markdown with the PNGs copied next to it. Returns the comparison dict.
     """
-    from training.plots import plot_pr_curves, plot_roc_curves
-    from training.studies.baseline import baseline_predictions, fit_logistic_baseline
+    from scehr.training.plots import plot_pr_curves, plot_roc_curves
+    from scehr.training.studies.baseline import baseline_predictions, fit_logistic_baseline
 
     if not seeds:
         raise ValueError("run_comparison needs at least one seed")

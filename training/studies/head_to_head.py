@@ -1,11 +1,12 @@
 """Mortality models head to head on the same test stays: paired bootstrap, then subgroups.
 
-Run: `python -m training.studies.head_to_head NAME=RUN_DIR ... [--logreg NAME=FILE.npz]`, where each
-run directory holds `predictions.npz` (test stays, labels, probabilities, demographics) and a
-logistic-regression file is `runs/<comparison>/logreg_predictions.npz` (from `scehr compare`).
-All predictions must cover the same test stays in the same order. Prints two markdown tables:
-test AUROC/AUPRC with 95% CIs and the paired difference of the first model against each
-other; and test AUROC by sex and age band, to show where a model wins or loses.
+Run: `python -m scehr.training.studies.head_to_head NAME=RUN_DIR ... [--logreg NAME=FILE.npz]`,
+where each run directory holds `predictions.npz` (test stays, labels, probabilities,
+demographics) and a logistic-regression file is `runs/<comparison>/logreg_predictions.npz`
+(from `scehr compare`). All predictions must cover the same test stays in the same order.
+Prints two markdown tables: test AUROC/AUPRC with 95% CIs and the paired difference of the
+first model against each other; and test AUROC by sex and age band, to show where a model wins
+or loses.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from training.bootstrap import bootstrap_ci, format_ci, paired_bootstrap_diff
-from training.export import subgroup_auroc
-from training.metrics import auprc, auroc
+from scehr.training.bootstrap import bootstrap_ci, format_ci, paired_bootstrap_diff
+from scehr.training.export import subgroup_auroc
+from scehr.training.metrics import auprc, auroc
 
 
 def load(named: list[str], logreg: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray,

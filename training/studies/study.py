@@ -37,11 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from training.bootstrap import bootstrap_ci, format_ci, paired_bootstrap_diff
-from training.config import TrainConfig, load_config
-from training.data.writer import write_json
-from training.fit import RESUME_FILE
-from training.metrics import (
+from scehr.training.bootstrap import bootstrap_ci, format_ci, paired_bootstrap_diff
+from scehr.training.config import TrainConfig, load_config
+from scehr.training.data.writer import write_json
+from scehr.training.fit import RESUME_FILE
+from scehr.training.metrics import (
     auprc,
     auroc,
     balanced_accuracy,
@@ -49,9 +49,9 @@ from training.metrics import (
     micro_auroc,
     min_se_ppv,
 )
-from training.progress import Progress
-from training.run import train_run
-from training.studies.experiments import DataCache, _md_table, ensure_run
+from scehr.training.progress import Progress
+from scehr.training.run import train_run
+from scehr.training.studies.experiments import DataCache, _md_table, ensure_run
 
 STUDY_KEYS = ("base", "seeds", "reference", "overrides", "methods", "n_boot", "title")
 #: Keys of a method table that are not config keys: its grid, the method it is compared with
@@ -224,7 +224,7 @@ def run_study(path: str | Path, out: Path | None = None, data: str | None = None
     text = study_markdown(summary)
     (out / "summary.md").write_text(text)
     echo(text)
-    from training.studies.study_report import embedding_report, plot_by_prevalence
+    from scehr.training.studies.study_report import embedding_report, plot_by_prevalence
 
     if plot_by_prevalence(summary, out / "by_prevalence.png"):
         echo(f"wrote {out / 'by_prevalence.png'}")

@@ -18,15 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from training.data.writer import write_json
-from training.plots import _figure, _save, tsne_with_anchors
-from training.studies.embedding_quality import embedding_quality, embedding_quality_multilabel
-from training.studies.experiments import _md_table
+from scehr.training.data.writer import write_json
+from scehr.training.plots import _figure, _save, tsne_with_anchors
+from scehr.training.studies.embedding_quality import embedding_quality, embedding_quality_multilabel
+from scehr.training.studies.experiments import _md_table
 
 
 def _run_quality(run_dir: Path) -> dict[str, Any]:
     """Embedding quality of one run: probe fitted on its training embeddings, scored on test."""
-    from training.evaluate import load_predictions
+    from scehr.training.evaluate import load_predictions
 
     preds = load_predictions(run_dir)
     if "train" not in preds or "z" not in preds["train"]:
@@ -50,8 +50,8 @@ def _mean_sd(values: list[float | None]) -> dict[str, float | None]:
 
 def _tsne_panel(run_dir: Path, label: int, max_points: int, seed: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from training.evaluate import load_predictions
-    from training.fit import load_checkpoint
+    from scehr.training.evaluate import load_predictions
+    from scehr.training.fit import load_checkpoint
 
     test = load_predictions(run_dir)["test"]
     model, _, _ = load_checkpoint(run_dir / "model.pt")

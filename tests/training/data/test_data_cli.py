@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scehr_cli import main
+from scehr.cli import main
 
 
 @pytest.fixture(autouse=True)

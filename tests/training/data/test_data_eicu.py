@@ -9,15 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from training.data import load_split
-from training.data.eicu_demo import (
+from scehr.training.data import load_split
+from scehr.training.data.eicu_demo import (
     convert_eicu_demo,
     grid_time,
     hospital_groups,
     parse_age,
 )
-from training.data.layout import ccs_definitions_path, data_dir
-from training.data.phenotypes import (
+from scehr.training.data.layout import ccs_definitions_path, data_dir
+from scehr.training.data.phenotypes import (
     PHENOTYPE_LABELS,
     benchmark_groups,
     icd9_codes,
@@ -141,8 +141,8 @@ def test_wrong_source_names_the_path(tmp_path: Path) -> None:
 
 
 def test_labs_map_onto_the_same_ids_in_the_full_feature_set() -> None:
-    from schemas.featureset import BENCHMARK_STAY, FEATURE_SETS
-    from training.data.eicu_demo import empty_channels, grid_targets
+    from scehr.schemas.featureset import BENCHMARK_STAY, FEATURE_SETS
+    from scehr.training.data.eicu_demo import empty_channels, grid_targets
 
     full = grid_targets(FEATURE_SETS["physionet2012-full"])
     assert full["bun"] == ("bun", 1.0) and full["crea"] == ("creatinine", 1.0)

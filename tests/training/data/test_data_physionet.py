@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from schemas.featureset import BENCHMARK_48H, FEATURE_SETS
-from schemas.variables import BY_ID, VARIABLES, lookup
-from training.data import load_split
-from training.data.layout import data_dir
-from training.data.physionet2012 import (
+from scehr.schemas.featureset import BENCHMARK_48H, FEATURE_SETS
+from scehr.schemas.variables import BY_ID, VARIABLES, lookup
+from scehr.training.data import load_split
+from scehr.training.data.layout import data_dir
+from scehr.training.data.physionet2012 import (
     DESCRIPTOR_CHANNELS,
     PARAMETER_MAP,
     convert_physionet2012,
@@ -192,7 +192,7 @@ def test_convert_with_the_full_feature_set(tmp_path: Path,
     assert a.coverage[FCH["invasive_diastolic_bp"]] == 1.0
     assert a.coverage[FCH["noninvasive_diastolic_bp"]] == 1.0
     assert a.coverage[FCH["icu_type"]] == 1.0 and a.coverage[FCH["bun"]] == 0.0
-    from scehr_cli import main
+    from scehr.cli import main
 
     assert main(["data", "inspect", str(tmp_path / "out"), "--no-cache"]) == 0  # reads the set
     assert "noninvasive_diastolic_bp" in capsys.readouterr().out  # provenance.json names

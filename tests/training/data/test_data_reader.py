@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schemas.featureset import BENCHMARK_48H
-from schemas.variables import BY_ID
-from training.data import load_split
-from training.data.reader import read_timeseries, resolve_split
+from scehr.schemas.featureset import BENCHMARK_48H
+from scehr.schemas.variables import BY_ID
+from scehr.training.data import load_split
+from scehr.training.data.reader import read_timeseries, resolve_split
 
 HEADER = ("Hours,Capillary refill rate,Diastolic blood pressure,Fraction inspired oxygen,"
           "Glascow coma scale eye opening,Glascow coma scale motor response,"
@@ -170,7 +170,7 @@ def test_errors_name_what_was_expected(tmp_path: Path) -> None:
 
 def test_batched_parsing_gives_the_same_observations(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    import training.data.reader as reader
+    import scehr.training.data.reader as reader
 
     paths = []
     for i in range(12):
@@ -194,7 +194,7 @@ def test_header_only_files(tmp_path: Path) -> None:
 
 
 def test_listfile_errors_name_the_file_and_the_rule(tmp_path: Path) -> None:
-    from training.data.reader import read_listfile
+    from scehr.training.data.reader import read_listfile
 
     p = tmp_path / "listfile.csv"
     p.write_text("stay,period_length,A\ns1,,0\n")
@@ -257,7 +257,7 @@ def _random_files(root: Path, rng: np.random.Generator, n: int) -> list[Path]:
 @pytest.mark.parametrize("batch_bytes", [None, 2000])
 def test_reader_equals_the_line_by_line_oracle(tmp_path: Path, batch_bytes: int | None,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import training.data.reader as reader
+    import scehr.training.data.reader as reader
     from tests.oracles.timeseries_rows import read_rows
 
     if batch_bytes:

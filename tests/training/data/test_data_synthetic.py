@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schemas.ingest import ingest_stay
-from schemas.payloads import StayPayload
-from training.data import load_split, write_synthetic
-from training.data.phenotypes import PHENOTYPE_LABELS
-from training.data.synthetic import example_payload
+from scehr.schemas.ingest import ingest_stay
+from scehr.schemas.payloads import StayPayload
+from scehr.training.data import load_split, write_synthetic
+from scehr.training.data.phenotypes import PHENOTYPE_LABELS
+from scehr.training.data.synthetic import example_payload
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -143,7 +143,7 @@ def fitted_example(name: str) -> dict:
 
 @pytest.mark.parametrize("name", sorted(EXAMPLE_FILES))
 def test_example_payloads_are_valid(name: str) -> None:
-    from schemas.featureset import FEATURE_SETS
+    from scehr.schemas.featureset import FEATURE_SETS
 
     fs_name, task, model = EXAMPLE_FILES[name]
     path = EXAMPLES / name

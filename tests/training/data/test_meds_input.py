@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from schemas.featureset import FEATURE_SETS
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.training.data.meds_input import convert_meds, default_code_map, read_meds
+from scehr.training.data.mimic3.pipeline import extract
+from scehr.training.data.splits import load_split
 from tests.conftest import REPO, SHARED_DATA, needs_shared_data
-from training.data.meds_input import convert_meds, default_code_map, read_meds
-from training.data.mimic3.pipeline import extract
-from training.data.splits import load_split
 
 pytestmark = needs_shared_data
 FS = FEATURE_SETS["benchmark76-48h"]
@@ -114,7 +114,7 @@ def test_unknown_variable_in_code_map_is_named(both: tuple[Path, Path], tmp_path
 
 def test_meds_output_scores_with_the_shipped_model(both: tuple[Path, Path], tmp_path: Path
                                                    ) -> None:
-    from scehr_cli import main
+    from scehr.cli import main
 
     split = both[1] / "in-hospital-mortality" / "test"
     out = tmp_path / "scores.csv"

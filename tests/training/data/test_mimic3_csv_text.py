@@ -13,7 +13,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from training.data.mimic3 import events as ev
+from scehr.training.data.mimic3 import events as ev
 
 
 def _text(rows: list[tuple], stays: list[tuple[str, str]]) -> str:

@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from service.settings import Settings
+from scehr.service.settings import Settings
+from scehr.training.config import TrainConfig
+from scehr.training.data.mimic3.pipeline import extract
+from scehr.training.export import export_run
+from scehr.training.run import train_run
 from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.service.conftest import serve
 from tests.training.test_export import wide_payload
-from training.config import TrainConfig
-from training.data.mimic3.pipeline import extract
-from training.export import export_run
-from training.run import train_run
 
 pytestmark = needs_shared_data
 
@@ -41,7 +41,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_evaluate_reads_the_run(exported: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from scehr_cli import main
+    from scehr.cli import main
 
     assert main(["evaluate", str(exported / "run"), "--n-boot", "20"]) == 0
     assert "auroc" in capsys.readouterr().out

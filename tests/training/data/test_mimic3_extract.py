@@ -15,11 +15,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from scehr.training.data.mimic3.compare import ORDER_FREE, compare_trees
+from scehr.training.data.mimic3.pipeline import extract
+from scehr.training.data.mimic3.sources import Resources
 from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.oracles.mimic3_reference import MANIFEST, check
-from training.data.mimic3.compare import ORDER_FREE, compare_trees
-from training.data.mimic3.pipeline import extract
-from training.data.mimic3.sources import Resources
 
 pytestmark = needs_shared_data
 
@@ -266,8 +266,8 @@ def test_reference_age_differs_from_its_own_all_stays(demo_out: Path) -> None:
 
 
 def test_demo_output_reads_with_the_project_reader(demo_out: Path) -> None:
-    from schemas.featureset import FEATURE_SETS
-    from training.data.reader import read_timeseries
+    from scehr.schemas.featureset import FEATURE_SETS
+    from scehr.training.data.reader import read_timeseries
 
     files = sorted((demo_out / "in-hospital-mortality" / "train").glob("*_timeseries.csv"))
     fs = FEATURE_SETS["benchmark76-48h"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from training.data.mimic3.filewriter import FileWriter
+from scehr.training.data.mimic3.filewriter import FileWriter
 
 
 def test_files_hold_their_chunks_in_order(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from scehr.training.data.mimic3.pipeline import extract
 from tests.conftest import SHARED_DATA, needs_shared_data
-from training.data.mimic3.pipeline import extract
 
 pytestmark = needs_shared_data
 DEMO = SHARED_DATA / "mimic3-demo"

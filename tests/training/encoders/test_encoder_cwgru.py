@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.encoders import ChannelwiseGRU, build_encoder
+from scehr.training.encoders import ChannelwiseGRU, build_encoder
 
 F, S = 5, 3
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from training.encoders import (
+from scehr.training.encoders import (
     ENCODERS,
     TRAINABLE,
     BenchmarkLSTM,

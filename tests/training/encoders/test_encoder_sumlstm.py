@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from schemas.featureset import TASK_FEATURE_SETS
-from schemas.manifest import load_manifest
-from training.config import TrainConfig
-from training.data.synthetic import write_synthetic
-from training.encoders import SummaryLSTM, build_encoder
-from training.export import export_run
-from training.run import train_run
+from scehr.schemas.featureset import TASK_FEATURE_SETS
+from scehr.schemas.manifest import load_manifest
+from scehr.training.config import TrainConfig
+from scehr.training.data.synthetic import write_synthetic
+from scehr.training.encoders import SummaryLSTM, build_encoder
+from scehr.training.export import export_run
+from scehr.training.run import train_run
 
 WIDTHS = [3, 1]  # a categorical channel of 3 one-hot columns, then a continuous channel
 F, S = 3 + 1 + 2, 4

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from training.losses import ACL, AFCL, SCR
+from scehr.training.losses import ACL, AFCL, SCR
 
 
 def ref_afcl(z: torch.Tensor, y: torch.Tensor, eta: float, gamma: float, tau: float) -> float:

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from training.losses import BCE, CBCE, CSCE, FocalLoss
+from scehr.training.losses import BCE, CBCE, CSCE, FocalLoss
 
 
 def sig(x: float) -> float:

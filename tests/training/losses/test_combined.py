@@ -4,8 +4,8 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from training.heads import AnchorHead
-from training.losses import CBCE, CCE_LOSSES, CSCE, SCR, CombinedLoss, FocalLoss, build_loss
+from scehr.training.heads import AnchorHead
+from scehr.training.losses import CBCE, CCE_LOSSES, CSCE, SCR, CombinedLoss, FocalLoss, build_loss
 
 
 def test_registry_names() -> None:

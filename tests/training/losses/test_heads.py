@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from training.heads import AnchorHead
-from training.losses import BCE, CBCE, CSCE
+from scehr.training.heads import AnchorHead
+from scehr.training.losses import BCE, CBCE, CSCE
 
 
 def test_layout_u_at_index_0_v_at_index_1() -> None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from pytorch_metric_learning.losses import NTXentLoss, TripletMarginLoss
 
-from training.losses import MarginContrastiveLoss, NTXent, TripletLoss
+from scehr.training.losses import MarginContrastiveLoss, NTXent, TripletLoss
 
 
 def _z(b: int = 8, d: int = 4, seed: int = 0) -> torch.Tensor:

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from training.losses import (
+from scehr.training.losses import (
     SCR,
     AttributeKNNPositives,
     DebiasedSupCon,

@@ -6,7 +6,7 @@ import pytest
 import torch
 from pytorch_metric_learning.losses import SupConLoss
 
-from training.losses import SCR
+from scehr.training.losses import SCR
 
 
 def ref_scr(z: torch.Tensor, y: torch.Tensor, tau: float = 0.1) -> float:

@@ -68,8 +68,8 @@ def _extract_args(p: argparse.ArgumentParser, source_help: str) -> None:
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from training.data.mimic3.pipeline import extract
-    from training.data.mimic3.sources import Resources
+    from scehr.training.data.mimic3.pipeline import extract
+    from scehr.training.data.mimic3.sources import Resources
 
     t0 = time.perf_counter()
     res = Resources.from_dir(args.resources)
@@ -85,7 +85,7 @@ def _extract(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from training.data.mimic3.compare import compare_trees
+    from scehr.training.data.mimic3.compare import compare_trees
 
     report = compare_trees(args.ours, args.reference)
     print(report.summary())
@@ -93,7 +93,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _meds(args: argparse.Namespace) -> int:
-    from training.data.meds_input import convert_meds, read_code_map
+    from scehr.training.data.meds_input import convert_meds, read_code_map
 
     cmap = read_code_map(args.code_map) if args.code_map else None
     counts = convert_meds(args.meds_dir, args.labels, args.out, code_map=cmap)

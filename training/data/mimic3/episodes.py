@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from training.data.mimic3 import events as ev
-from training.data.mimic3.filewriter import FileWriter
-from training.data.phenotypes import benchmark_groups, code_to_group
+from scehr.training.data.mimic3 import events as ev
+from scehr.training.data.mimic3.filewriter import FileWriter
+from scehr.training.data.phenotypes import benchmark_groups, code_to_group
 
 IHM_HOURS = 48.0
 EPS = 1e-6

@@ -29,7 +29,7 @@ import pandas as pd
 import polars as pl
 import pyarrow as pa
 
-from training.data.mimic3.sources import PANDAS1_NA, header
+from scehr.training.data.mimic3.sources import PANDAS1_NA, header
 
 EVENT_TABLES: tuple[str, ...] = ("CHARTEVENTS", "LABEVENTS", "OUTPUTEVENTS")
 EVENT_COLUMNS = ["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "CHARTTIME", "ITEMID", "VALUE", "VALUEUOM"]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from training.data.mimic3.sources import PANDAS1_NA, header
+from scehr.training.data.mimic3.sources import PANDAS1_NA, header
 
 #: MIMIC-III event table -> (MIMIC-IV file, its column standing for ICUSTAY_ID).
 EVENT_FILES = {"CHARTEVENTS": ("icu/chartevents", "STAY_ID"),

@@ -21,14 +21,14 @@ from typing import Any
 
 import pandas as pd
 
-from training.data.mimic3 import events as ev
-from training.data.mimic3 import mimic4
-from training.data.mimic3.episodes import TaskWriter, write_episodes
-from training.data.mimic3.filewriter import FileWriter
-from training.data.mimic3.mimic4 import table_file, write_mimic3_view
-from training.data.mimic3.sources import Resources, read_subject_set, table_path
-from training.data.mimic3.subjects import read_cohort, write_root_tables, write_subject_tables
-from training.data.phenotypes import load_ccs_definitions
+from scehr.training.data.mimic3 import events as ev
+from scehr.training.data.mimic3 import mimic4
+from scehr.training.data.mimic3.episodes import TaskWriter, write_episodes
+from scehr.training.data.mimic3.filewriter import FileWriter
+from scehr.training.data.mimic3.mimic4 import table_file, write_mimic3_view
+from scehr.training.data.mimic3.sources import Resources, read_subject_set, table_path
+from scehr.training.data.mimic3.subjects import read_cohort, write_root_tables, write_subject_tables
+from scehr.training.data.phenotypes import load_ccs_definitions
 
 WORK_DIR = ".mimic3-work"
 Progress = Callable[[str], None]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from training.data.layout import data_dir
+from scehr.training.data.layout import data_dir
 
 #: Strings pandas 1.x reads as missing (its `STR_NA_VALUES`), which the reference pipeline used
 #: (pinned pandas 1.2.5). pandas 2 added "None", a real answer of the GCS items ("None" = no eye

@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from training.data.mimic3.filewriter import FileWriter
-from training.data.mimic3.sources import read_small
+from scehr.training.data.mimic3.filewriter import FileWriter
+from scehr.training.data.mimic3.sources import read_small
 
 STAY_COLUMNS = ["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "LAST_CAREUNIT", "DBSOURCE", "INTIME",
                 "OUTTIME", "LOS", "ADMITTIME", "DISCHTIME", "DEATHTIME", "ETHNICITY", "DIAGNOSIS",

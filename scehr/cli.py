@@ -17,10 +17,10 @@ from typing import Any
 
 #: module -> (extra that provides its dependencies, the top-level commands it registers)
 COMMAND_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "training.data.cli": ("train", ("data",)),
-    "training.cli": ("train", ("train", "evaluate", "recalibrate", "grid", "imbalance", "compare",
-                               "study", "embedding", "ensemble", "export")),
-    "service.cli": ("serve", ("serve", "score", "models")),
+    "scehr.training.data.cli": ("train", ("data",)),
+    "scehr.training.cli": ("train", ("train", "evaluate", "recalibrate", "grid", "imbalance",
+                                     "compare", "study", "embedding", "ensemble", "export")),
+    "scehr.service.cli": ("serve", ("serve", "score", "models")),
 }
 
 

@@ -3,8 +3,9 @@ variable are added to a copy of the code by editing only the files the table nam
 then a model is trained and exported with the loss and the task, and a stay with the variable
 is validated and tensorized. A registry the table forgets would make a step fail here.
 
-The copy holds schemas/, training/ and scehr_cli.py (what the three rows touch) and runs in its
-own Python process with the copy first on the path, so the edits are really what it imports.
+The copy holds schemas/, training/ and the `scehr` package (what the three rows touch), laid out
+as they are installed (`scehr/schemas`, `scehr/training`), and runs in its own Python process
+with the copy first on the path, so the edits are really what it imports.
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ TOY_VARIABLE = '''    _lab("toy_marker", "Toy marker", "mg/dL", "1.0", None, ali
 RUN = '''
 import json, sys
 from pathlib import Path
-import training, schemas
-assert Path(training.__file__).is_relative_to(Path.cwd()), training.__file__
+import scehr.schemas, scehr.training
+for package in (scehr.schemas, scehr.training):  # the copy's code, not the checkout's
+    assert Path(package.__file__).is_relative_to(Path.cwd()), package.__file__
 from scehr.schemas.featureset import FEATURE_SETS
 from scehr.schemas.ingest import ingest
 from scehr.schemas.manifest import load_manifest
@@ -132,34 +134,39 @@ def edit(path: Path, old: str, new: str) -> None:
 def test_a_toy_loss_task_and_variable_need_only_the_documented_files(tmp_path: Path) -> None:
     copy = tmp_path / "code"
     copy.mkdir()
+    code = copy / "scehr"  # the installed layout: scehr/schemas, scehr/training
+    shutil.copytree(REPO / "scehr", code, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("schemas", "training"):
-        shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "scehr_cli.py", copy / "scehr_cli.py")
+        shutil.copytree(REPO / name, code / name, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "docs").mkdir()
     for doc in ("method.md", "variables.md"):
         shutil.copy(REPO / "docs" / doc, copy / "docs" / doc)
-    before = {p.relative_to(copy).as_posix(): p.read_bytes() for p in copy.rglob("*")
-              if p.is_file()}
+    def rel(p: Path) -> str:
+        """A file's repository path (the package folders without their `scehr/`)."""
+        return (p.relative_to(code) if code in p.parents else p.relative_to(copy)).as_posix()
+
+    before = {rel(p): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
     touched: dict[str, set[str]] = {}
 
     # a loss: the class in its family file, its name in the registry, its formula in the docs
-    edit(copy / "training/losses/classification.py", "\n\nclass CBCE(",
+    edit(code / "training/losses/classification.py", "\n\nclass CBCE(",
          TOY_LOSS + "\n\nclass CBCE(")
-    edit(copy / "training/losses/combined.py", '    "bce": BCE,\n',
+    edit(code / "training/losses/combined.py", '    "bce": BCE,\n',
          '    "bce": BCE,\n    "toy_bce": ToyBCE,\n')
-    edit(copy / "training/losses/combined.py", "from training.losses.classification import BCE,",
-         "from training.losses.classification import BCE, ToyBCE,")
+    edit(code / "training/losses/combined.py",
+         "from scehr.training.losses.classification import BCE,",
+         "from scehr.training.losses.classification import BCE, ToyBCE,")
     with (copy / "docs/method.md").open("a") as f:
         f.write("\n- toy_bce: −[y log σ(uᵀz/2) + (1−y) log σ(−uᵀz/2)]; p = σ(uᵀz/2).\n")
     touched["a loss"] = {"training/losses/classification.py", "training/losses/combined.py",
                          "docs/method.md"}
 
     # a task: its TaskSpec in the registry, a converter, the regenerated manifest schema
-    edit(copy / "schemas/tasks.py", "\n#: Every task, by name",
+    edit(code / "schemas/tasks.py", "\n#: Every task, by name",
          TOY_TASK + "\n#: Every task, by name")
-    edit(copy / "schemas/tasks.py", "for t in (MORTALITY, PHENOTYPES)}",
+    edit(code / "schemas/tasks.py", "for t in (MORTALITY, PHENOTYPES)}",
          "for t in (MORTALITY, PHENOTYPES, TOY)}")
-    (copy / "training/data/toy.py").write_text(TOY_CONVERTER)
+    (code / "training/data/toy.py").write_text(TOY_CONVERTER)
     env = {"PYTHONPATH": str(copy), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
            "MPLBACKEND": "Agg", "HOME": str(tmp_path)}
     subprocess.run([sys.executable, "-m", "scehr.schemas.manifest"], cwd=copy, env=env, check=True)
@@ -167,9 +174,9 @@ def test_a_toy_loss_task_and_variable_need_only_the_documented_files(tmp_path: P
                          "schemas/manifest.schema.json"}
 
     # a variable: its catalog entry, a new feature set listing it, the regenerated catalog page
-    edit(copy / "schemas/variables.py", "ICU_VARIABLES: tuple[Variable, ...] = (\n",
+    edit(code / "schemas/variables.py", "ICU_VARIABLES: tuple[Variable, ...] = (\n",
          "ICU_VARIABLES: tuple[Variable, ...] = (\n" + TOY_VARIABLE)
-    edit(copy / "schemas/resources/feature_sets.json", '"feature_sets": {',
+    edit(code / "schemas/resources/feature_sets.json", '"feature_sets": {',
          '"feature_sets": {"toy-set": {"version": "1", "description": "benchmark-17 and the toy '
          'marker (tests only).", "variables": ["capillary_refill_rate", "diastolic_bp", "fio2", '
          '"gcs_eye", "gcs_motor", "gcs_total", "gcs_verbal", "glucose", "heart_rate", "height", '
@@ -183,7 +190,7 @@ def test_a_toy_loss_task_and_variable_need_only_the_documented_files(tmp_path: P
     touched["a variable"] = {"schemas/variables.py", "schemas/resources/feature_sets.json",
                              "docs/variables.md"}
 
-    after = {p.relative_to(copy).as_posix(): p.read_bytes() for p in copy.rglob("*")
+    after = {rel(p): p.read_bytes() for p in copy.rglob("*")
              if p.is_file() and "__pycache__" not in p.parts}
     changed = {k for k in after if before.get(k) != after[k]}
     assert changed == set().union(*touched.values()), changed

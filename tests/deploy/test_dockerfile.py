@@ -89,7 +89,8 @@ def test_build_and_runtime_python_minors_match() -> None:
     assert base and cuda, "BASE_IMAGE and CUDA_IMAGE name their Ubuntu release"
     assert base.group(1) == cuda.group(1)
     runtime = TEXT[TEXT.rindex("\nFROM runtime-"):]
-    assert re.search(r'RUN /opt/venv/bin/python -c "import onnxruntime, scehr.service.app"', runtime)
+    assert re.search(r'RUN /opt/venv/bin/python -c "import onnxruntime, scehr.service.app"',
+                     runtime)
 
 
 def test_only_the_service_enters_the_image() -> None:

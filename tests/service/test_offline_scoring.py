@@ -371,8 +371,8 @@ def test_score_runs_without_torch_or_pandas(model_dir: Path, tmp_path: Path) -> 
     write_jsonl(tmp_path / "in.jsonl", payloads(4, bad=False))
     argv = _cli(model_dir, tmp_path / "in.jsonl", tmp_path / "o.jsonl")[3:]
     code = (
-        "import sys, scehr_cli\n"
-        "for m in ('torch', 'pandas', 'training'):\n"
+        "import sys\nfrom scehr import cli as scehr_cli\n"
+        "for m in ('torch', 'pandas', 'scehr.training'):\n"
         "    sys.modules[m] = None  # importing them would fail, as in a serve-only install\n"
         f"rc = scehr_cli.main({argv!r})\n"
         "assert rc == 0, rc\n")

@@ -22,6 +22,7 @@ import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from schemas.contract import RESPONSE_VERSION
+from schemas.ingest import Stay
 from schemas.payloads import Prediction, Problem, StayPayload
 from service.batcher import DeadlineExceeded, ModelInputs, ModelOutputs, Overloaded, run_chunked
 from service.errors import ApiError
@@ -199,7 +200,7 @@ class Scorer:
         self.monitoring = monitoring
         self.served = served
 
-    async def score(self, handle: ModelHandle, stays: list[StayPayload],
+    async def score(self, handle: ModelHandle, stays: list[Stay],
                     options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
                     alone: Callable[[], bool] | None = None,
                     refused: Sequence[list[Problem]] = (),
@@ -229,7 +230,7 @@ class Scorer:
                 outputs.append(part.outputs)
         return ScoredStays(results, concat_outputs(outputs))
 
-    async def _score_chunk(self, handle: ModelHandle, stays: list[StayPayload],
+    async def _score_chunk(self, handle: ModelHandle, stays: list[Stay],
                            options: ScoreOptions, heavy: bool,
                            alone: Callable[[], bool] | None, refused: Sequence[list[Problem]],
                            since: float, rows_before: int) -> tuple[ScoredStays, int]:
@@ -250,7 +251,7 @@ class Scorer:
         return await in_worker(heavy, self._finish, spec, prep, out, options,
                                handle.default), rows
 
-    def _prepare(self, spec: ModelSpec, stays: list[StayPayload],
+    def _prepare(self, spec: ModelSpec, stays: list[Stay],
                  options: ScoreOptions) -> PreparedStays:
         """`pipeline.prepare`, then each refused stay's unread variables compacted, with the
         served version that reads them (`service.unread_variables`)."""
@@ -263,7 +264,7 @@ class Scorer:
                 prep.problems[i] = compact(spec, stays[i], problems, served)
         return prep
 
-    async def score_stay(self, handle: ModelHandle, stay: StayPayload,
+    async def score_stay(self, handle: ModelHandle, stay: Stay,
                          options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
                          locate: Callable[[list[str | int]], list[str | int]] = body_loc,
                          alone: Callable[[], bool] | None = None,

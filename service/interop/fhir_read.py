@@ -88,6 +88,26 @@ def _typed(kind: str, value: Any, context: dict[str, Any] | None = None) -> Any:
         raise Invalid from None
 
 
+def _token(value: Any, kind: str, seen: set[str]) -> str:
+    """A code or URI (`kind`; not None). `seen`: the request's strings of the common form."""
+    if type(value) is str and (value in seen or (
+            _TOKEN.fullmatch(value) is not None and not seen.add(value))):  # type: ignore[func-returns-value]
+        return value
+    return _typed(kind, value)  # type: ignore[no-any-return]
+
+
+def _string(value: Any, seen: set[str]) -> str:
+    """A FHIR string (not None), as `_token`."""
+    if type(value) is str and (value in seen or (
+            _TEXT.fullmatch(value) is not None and not seen.add(value))):  # type: ignore[func-returns-value]
+        return value
+    return _typed("string", value)  # type: ignore[no-any-return]
+
+
+def _id(value: Any) -> str:
+    return value if type(value) is str and _ID.fullmatch(value) else _typed("id", value)
+
+
 #: The choice elements a stay's Observations usually give, one of each group (effective[x],
 #: value[x]): an Observation or component without any other cannot break the rule.
 _USUAL = frozenset({"effectiveDateTime", "valueQuantity"})
@@ -186,14 +206,12 @@ class ObservationReader:
         status, code, ident = get("status"), get("code"), get("id")
         if status is None or code is None:  # required
             raise Invalid
-        if ident is not None and not (type(ident) is str and _ID.fullmatch(ident)):
-            ident = _typed("id", ident)
         subject, encounter, components = get("subject"), get("encounter"), get("component")
         if components is not None and type(components) is not list:
             raise Invalid
         loinc, variable = self._loinc(code)
         return ObservationRead(
-            ident, self._token(status, "code"),
+            None if ident is None else _id(ident), _token(status, "code", self.tokens),
             None if subject is None else self._reference(subject),
             None if encounter is None else self._reference(encounter), self._when(raw),
             (loinc, variable, *self._value(raw)),
@@ -207,21 +225,6 @@ class ObservationReader:
         if code is None:  # required
             raise Invalid
         return (*self._loinc(code), *self._value(raw))
-
-    # ------------------------------------------------------------ primitives, not None
-
-    def _token(self, value: Any, kind: str) -> str:
-        """A code or URI."""
-        if type(value) is str and (value in self.tokens or (
-                _TOKEN.fullmatch(value) is not None and not self.tokens.add(value))):  # type: ignore[func-returns-value]
-            return value
-        return _typed(kind, value)  # type: ignore[no-any-return]
-
-    def _string(self, value: Any) -> str:
-        if type(value) is str and (value in self.texts or (
-                _TEXT.fullmatch(value) is not None and not self.texts.add(value))):  # type: ignore[func-returns-value]
-            return value
-        return _typed("string", value)  # type: ignore[no-any-return]
 
     def _date_time(self, text: Any) -> Any:
         """A dateTime, through the request's cache (`fhir_lean.seen_times`): a datetime, or
@@ -246,7 +249,7 @@ class ObservationReader:
         ref = holder.get("reference")
         if type(ref) is str and ref in self.texts:  # a stay names its Patient again and again
             return ref
-        return None if ref is None else self._string(ref)
+        return None if ref is None else _string(ref, self.texts)
 
     def _when(self, raw: dict[str, Any]) -> datetime | None:
         """The effective time: effectiveDateTime when a date-time, else effectiveInstant,
@@ -292,8 +295,8 @@ class ObservationReader:
         if type(c) is not dict:
             raise Invalid
         system, code = c.get("system"), c.get("code")
-        return (None if system is None else self._token(system, "uri"),
-                None if code is None else self._token(code, "code"))
+        return (None if system is None else _token(system, "uri", self.tokens),
+                None if code is None else _token(code, "code", self.tokens))
 
     def _value(self, raw: dict[str, Any]) -> tuple[float | str | None, str | None, str]:
         """(value, unit, the value[x] read) of an Observation or a component: valueQuantity
@@ -307,7 +310,7 @@ class ObservationReader:
                 integer = _typed("integer", integer)
             return float(integer), None, "valueInteger"
         if text is not None:
-            return self._string(text), None, "valueString"
+            return _string(text, self.texts), None, "valueString"
         return None, None, NO_VALUE
 
     def _quantity(self, q: Any) -> tuple[float | None, str | None, str]:
@@ -332,9 +335,9 @@ class ObservationReader:
         return float(number), unit, "valueQuantity"
 
     def _unit(self, unit: Any, system: Any, code: Any) -> str | None:
-        return unit_of(None if system is None else self._token(system, "uri"),
-                       None if code is None else self._token(code, "code"),
-                       None if unit is None else self._string(unit))
+        return unit_of(None if system is None else _token(system, "uri", self.tokens),
+                       None if code is None else _token(code, "code", self.tokens),
+                       None if unit is None else _string(unit, self.texts))
 
 
 # ---------------------------------------------------------------- the Bundle
@@ -359,47 +362,28 @@ class Bundle:
     link: None = None
 
 
-class _Other(Exception):
-    """Not a Bundle `bundle` reads: the lean model reads it."""
-
-
-def _opt(raw: dict[str, Any], key: str, ok: set[str]) -> str | None:
-    """The code or URI at `key` (None when absent) in its common form, else `_Other`."""
-    if key not in raw:
-        return None
-    value = raw[key]
-    if type(value) is str and (value in ok or (
-            _TOKEN.fullmatch(value) is not None and not ok.add(value))):  # type: ignore[func-returns-value]
-        return value
-    raise _Other
-
-
 def bundle(raw: dict[str, Any]) -> Bundle | None:
     """The Bundle `raw` as the lean model reads it (its entries' resources not looked at:
-    each is read by its own type after), when complete and in the common form; None
-    otherwise."""
-    keys = raw.keys()
-    if "link" in keys or "total" in keys or "type" not in keys:
+    each is read by its own type after), when complete (no `link`, `total` nor
+    `entry.search`); None otherwise, or where the lean model refuses it (it then names
+    why)."""
+    entries = raw.get("entry")
+    if "link" in raw or "total" in raw or raw.get("type") is None or (
+            entries is not None and type(entries) is not list):
         return None
-    ok: set[str] = set()
+    tokens: set[str] = set()
+    out = []
     try:
-        ident = raw.get("id")
-        if "id" in keys and not (type(ident) is str and _ID.fullmatch(ident)):
-            return None
-        kind = _opt(raw, "type", ok)
-        if "entry" not in keys:
-            return Bundle(ident, kind, None)  # type: ignore[arg-type]
-        entries = raw["entry"]
-        if type(entries) is not list:
-            return None
-        out = []
-        for e in entries:
+        for e in entries or ():
             if type(e) is not dict or "search" in e:
                 return None
-            resource = e.get("resource")
-            if "resource" in e and type(resource) is not dict:
+            resource, url = e.get("resource"), e.get("fullUrl")
+            if resource is not None and type(resource) is not dict:
                 return None
-            out.append(BundleEntry(_opt(e, "fullUrl", ok), resource))
-        return Bundle(ident, kind, out)  # type: ignore[arg-type]
-    except _Other:
+            out.append(BundleEntry(None if url is None else _token(url, "uri", tokens),
+                                   resource))
+        ident = raw.get("id")
+        return Bundle(None if ident is None else _id(ident), _token(raw["type"], "code", tokens),
+                      None if entries is None else out)
+    except Invalid:
         return None

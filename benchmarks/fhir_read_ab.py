@@ -6,8 +6,10 @@
 Loads `service/` and `schemas/` as they were at git revision `--before` (from `git archive`,
 into a temporary folder) next to the current ones, and times the steps of `POST /fhir/
 predict/mortality` before scoring, on the same body: the raw limit scan (`check_raw`), the
-decode with its limits (`_bundle`, the scan included), and the lean reading of the Bundle into
-the stay (`read_bundle`, with the mortality model's variables). Each pass runs `--repeats`
+decode with its limits (`_bundle`, the scan included), the lean reading of the Bundle into
+the stay (`read_bundle`, with the mortality model's variables), and that reading with the
+stay's ingest (`ingest_stay`: validation, units, cleaning; what a revision leaves to ingest
+counts there). Each pass runs `--repeats`
 requests of each revision, alternating which goes first; the garbage collector is tuned as in
 a served worker. Prints, per step, the median over passes of each pass's median thread CPU
 time (less sensitive to other jobs than wall time), the after/before ratio, and the load
@@ -49,11 +51,13 @@ def load(root: Path | None) -> SimpleNamespace:
     if root:
         sys.path.insert(0, str(root))
     try:
+        from scehr.schemas.ingest import ingest_stay
         from scehr.service.interop import fhir_in, fhir_limits
         from scehr.service.routes import fhir
         from scehr.service.settings import Settings
         return SimpleNamespace(check_raw=fhir_limits.check_raw, limits=fhir_limits.FhirLimits(
-            Settings().max_observations), bundle=fhir._bundle, read_bundle=fhir_in.read_bundle)
+            Settings().max_observations), bundle=fhir._bundle, read_bundle=fhir_in.read_bundle,
+            ingest_stay=ingest_stay)
     finally:
         if root:
             sys.path.remove(str(root))
@@ -71,12 +75,14 @@ def checkout(rev: str) -> Path:
     return root
 
 
-def steps(code: SimpleNamespace, raw: bytes, variables: Any) -> dict[str, Callable[[], Any]]:
+def steps(code: SimpleNamespace, raw: bytes, fs: Any) -> dict[str, Callable[[], Any]]:
     decoded = code.bundle(raw, code.limits)
     return {
         "check_raw": lambda: code.check_raw(raw, code.limits),
         "_bundle (decode + limits)": lambda: code.bundle(raw, code.limits),
-        "read_bundle (lean)": lambda: code.read_bundle(decoded, variables=variables),
+        "read_bundle (lean)": lambda: code.read_bundle(decoded, variables=fs.variables),
+        "read_bundle + ingest_stay": lambda: code.ingest_stay(
+            code.read_bundle(decoded, variables=fs.variables).payload, fs),
     }
 
 
@@ -106,8 +112,8 @@ def main() -> None:
     after = load(None)
     load_before = os.getloadavg()[0]
     tune_collector()
-    sides = {"before": steps(before, raw, model.spec.fs.variables),
-             "after": steps(after, raw, model.spec.fs.variables)}
+    sides = {"before": steps(before, raw, model.spec.fs),
+             "after": steps(after, raw, model.spec.fs)}
     names = list(sides["after"])
     results: dict[str, dict[str, list[float]]] = {s: {n: [] for n in names} for s in sides}
     for p in range(args.passes):

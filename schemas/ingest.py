@@ -8,7 +8,8 @@ outlier and a valid bound are clipped; each is a warning, or an error with `stri
 
 One path reads every payload. A reader lays a stay's rows out as `ObservationColumns`
 (variable, time, value, unit, field path, in payload order): the long form's observations, the
-wide form's non-null cells column by column. The rules then run once over the whole columns:
+wide form's non-null cells column by column, the values a FHIR Bundle's reader took
+(`ColumnStay`, read by `ingest_columns`). The rules then run once over the whole columns:
 each distinct (variable, unit) pair and category value is resolved by the rule functions and
 memoized, so a row costs C-level dict look-ups (a wide column, one look-up for all its cells);
 times, values and unit conversions are numpy arrays. Rows are visited one by one only where a
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from scehr.schemas.featureset import STATIC_FIELDS, FeatureSet
-from scehr.schemas.payloads import Notice, Problem, StayPayload, WideTable
+from scehr.schemas.payloads import Demographics, Notice, Problem, StayPayload, WideTable
 from scehr.schemas.tensorize import Observations, apply_rules
 from scehr.schemas.variables import (
     CategoryError,
@@ -71,7 +72,7 @@ class ObservationColumns:
     One row per observation, in payload order (the order problems are named in): `time` is
     hours since ICU admission as a float64 array, or per row a number or a `datetime` (placed
     against `admission` by the time rule); `value` a number or a category's text; `locate(row)`
-    the row's field path in the payload (e.g. `["observations", 12]`). `variable` and `unit`
+    the row's field path in the payload (default `["observations", row]`). `variable` and `unit`
     are the names as sent, once per run of rows that share them: run k covers the next
     `runs[k]` rows (a wide table's column, looked up once); `runs=None` means one row per run.
     `problems` are the reader's own, each with the number of rows before it (a wide column of
@@ -82,10 +83,28 @@ class ObservationColumns:
     unit: Sequence[str | None]
     time: np.ndarray | Sequence[float | datetime]
     value: list[float | str]
-    locate: Callable[[int], Loc]
+    locate: Callable[[int], Loc] = _long_loc
     runs: Sequence[int] | None = None
     admission: datetime | None = None
     problems: Sequence[tuple[int, Problem]] = ()
+
+
+@dataclass(eq=False)
+class ColumnStay:
+    """A stay whose reader laid its observations out as columns itself (the FHIR and CDS Hooks
+    readers): what ingest reads of a `StayPayload`, without building one. Its rows (one per
+    run, at `["observations", row]`) are the observations given: the limit and the
+    empty-payload rules count them, at `["observations"]`. `end_hours` and `demographics` are
+    the payload's fields."""
+
+    columns: ObservationColumns
+    id: str | None = None
+    end_hours: float | None = None
+    demographics: Demographics | None = None
+
+
+#: A stay as ingest reads it: a JSON payload, or a reader's columns.
+Stay = StayPayload | ColumnStay
 
 
 @dataclass(eq=False)
@@ -519,28 +538,58 @@ def _cells(stay: StayPayload) -> int:
     return 0
 
 
-def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
+def ingest_stay(stay: Stay, fs: FeatureSet, *, strict: bool = False,
                 max_observations: int = DEFAULT_MAX_OBSERVATIONS) -> StayIngest:
     """Check one stay and convert it to canonical units, category indices and hours."""
+    if isinstance(stay, ColumnStay):
+        return ingest_columns(stay.columns, fs, end_hours=stay.end_hours,
+                              demographics=stay.demographics, strict=strict,
+                              max_observations=max_observations)
     # Within the limit whatever is null (a wide table's cells bound its observations): then
     # the count is only needed for the empty-payload rule, and a stay read without problems
     # holds every observation given, so its rows are the count, with no pass over the cells.
     n_given = None if _cells(stay) <= max_observations else _count(stay)
     if n_given is not None and n_given > max_observations:
-        return StayIngest(problems=[Problem(
-            loc=["observations"] if stay.observations is not None else ["wide", "columns"],
-            rule="too_many_observations",
-            message=f"{n_given} observations; the limit is {max_observations}",
-            allowed=f"<= {max_observations}",
-        )])
+        return _too_many(n_given, max_observations,
+                         ["observations"] if stay.observations is not None else
+                         ["wide", "columns"])
     out = _read(_payload_columns(stay), fs)
     if n_given is None:
         n_given = _count(stay) if out.problems else len(out.channel)
+    return _stay_rules(out, fs, n_given, "observations" if stay.wide is None else "wide",
+                       stay.end_hours, stay.demographics, strict)
+
+
+def ingest_columns(cols: ObservationColumns, fs: FeatureSet, *, end_hours: float | None = None,
+                   demographics: Demographics | None = None, strict: bool = False,
+                   max_observations: int = DEFAULT_MAX_OBSERVATIONS) -> StayIngest:
+    """`ingest_stay` of a stay a reader laid out as columns (`ColumnStay`): the same rules,
+    its rows counted as the observations given."""
+    n_given = len(cols.value)
+    if n_given > max_observations:
+        return _too_many(n_given, max_observations, ["observations"])
+    return _stay_rules(_read(cols, fs), fs, n_given, "observations", end_hours, demographics,
+                       strict)
+
+
+def _too_many(n_given: int, max_observations: int, loc: Loc) -> StayIngest:
+    return StayIngest(problems=[Problem(
+        loc=loc, rule="too_many_observations",
+        message=f"{n_given} observations; the limit is {max_observations}",
+        allowed=f"<= {max_observations}",
+    )])
+
+
+def _stay_rules(out: StayIngest, fs: FeatureSet, n_given: int, form: str,
+                end_hours: float | None, demographics: Demographics | None,
+                strict: bool) -> StayIngest:
+    """The stay's own rules after its rows': not empty (`form`: where its observations are),
+    the demographics read, then (without problems) cleaning and the window."""
     if n_given == 0:
-        out.problems.append(Problem(loc=["observations" if stay.wide is None else "wide"],
-                                    rule="empty_payload", message="the stay has no observations"))
-    if stay.demographics is not None:
-        d = stay.demographics
+        out.problems.append(Problem(loc=[form], rule="empty_payload",
+                                    message="the stay has no observations"))
+    if demographics is not None:
+        d = demographics
         out.static = [
             np.nan if d.age is None else float(d.age),
             np.nan if d.sex is None else float(d.sex == "male"),
@@ -548,7 +597,7 @@ def ingest_stay(stay: StayPayload, fs: FeatureSet, *, strict: bool = False,
     if out.problems:
         return out
     _apply_cleaning(out, fs, strict)
-    _window_notices(out, fs, stay.end_hours)
+    _window_notices(out, fs, end_hours)
     return out
 
 
@@ -666,7 +715,7 @@ def _not_observed(fs: FeatureSet) -> tuple[Notice, ...]:
                  for v in fs.variables)
 
 
-def ingest(stays: list[StayPayload], fs: FeatureSet, *, strict: bool = False,
+def ingest(stays: Sequence[Stay], fs: FeatureSet, *, strict: bool = False,
            max_observations: int = DEFAULT_MAX_OBSERVATIONS) -> IngestResult:
     """Ingest many stays; the ones without problems are stacked into one `Observations`."""
     parts = [ingest_stay(s, fs, strict=strict, max_observations=max_observations) for s in stays]

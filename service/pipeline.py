@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from scehr.schemas.audit import feature_set_hash, input_hash
 from scehr.schemas.contract import PREVIOUS_RESPONSE_VERSION, RESPONSE_VERSION
 from scehr.schemas.featureset import FeatureSet
-from scehr.schemas.ingest import DEFAULT_MAX_OBSERVATIONS, ingest
+from scehr.schemas.ingest import DEFAULT_MAX_OBSERVATIONS, Stay, ingest
 from scehr.schemas.manifest import Manifest
 from scehr.schemas.payloads import (
     Audit,
@@ -214,7 +214,7 @@ def _tensor(spec: ModelSpec, obs: Observations, end_hours: np.ndarray
     return x, lengths
 
 
-def prepare(spec: ModelSpec, stays: list[StayPayload], *, strict: bool = False,
+def prepare(spec: ModelSpec, stays: list[Stay], *, strict: bool = False,
             max_observations: int = DEFAULT_MAX_OBSERVATIONS,
             explain_full: bool = False) -> PreparedStays:
     """Validate, clean, neutralise and tensorize; problems and notices are kept per stay.

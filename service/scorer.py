@@ -22,6 +22,7 @@ import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from scehr.schemas.contract import RESPONSE_VERSION
+from scehr.schemas.ingest import Stay
 from scehr.schemas.payloads import Prediction, Problem, StayPayload
 from scehr.service.batcher import (
     DeadlineExceeded,
@@ -205,7 +206,7 @@ class Scorer:
         self.monitoring = monitoring
         self.served = served
 
-    async def score(self, handle: ModelHandle, stays: list[StayPayload],
+    async def score(self, handle: ModelHandle, stays: list[Stay],
                     options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
                     alone: Callable[[], bool] | None = None,
                     refused: Sequence[list[Problem]] = (),
@@ -235,7 +236,7 @@ class Scorer:
                 outputs.append(part.outputs)
         return ScoredStays(results, concat_outputs(outputs))
 
-    async def _score_chunk(self, handle: ModelHandle, stays: list[StayPayload],
+    async def _score_chunk(self, handle: ModelHandle, stays: list[Stay],
                            options: ScoreOptions, heavy: bool,
                            alone: Callable[[], bool] | None, refused: Sequence[list[Problem]],
                            since: float, rows_before: int) -> tuple[ScoredStays, int]:
@@ -256,7 +257,7 @@ class Scorer:
         return await in_worker(heavy, self._finish, spec, prep, out, options,
                                handle.default), rows
 
-    def _prepare(self, spec: ModelSpec, stays: list[StayPayload],
+    def _prepare(self, spec: ModelSpec, stays: list[Stay],
                  options: ScoreOptions) -> PreparedStays:
         """`pipeline.prepare`, then each refused stay's unread variables compacted, with the
         served version that reads them (`scehr.service.unread_variables`)."""
@@ -269,7 +270,7 @@ class Scorer:
                 prep.problems[i] = compact(spec, stays[i], problems, served)
         return prep
 
-    async def score_stay(self, handle: ModelHandle, stay: StayPayload,
+    async def score_stay(self, handle: ModelHandle, stay: Stay,
                          options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
                          locate: Callable[[list[str | int]], list[str | int]] = body_loc,
                          alone: Callable[[], bool] | None = None,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scehr.schemas.ingest import unknown_variable
-from scehr.schemas.payloads import Problem, StayPayload
+from scehr.schemas.ingest import ColumnStay, Stay, unknown_variable
+from scehr.schemas.payloads import Problem
 from scehr.schemas.variables import in_catalog
 from scehr.service.pipeline import ModelSpec
 
@@ -23,11 +23,15 @@ NOT_READ = "variable_not_read"
 HINT = "served_version_reads_them"
 
 
-def _variable_at(stay: StayPayload, loc: Sequence[str | int]) -> str | None:
-    """The variable name a problem's field path points at (long or wide form)."""
-    if len(loc) >= 2 and loc[0] == "observations" and isinstance(loc[1], int) \
-            and stay.observations is not None and loc[1] < len(stay.observations):
-        return stay.observations[loc[1]].variable
+def _variable_at(stay: Stay, loc: Sequence[str | int]) -> str | None:
+    """The variable name a problem's field path points at (long or wide form, or a reader's
+    columns)."""
+    if len(loc) >= 2 and loc[0] == "observations" and isinstance(loc[1], int):
+        if isinstance(stay, ColumnStay):
+            names = stay.columns.variable
+            return names[loc[1]] if loc[1] < len(names) else None
+        if stay.observations is not None and loc[1] < len(stay.observations):
+            return stay.observations[loc[1]].variable
     if len(loc) >= 3 and loc[0] == "wide" and loc[1] == "columns":
         return str(loc[2])
     return None
@@ -54,7 +58,7 @@ def _hint(spec: ModelSpec, unread: list[str], served: Sequence[ModelSpec]) -> Pr
                    allowed=best.ref.version)
 
 
-def compact(spec: ModelSpec, stay: StayPayload, problems: list[Problem],
+def compact(spec: ModelSpec, stay: Stay, problems: list[Problem],
             served: Sequence[ModelSpec] = ()) -> list[Problem]:
     """`problems` with the unknown-variable rows folded into one problem per variable (at its
     first row), the allowed names on the first only, preceded by a hint naming a served

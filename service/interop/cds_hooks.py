@@ -190,8 +190,8 @@ def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES,
         patient, encounter,
         *(r for r in bundle_resources(pre["observations"],
                                       ["body", "prefetch", "observations"], "Bundle", full,
-                                      None if full else loinc_index(variables))
-          if r.resource.get_resource_type() == "Observation"),
+                                      loinc_index(variables))
+          if r.kind == "Observation"),
     ]
     resources += _optional(pre, "location", "Location", full)
     resources += _optional(pre, "procedures", "Procedure", full)
@@ -201,7 +201,7 @@ def read_prefetch(req: CdsRequest, variables: Sequence[Variable] = VARIABLES,
 def _same_as_context(context: dict[str, Any], item: Located, name: str) -> None:
     """The prefetched Patient (Encounter) is the one the hook's context names (`patientId`,
     `encounterId` when given): 422 `patient_mismatch` (`encounter_mismatch`) otherwise."""
-    want, kind = context.get(name), item.resource.get_resource_type()
+    want, kind = context.get(name), item.kind
     if isinstance(want, str) and item.resource.id not in (None, want):
         raise ApiError(422, "invalid_fhir", [Problem(
             loc=[*item.loc, "id"], rule=f"{kind.lower()}_mismatch",
@@ -215,7 +215,7 @@ def _optional(pre: dict[str, Any], key: str, kind: str, full: bool) -> list[Loca
         return []
     if raw.get("resourceType") == "Bundle":
         return [r for r in bundle_resources(raw, ["body", "prefetch", key], "Bundle", full)
-                if r.resource.get_resource_type() == kind]
+                if r.kind == kind]
     if raw.get("resourceType") == kind:
         return [validate_resource(kind, raw, ["body", "prefetch", key], kind, full)]
     return []

@@ -1,17 +1,24 @@
-"""FHIR R4 in: a Bundle (or CDS Hooks prefetch) -> the service's own `StayPayload`.
+"""FHIR R4 in: a Bundle (or CDS Hooks prefetch) -> the stay, its observations as columns.
 
-Resources are validated by default by the lean models of `scehr.service.interop.fhir_lean` (the
-elements the adapter reads, with FHIR's rules), or, opted in, by `fhir.resources` whole (the R4B
-models: R4B changed no element of Patient, Encounter, Observation, Bundle or RiskAssessment, and the
-R4-only release of the library needs pydantic 1). Codes and units are read through the variable
-catalog (`scehr.schemas.variables`): LOINC codes -> channels, UCUM units -> the catalog's
-conversions. What cannot be used is skipped with a warning naming the resource; what is malformed is
-a 422 naming the FHIR path. The payload then goes through exactly the scoring path of `POST
-/predict/{task}`.
+Every Observation is read once, straight from its JSON, by one reader
+(`scehr.service.interop.fhir_read`: the elements of the lean model `fhir_lean.Observation`, with its
+types and rules); one it refuses is validated by that model, whose 422 names the FHIR path. The
+other resources read (Patient, Encounter, Location, Procedure, the Bundle) are validated by their
+lean models (`scehr.service.interop.fhir_lean`). Opted in (`SCEHR_FHIR_VALIDATION=full`),
+`fhir.resources` validates every element of every resource first (the R4B models: R4B changed no
+element of Patient, Encounter, Observation, Bundle or RiskAssessment, and the R4-only release of the
+library needs pydantic 1). `StayBuilder` applies the stay's rules to what was read (the resource
+belongs to the stay: `Belonging`; its status; its effective time; LOINC codes -> the model's
+variables and UCUM units -> the catalog's conversions, through `scehr.schemas.variables`) and lays
+the values out as `scehr.schemas.ingest.ObservationColumns`, which ingest checks, cleans and
+tensorizes as it does a JSON payload's (`ColumnStay`), on the scoring path of `POST
+/predict/{task}`. What cannot be used is skipped with a warning naming the resource; what is
+malformed is a 422 naming the FHIR path (`FhirStay.locate` maps ingest's row paths back).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -20,10 +27,12 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from fhir.resources.R4B import get_fhir_model_class
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from scehr.schemas.payloads import Demographics, Observation, Problem, StayPayload
+from scehr.schemas.ingest import ColumnStay, ObservationColumns
+from scehr.schemas.payloads import Demographics, Problem
 from scehr.schemas.variables import (
+    BY_LOINC,
     LOINC_PANELS,
     VARIABLES,
     CategoryError,
@@ -32,14 +41,8 @@ from scehr.schemas.variables import (
     loinc_index,
 )
 from scehr.service.errors import ApiError
-from scehr.service.interop import fhir_fast, fhir_lean
-from scehr.service.interop.fhir_rows import (
-    NO_VALUE,
-    ObservationRow,
-    RowReader,
-    loinc_of,
-    unit_of,
-)
+from scehr.service.interop import fhir_lean, fhir_read
+from scehr.service.interop.fhir_read import Invalid, ObservationRead, ObservationReader
 
 #: CDC NHSN Healthcare Service Location codes (HSLOC, OID 2.16.840.1.113883.6.259), the code
 #: system of HL7's ICU Locations value set: a Location.type -> the PhysioNet ICU type.
@@ -60,22 +63,6 @@ PROCEDURE_SKIPPED = ("entered-in-error", "not-done")
 #: The longest performedPeriod expanded into hourly values (ten days, the longest window).
 MAX_PERIOD_HOURS = 240
 Loc = list[str | int]
-_OBSERVATIONS = TypeAdapter(list[Observation])
-_OBSERVATION_FIELDS = frozenset(Observation.model_fields)
-_new, _set = object.__new__, object.__setattr__
-
-
-def trusted(row: dict[str, Any]) -> Observation:
-    """`Observation.model_construct(**row)` for a row of its four fields (no default to
-    fill, no extra, no private attribute, no post-init), without its Python loop over the
-    fields: a third of the time of validating the row, which holds only values every rule
-    of the model keeps as they are (`StayBuilder.checked`)."""
-    out = _new(Observation)
-    _set(out, "__dict__", row)
-    _set(out, "__pydantic_fields_set__", set(_OBSERVATION_FIELDS))
-    _set(out, "__pydantic_extra__", None)
-    _set(out, "__pydantic_private__", None)
-    return out
 
 
 def shown(text: str | None, limit: int = 64) -> str | None:
@@ -115,28 +102,31 @@ class Issue:
 
 @dataclass
 class FhirStay:
-    """The internal payload built from FHIR, with what an answer needs to point back."""
+    """The stay read from FHIR (its observations as columns, scored as a JSON payload is),
+    with what an answer needs to point back."""
 
-    payload: StayPayload
+    payload: ColumnStay
     patient: str  # reference to the Patient
     encounter: str | None
     basis: list[str] = field(default_factory=list)  # references to the Observations used
-    #: per payload observation: the FHIR element holding its value, and its value[x] kind
+    #: per observation (row of the columns): the FHIR element holding its value, and its
+    #: value[x] kind
     sources: list[tuple[Loc, str]] = field(default_factory=list)
     issues: list[Issue] = field(default_factory=list)
-    #: per payload observation: the reference of the resource it came from
+    #: per observation: the reference of the resource it came from
     refs: list[str] = field(default_factory=list)
 
     def contributed(self, rows: Sequence[int] | None) -> list[str]:
-        """The references whose values reached the model (`rows`: the payload observations
-        the model read, `Prediction.contributed_rows`); all of `basis` when unknown."""
+        """The references whose values reached the model (`rows`: the observations the model
+        read, `Prediction.contributed_rows`); all of `basis` when unknown."""
         if rows is None:
             return self.basis
         used = {self.refs[r] for r in rows if r < len(self.refs)}
         return [b for b in self.basis if b in used]
 
     def locate(self, loc: Loc) -> Loc:
-        """A payload field path as the FHIR path it came from (for 422 problems)."""
+        """An observation's field path (`["observations", row, field]`, as ingest names a
+        row) as the FHIR path it came from (for 422 problems and warnings)."""
         if len(loc) >= 2 and loc[0] == "observations" and isinstance(loc[1], int) \
                 and loc[1] < len(self.sources):
             holder, kind = self.sources[loc[1]]
@@ -149,26 +139,26 @@ class FhirStay:
 
 @dataclass(slots=True)
 class Located:
-    """A validated resource, where it sits in the request, and how others reference it."""
+    """A resource of type `kind` as read (an `ObservationRead`, a lean or `fhir.resources`
+    model, `fhir_lean.Unread`), where it sits in the request, and how others reference it."""
 
+    kind: str
     resource: Any
     loc: Loc
     full_url: str | None = None
 
     @property
     def ref(self) -> str | None:
-        r = self.resource
-        if getattr(r, "id", None):
-            return f"{r.get_resource_type()}/{r.id}"
-        return self.full_url
+        ident = self.resource.id
+        return f"{self.kind}/{ident}" if ident else self.full_url
 
     @property
     def names(self) -> frozenset[str]:
         """The references that name this resource in the request: `Type/id` and its
         fullUrl."""
-        r = self.resource
-        ident = f"{r.get_resource_type()}/{r.id}" if getattr(r, "id", None) else None
-        return frozenset(n for n in (ident, self.full_url) if n)
+        ident = self.resource.id
+        return frozenset(n for n in (f"{self.kind}/{ident}" if ident else None,
+                                     self.full_url) if n)
 
 
 def reference_of(holder: Any) -> str | None:
@@ -307,8 +297,7 @@ def model_for(resource_type: str, full: bool = False) -> type:
 
 
 #: The resource types the library has answered for (a lookup costs microseconds per entry); at
-#: most the library's own types, whatever clients send. An Observation read for the stay
-#: (`fhir_rows`) is one without a lookup.
+#: most the library's own types, whatever clients send.
 _KNOWN_TYPES: set[str] = {"Observation"}
 
 
@@ -331,15 +320,42 @@ def known_type(raw: Any, loc: Loc, root: str) -> str:
         allowed="a FHIR R4 resource type, e.g. Observation")])
 
 
-def _entry_resource(raw: Any, loc: Loc, root: str, context: dict[str, Any]) -> Any:
-    kind = known_type(raw, loc, root)
-    if kind == "Observation":  # the plain shape without pydantic objects, else the model
-        fast = fhir_fast.observation(raw, context)
-        if fast is not None:
-            return fast
+def _entry_root(root: str, loc: Loc) -> str:
+    """An entry's resource as messages name it, e.g. `Bundle.entry[3].resource` (`root`: the
+    Bundle's; `loc` ends with the entry's `["entry", 3, "resource"]`)."""
+    return f"{root}.{fhir_path(loc[-3:])}"
+
+
+def read_observation(reader: ObservationReader, raw: Any, loc: Loc, root: str,
+                     context: dict[str, Any], full: Any = None) -> ObservationRead:
+    """An entry's Observation read for the stay by the one reader (`fhir_read`); one it
+    refuses is validated by the lean model, whose 422 names the element and the rule. `full`:
+    the `fhir.resources` model of it (full validation), which also takes an element given as
+    JSON text: the library's own JSON of the resource is read then."""
+    try:
+        return reader.read(raw)
+    except Invalid:
+        pass
+    if full is not None:
+        try:
+            return reader.read(json.loads(full.model_dump_json(by_alias=True,
+                                                                exclude_none=True)))
+        except Invalid:
+            pass
+    where = _entry_root(root, loc)
+    validate(fhir_lean.Observation, raw, loc, where, context)
+    raise RuntimeError(f"{where}: the lean model accepts an Observation its reader refuses")
+
+
+def _entry_resource(raw: Any, loc: Loc, root: str, context: dict[str, Any],
+                    reader: ObservationReader) -> tuple[str, Any]:
+    """An entry's resource type and the resource read (lean validation)."""
+    if raw.get("resourceType") == "Observation":
+        return "Observation", read_observation(reader, raw, loc, root, context)
+    kind = known_type(raw, loc, _entry_root(root, loc))
     if kind in fhir_lean.MODELS:
-        return validate(fhir_lean.MODELS[kind], raw, loc, root, context)
-    return fhir_lean.Unread(kind, raw.get("id"))
+        return kind, validate(fhir_lean.MODELS[kind], raw, loc, _entry_root(root, loc), context)
+    return kind, fhir_lean.Unread(raw.get("id"))
 
 
 def _checked_types(raw: Any, prefix: Loc, root: str) -> None:
@@ -352,15 +368,14 @@ def _checked_types(raw: Any, prefix: Loc, root: str) -> None:
 
 
 def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
-                     full: bool = False, codes: Mapping[str, Variable] | None = None
+                     full: bool = False, codes: Mapping[str, Variable] = BY_LOINC
                      ) -> list[Located]:
     """The resources of a collection or searchset Bundle, validated (lean, or `full`), in entry
-    order; a paged or truncated searchset is refused (`refuse_incomplete`). `codes` (the
-    model's `loinc_index`, lean only): Observations of the fast path's subset are read
-    straight for `to_stay` (`fhir_rows.ObservationRow`), not as the lean model's elements."""
+    order; a paged or truncated searchset is refused (`refuse_incomplete`). Observations are
+    read for the stay (`read_observation`) with `codes`, the model's `loinc_index`."""
     if full:
         _checked_types(raw, list(prefix), root)
-    bundle = fhir_fast.bundle(raw) if not full and isinstance(raw, dict) and \
+    bundle = fhir_read.bundle(raw) if not full and isinstance(raw, dict) and \
         raw.get("resourceType") == "Bundle" else None
     if bundle is None:
         bundle = validate(model_for("Bundle", full), raw, list(prefix), root)
@@ -371,20 +386,19 @@ def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
             message=f"{root}.type is {bundle.type!r}", allowed=" or ".join(BUNDLE_TYPES))])
     out = []
     context = fhir_lean.seen_times()
-    rows = None if codes is None or full else RowReader(context, codes)
+    reader = ObservationReader(codes, context)
     for i, e in enumerate(bundle.entry or []):
         if e.resource is None:
             continue
         loc = [*prefix, "entry", i, "resource"]
-        if rows is not None and e.resource.get("resourceType") == "Observation":
-            resource = rows.read(e.resource)  # read for the stay, else by the lean model
-            if resource is None:
-                resource = validate(fhir_lean.Observation, e.resource, loc,
-                                    f"{root}.entry[{i}].resource", context)
+        if not full:
+            kind, resource = _entry_resource(e.resource, loc, root, context, reader)
+        elif (kind := e.resource.get_resource_type()) == "Observation":
+            resource = read_observation(reader, raw["entry"][i]["resource"], loc, root,
+                                        context, e.resource)
         else:
-            resource = e.resource if full else _entry_resource(
-                e.resource, loc, f"{root}.entry[{i}].resource", context)
-        out.append(Located(resource, loc, e.fullUrl))
+            resource = e.resource
+        out.append(Located(kind, resource, loc, e.fullUrl))
     return out
 
 
@@ -434,52 +448,19 @@ def _demographics(patient: Any, admission: datetime) -> Demographics:
     return Demographics(age=_age(patient, admission), sex=sex)
 
 
-def _effective(obs: Any) -> datetime | None:
-    if isinstance(obs.effectiveDateTime, datetime):
-        return obs.effectiveDateTime
-    if obs.effectiveInstant is not None:
-        return obs.effectiveInstant
-    p = obs.effectivePeriod
-    if p is not None:
-        t = p.start if p.start is not None else p.end
-        return t if isinstance(t, datetime) else None
-    return None
-
-
-def _loinc(concept: Any, codes: Mapping[str, Variable]) -> tuple[str | None, Variable | None]:
-    """(first LOINC code, the variable of `codes` it maps to) of a CodeableConcept."""
-    return loinc_of([(c.system, c.code) for c in concept.coding or []]
-                    if concept is not None else [], codes)
-
-
-def _value(holder: Any) -> tuple[float | str | None, str | None, str]:
-    """(value, unit, what it was) of an Observation or component value[x]."""
-    if type(holder) is ObservationRow:
-        return holder.value, holder.unit, holder.kind
-    q = holder.valueQuantity
-    if q is not None and q.value is not None:
-        return float(q.value), unit_of(q.system, q.code, q.unit), "valueQuantity"
-    if holder.valueInteger is not None:
-        return float(holder.valueInteger), None, "valueInteger"
-    if holder.valueString is not None:
-        return holder.valueString, None, "valueString"
-    return None, None, NO_VALUE
-
-
 class StayBuilder:
-    """Collects observations from resources into one StayPayload, with warnings."""
+    """Lays the observations of the resources that belong to the stay out as its columns
+    (`columns`), with a warning for each value not used and, per row, where it came from."""
 
-    def __init__(self, admission: datetime, patient_refs: Collection[str],
-                 codes: Mapping[str, Variable], ids: Sequence[str] = (),
-                 encounter_refs: Collection[str] = ()) -> None:
+    def __init__(self, admission: datetime, members: Belonging, ids: Collection[str]) -> None:
         self.admission = admission
-        self.members = Belonging(frozenset(patient_refs), frozenset(encounter_refs))
-        self.codes = codes  # LOINC code -> variable of the model's feature set
-        self.ids = {v.id for v in codes.values()} | set(ids)
-        #: the payload observations' fields, validated together by `observations`
-        self.rows: list[dict[str, Any]] = []
-        #: per row: whether it holds only what the payload's `Observation` takes as it is
-        self.checked: list[bool] = []
+        self.members = members
+        self.ids = set(ids)  # the model's variables
+        #: the columns, one entry per observation (`ObservationColumns`)
+        self.variable: list[str] = []
+        self.time: list[datetime] = []
+        self.value: list[float | str] = []
+        self.unit: list[str | None] = []
         self.sources: list[tuple[Loc, str]] = []
         #: the references used, in order (a dict as an ordered set: a stay of thousands of
         #: Observations is not a quadratic list search)
@@ -489,21 +470,11 @@ class StayBuilder:
         #: (variable, unit) -> why the unit is refused (None: accepted), once per request
         self._units: dict[tuple[str, str | None], str | None] = {}
 
-    def observations(self) -> list[Observation]:
-        """The payload's observations, validated by its own model in one pydantic call (a
-        model per observation from Python cost a third more); if one is refused, they are
-        built one at a time, so the error is the one each would raise. A `checked` row (a
-        catalog id, a datetime, a finite float or a category of the catalog, no unit or a
-        printable ASCII one: what every rule of `Observation` keeps as it is) is built
-        without validation (`trusted`)."""
-        checked = [*self.checked, *[False] * (len(self.rows) - len(self.checked))]
-        todo = [row for row, ok in zip(self.rows, checked, strict=True) if not ok]
-        try:
-            done = iter(_OBSERVATIONS.validate_python(todo) if todo else ())
-        except ValidationError:
-            return [Observation(**row) for row in self.rows]
-        return [trusted(row) if ok else next(done)
-                for row, ok in zip(self.rows, checked, strict=True)]
+    def columns(self) -> ObservationColumns:
+        """The observations, in the order read, for ingest's rules (rows at
+        `["observations", row]`, which `FhirStay.locate` maps back to FHIR paths)."""
+        return ObservationColumns(self.variable, self.unit, self.time, self.value,
+                                  admission=self.admission)
 
     def _warn(self, code: str, message: str, item: Located, path: Loc) -> None:
         self.issues.append(Issue(code, message, item.ref, expression(path)))
@@ -528,15 +499,14 @@ class StayBuilder:
         return True
 
     def add(self, item: Located) -> None:
-        obs = item.resource
-        row = type(obs) is ObservationRow  # read already (`fhir_rows`)
+        """An Observation's values (its own, its components'), when it belongs to the stay,
+        is not void and has an effective time with a timezone from the ICU admission on."""
+        obs: ObservationRead = item.resource
         ref = item.ref or expression(item.loc)  # no id nor fullUrl: named by its place
-        subject, encounter = (obs.subject, obs.encounter) if row else \
-            (reference_of(obs.subject), reference_of(obs.encounter))
-        if not self.belongs(item, subject, encounter) or \
+        if not self.belongs(item, obs.subject, obs.encounter) or \
                 self.skipped(item, obs.status, SKIPPED_STATUS):
             return
-        when = obs.when if row else _effective(obs)
+        when = obs.when
         if when is None:
             self._warn("no_effective_time", f"{ref}: no effectiveDateTime, effectiveInstant "
                        "or effectivePeriod with a time; not used", item, item.loc)
@@ -549,40 +519,27 @@ class StayBuilder:
             self._warn("before_admission", f"{ref}: effective before the ICU admission; "
                        "not used", item, item.loc)
             return
-        if row:  # one value, no components
-            if obs.variable is not None:
-                if self._add_value(item, ref, obs, item.loc, obs.code, obs.variable, when):
-                    self.basis[ref] = None
-                return
-            code, var = obs.code, None
-        else:
-            code, var = _loinc(obs.code, self.codes)
-        parts: list[tuple[Any, Loc, str | None, Variable | None]] = []
-        if var is not None:
-            parts.append((obs, item.loc, code, var))
-        for i, comp in enumerate(obs.component or []):
-            c_code, c_var = _loinc(comp.code, self.codes)
-            parts.append((comp, [*item.loc, "component", i], c_code, c_var))
-        if var is None and not obs.component:
+        code, var = obs.value[:2]
+        if var is None and not obs.components:
             what = "a panel without components" if code in LOINC_PANELS else \
                 "not a variable of this model"
             self._warn("unmapped_code", f"{ref}: code {shown(code) or 'without a LOINC coding'} is "
                        f"{what}; not used", item, [*item.loc, "code"])
             return
-        used = False
-        for holder, loc, p_code, p_var in parts:
-            used |= self._add_value(item, ref, holder, loc, p_code, p_var, when)
+        used = var is not None and self._add_value(item, ref, item.loc, obs.value, when)
+        for i, part in enumerate(obs.components):
+            used |= self._add_value(item, ref, [*item.loc, "component", i], part, when)
         if used:
             self.basis[ref] = None
 
-    def _add_value(self, item: Located, ref: str, holder: Any, loc: Loc, code: str | None,
-                   var: Variable | None, when: datetime) -> bool:
+    def _add_value(self, item: Located, ref: str, loc: Loc, part: fhir_read.Value,
+                   when: datetime) -> bool:
+        code, var, value, unit, kind = part
         if var is None:
             self._warn("unmapped_code", f"{ref}: code {shown(code) or 'without a LOINC coding'} at "
                        f"{fhir_path(loc)} is not a variable of this model; not used", item,
                        [*loc, "code"])
             return False
-        value, unit, kind = _value(holder)
         if isinstance(value, float) and not math.isfinite(value):  # > 308 digits: inf
             at = [*loc, kind, "value"]
             raise ApiError(422, "invalid_fhir", [Problem(
@@ -604,11 +561,17 @@ class StayBuilder:
             self._warn("unit_not_convertible" if isinstance(e, UnitError) else
                        "value_not_a_category", f"{ref}: {e}; not used", item, loc)
             return False
-        self.rows.append({"variable": var.id, "time": when, "value": value, "unit": unit})
-        self.checked.append(type(holder) is ObservationRow)  # a finite float, ASCII unit
-        self.sources.append((loc, kind))
-        self.refs.append(ref)
+        self._row(var.id, when, value, unit, (loc, kind), ref)
         return True
+
+    def _row(self, variable: str, when: datetime, value: float | str, unit: str | None,
+             source: tuple[Loc, str], ref: str) -> None:
+        self.variable.append(variable)
+        self.time.append(when)
+        self.value.append(value)
+        self.unit.append(unit)
+        self.sources.append(source)
+        self.refs.append(ref)
 
     def _check_unit(self, var: Variable, unit: str | None) -> None:
         """`var.unit_for(unit)` (the catalog's one rule), looked up once per variable and
@@ -631,11 +594,8 @@ class StayBuilder:
             self._warn("unmapped_code", f"{item.ref or expression(item.loc)}: {variable} is not "
                        "a variable of this model; not used", item, loc)
             return False
-        self.rows.append({"variable": variable, "time": when, "value": value, "unit": None})
-        self.checked.append(True)  # a catalog category or 1.0, at a datetime
-        self.sources.append((loc, kind))
         ref = item.ref or expression(item.loc)
-        self.refs.append(ref)
+        self._row(variable, when, value, None, (loc, kind), ref)
         self.basis[ref] = None
         return True
 
@@ -749,21 +709,20 @@ def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
             end_hours: float | None = None, prefix: Loc = ("body",),
             variables: Sequence[Variable] = VARIABLES) -> FhirStay:
     """Patient + Encounter + Observations (+ the Encounter's Location, ventilation
-    Procedures) -> the stay payload; each resource read belongs to the stay (`Belonging`),
-    other resources are ignored (one warning per resource type). LOINC codes resolve among
-    `variables`, the scoring model's feature set (a code it does not read is a warning, not an
-    observation)."""
+    Procedures) -> the stay, its observations as columns; each resource read belongs to the
+    stay (`Belonging`), other resources are ignored (one warning per resource type).
+    `variables`: the scoring model's feature set, whose LOINC codes the Observations were read
+    with (`bundle_resources`; a code it does not read is a warning, not an observation)."""
     by_type: dict[str, list[Located]] = {}
     for r in resources:
-        by_type.setdefault(r.resource.get_resource_type(), []).append(r)
+        by_type.setdefault(r.kind, []).append(r)
     patient = _one_patient(by_type.get("Patient", []), list(prefix))
     encounters = by_type.get("Encounter", [])
     members = Belonging.of(patient, encounters)
     for enc in encounters:
         members.check_subject(enc, reference_of(enc.resource.subject))
     admission = _admission(encounters, admission_time, list(prefix))
-    builder = StayBuilder(admission, members.patient, loinc_index(variables),
-                          [v.id for v in variables], members.encounters)
+    builder = StayBuilder(admission, members, [v.id for v in variables])
     builder.add_locations(encounters, by_type.get("Location", []))
     for item in by_type.get("Observation", []):
         builder.add(item)
@@ -775,10 +734,9 @@ def to_stay(resources: list[Located], *, admission_time: datetime | None = None,
     for t, n in sorted(ignored.items()):
         builder.issues.append(Issue("resource_ignored", f"{n} {t} resource(s) not used"))
     encounter = encounters[0].ref if len(encounters) == 1 else None
-    payload = StayPayload(id=patient.resource.id, admission_time=admission,
-                          end_hours=end_hours, observations=builder.observations(),
-                          demographics=_demographics(patient.resource, admission))
-    return FhirStay(payload, patient.ref or "Patient", encounter, list(builder.basis),
+    stay = ColumnStay(builder.columns(), id=patient.resource.id, end_hours=end_hours,
+                      demographics=_demographics(patient.resource, admission))
+    return FhirStay(stay, patient.ref or "Patient", encounter, list(builder.basis),
                     builder.sources, builder.issues, builder.refs)
 
 
@@ -787,15 +745,16 @@ def read_bundle(raw: Any, *, admission_time: datetime | None = None,
                 variables: Sequence[Variable] = VARIABLES, full: bool = False) -> FhirStay:
     """A request body Bundle -> FhirStay (422 naming the FHIR path when malformed); `full`:
     every element validated by `fhir.resources`, not only those read."""
-    codes = None if full else loinc_index(variables)
-    return to_stay(bundle_resources(raw, full=full, codes=codes),
+    return to_stay(bundle_resources(raw, full=full, codes=loinc_index(variables)),
                    admission_time=admission_time, end_hours=end_hours, variables=variables)
 
 
 def validate_resource(resource_type: str, raw: Any, prefix: Loc, root: str,
                       full: bool = False) -> Located:
-    """One resource of `resource_type` validated (lean, or `full`) where it sits."""
-    return Located(validate(model_for(resource_type, full), raw, prefix, root), prefix)
+    """One resource of `resource_type` (not an Observation: `bundle_resources` reads those)
+    validated (lean, or `full`) where it sits."""
+    return Located(resource_type, validate(model_for(resource_type, full), raw, prefix, root),
+                   prefix)
 
 
 __all__ = [

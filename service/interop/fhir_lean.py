@@ -151,10 +151,6 @@ class Quantity(_Lean):
 class _Resource(_Lean):
     id: IdType | None = None
 
-    @classmethod
-    def get_resource_type(cls) -> str:
-        return cls.__name__
-
 
 class ObservationComponent(_Choices):
     fhir_type: ClassVar[str] = "ObservationComponent"
@@ -245,14 +241,10 @@ class Bundle(_Resource):
 
 
 class Unread:
-    """A resource of a type the adapter does not read: its type and id, nothing validated."""
+    """A resource of a type the adapter does not read: its id, nothing validated."""
 
-    def __init__(self, resource_type: str, id: Any) -> None:
-        self._type = resource_type
+    def __init__(self, id: Any) -> None:
         self.id = id if isinstance(id, str) else None
-
-    def get_resource_type(self) -> str:
-        return self._type
 
 
 #: The lean model of each resource type the adapter reads.

@@ -127,7 +127,7 @@ async def fhir_predict(
 
     def answer() -> bytes:
         text = to_json(risk_bundle(pred, handle.model.spec.manifest, stay))
-        release(entries if isinstance(entries, list) else [], stay.payload.observations,
+        release(entries if isinstance(entries, list) else [], stay.payload.columns.value,
                 stay.sources, stay.refs)
         return text
 

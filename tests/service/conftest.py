@@ -75,3 +75,13 @@ def stay(hours: tuple[float, ...] = (1.0, 12.0, 24.0, 47.0), hr: float = 90.0,
         ]
     obs.append({"variable": "glucose", "time": 2.0, "value": 140.0, "unit": "mg/dL"})
     return {"observations": obs, **extra}
+
+
+def columns_read(s: Any) -> dict[str, Any]:
+    """What a FHIR reading hands the scorer (a `scehr.schemas.ingest.ColumnStay`): the stay's fields
+    and its observations row by row (each time with its UTC offset)."""
+    cols = s.columns
+    return {"id": s.id, "end_hours": s.end_hours, "admission": cols.admission,
+            "demographics": None if s.demographics is None else s.demographics.model_dump(),
+            "observations": [(v, (t, t.utcoffset()), x, u) for v, t, x, u in zip(
+                cols.variable, cols.time, cols.value, cols.unit, strict=True)]}

@@ -4,9 +4,9 @@ Procedure.subject, .encounter and .status, Encounter.subject and .location[].loc
 .period, the Patient's id), each with its expected answer: a 422 and its rule, or a risk equal
 to that of a named Bundle (the clean one, or the clean one without what must not be read) with
 the warning saying what was not read. Each row runs through `POST /fhir/predict/{task}` and a
-CDS Hooks prefetch, with the fast Observation path, the lean models alone and the full
-validation (`SCEHR_FHIR_VALIDATION=full`), on a fixture model that reads the ICU type and
-ventilation (physionet2012-full).
+CDS Hooks prefetch, with the lean validation (the default: each Observation read once by
+`scehr.service.interop.fhir_read`) and the full one (`SCEHR_FHIR_VALIDATION=full`), on a fixture
+model that reads the ICU type and ventilation (physionet2012-full).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import httpx
 import pytest
 
 from scehr.schemas.featureset import FEATURE_SETS
-from scehr.service.interop import fhir_fast, fhir_rows
 from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fhir_writer import (
@@ -304,29 +303,24 @@ async def answer(client: httpx.AsyncClient, via: str, b: dict[str, Any]) -> Answ
     return await (fhir_answer(client, b) if via == "fhir" else cds_answer(client, cds_request(b)))
 
 
-#: fast: the default reading (Observations of the common shape read straight as rows);
-#: lean: every Observation by the lean model; full: `fhir.resources` validates everything.
-MODES = ("fast", "lean", "full")
+#: lean: the default validation; full: `fhir.resources` validates everything first.
+MODES = ("lean", "full")
 
 
-def _settings(models: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    if mode == "lean":
-        monkeypatch.setattr(fhir_fast, "observation", lambda raw, context=None: None)
-        monkeypatch.setattr(fhir_rows.RowReader, "read", lambda self, raw: None)
-    return Settings(model_dir=models, device="cpu",
-                    fhir_validation="full" if mode == "full" else "lean")
+def _settings(models: Path, mode: str) -> Settings:
+    return Settings(model_dir=models, device="cpu", fhir_validation=mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(ROWS))
 async def test_every_resource_read_belongs_to_the_stay(
-        name: str, mode: str, models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        name: str, mode: str, models: Path) -> None:
     row = ROWS[name]
     variant, like = clean(), clean()
     row.change(variant)
     if row.like is not None:
         row.like(like)
-    async with serve(_settings(models, mode, monkeypatch)) as client:
+    async with serve(_settings(models, mode)) as client:
         for via in row.via:
             got = await answer(client, via, variant)
             if row.refused:
@@ -343,11 +337,11 @@ async def test_every_resource_read_belongs_to_the_stay(
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(CONTEXT))
 async def test_the_prefetch_is_the_patient_and_encounter_of_the_hooks_context(
-        name: str, mode: str, models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        name: str, mode: str, models: Path) -> None:
     change, rule = CONTEXT[name]
     request = cds_request(clean())
     change(request)
-    async with serve(_settings(models, mode, monkeypatch)) as client:
+    async with serve(_settings(models, mode)) as client:
         got = await cds_answer(client, request)
     assert (got.status, got.rules) == (422, [rule])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -12,7 +11,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -382,15 +380,6 @@ class Prediction(BaseModel):
         default=None, description="Present when the model declares a data minimum")
     warnings: list[Notice] = Field(default_factory=list)
     audit: Audit
-
-    #: not serialized: the payload observation rows (reading order) whose values reached the
-    #: model, for interfaces that point back to their sources (FHIR `basis`)
-    _rows: Callable[[], tuple[int, ...]] | None = PrivateAttr(default=None)
-
-    @property
-    def contributed_rows(self) -> tuple[int, ...] | None:
-        """Computed on demand: only interfaces that point back to sources pay for it."""
-        return None if self._rows is None else self._rows()
 
 
 class BatchItem(BaseModel):

@@ -16,9 +16,10 @@ from pydantic.json_schema import models_json_schema
 from scehr.schemas.contract import CONTRACT_VERSION
 from scehr.schemas.payloads import StayPayload
 from scehr.service import errors, readiness
+from scehr.service.auth import API_KEY_SCHEME
 from scehr.service.gc_pauses import share_gil, tune_collector
 from scehr.service.interop.cds_hooks import CdsRequest
-from scehr.service.load_shedding import LoadShedder, LoadSheddingMiddleware, keyed_paths
+from scehr.service.load_shedding import LoadShedder, LoadSheddingMiddleware
 from scehr.service.logs import configure_logging
 from scehr.service.media_types import body_routes, document
 from scehr.service.metrics import Metrics
@@ -79,7 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         base_retry_s=settings.retry_after_s)
     app.state.monitoring = monitoring = Monitoring(metrics, settings.monitor_window)
     app.state.scorer = Scorer(settings, metrics, monitoring, served=lambda task: [
-        h.model.spec for h in app.state.registry.loaded(task)])
+        h.model.spec for h in app.state.registry.loaded(task)], in_flight=shedder)
     errors.install(app)
     closable_models = [models.router, cds_hooks.card_router, oip.metadata_router]
     routers = [predict.router, *(closable_models if settings.open_models else []),
@@ -92,21 +93,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost last: request context, then the body-size limit (it also bounds the body that
     # load shedding reads), then keys, media types, load shedding and the body deadline.
     routes = [r for rt in routers for r in rt.routes]
-    bodies = body_routes(routes)
     app.add_middleware(LoadSheddingMiddleware, shedder=shedder, metrics=metrics,
                        timeout_s=settings.request_timeout_s,
                        api_keys=[k.get_secret_value() for k in settings.api_keys],
-                       keyed=keyed_paths(routes), body_timeout_s=settings.body_timeout_s,
-                       bodies=bodies)
+                       routes=routes, body_timeout_s=settings.body_timeout_s)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestContextMiddleware, metrics=metrics, bodies=bodies)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, bodies=body_routes(routes))
     return app
 
 
 def openapi_components(app: FastAPI, *models: type[BaseModel]) -> None:
     """Add `models` (and the models they use) to the OpenAPI components: routes that read
     their body themselves (`/predict/{task}`) refer to them by `$ref`. And the 415 answer of
-    every route with a body (`scehr.service.media_types.document`)."""
+    every route with a body (`scehr.service.media_types.document`), and the API key's scheme that
+    the scoring routes' security entry names (they declare it without a dependency:
+    `scehr.service.auth.API_KEY_SECURITY`)."""
     plain = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -115,7 +116,9 @@ def openapi_components(app: FastAPI, *models: type[BaseModel]) -> None:
             document(spec)
             _, top = models_json_schema([(m, "validation") for m in models],
                                         ref_template="#/components/schemas/{model}")
-            schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+            components = spec.setdefault("components", {})
+            components.setdefault("securitySchemes", {}).update(API_KEY_SCHEME)
+            schemas = components.setdefault("schemas", {})
             for name, schema in top.get("$defs", {}).items():
                 schemas.setdefault(name, schema)
             app.openapi_schema = spec

@@ -38,6 +38,9 @@ ApiKey = Annotated[None, Depends(require_api_key)]
 #: `openapi_extra` of a route that needs the key but checks none itself (the load-shedding
 #: middleware does, before the body is read): the same security entry `ApiKey` gives.
 API_KEY_SECURITY = {"security": [{_header.scheme_name: []}]}
+#: The OpenAPI security scheme that entry names (what an `ApiKey` dependency declares).
+API_KEY_SCHEME = {_header.scheme_name: _header.model.model_dump(mode="json", by_alias=True,
+                                                                exclude_none=True)}
 
 
 def route_needs_key(route: object) -> bool:

@@ -12,7 +12,6 @@ from scehr.service.errors import ApiError
 from scehr.service.metrics import Metrics
 from scehr.service.monitoring import Monitoring
 from scehr.service.registry import ModelHandle, ModelNotReady, Registry, VersionNotServed
-from scehr.service.scorer import Scorer
 from scehr.service.settings import Settings
 
 
@@ -32,10 +31,6 @@ async def get_monitoring(request: Request) -> Monitoring:
     return request.app.state.monitoring
 
 
-async def get_scorer(request: Request) -> Scorer:
-    return request.app.state.scorer
-
-
 VersionParam = Annotated[str | None, Query(
     max_length=32, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$",
     description="A version of the task's model served here (GET /models lists them; "
@@ -45,7 +40,6 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 MonitoringDep = Annotated[Monitoring, Depends(get_monitoring)]
-ScorerDep = Annotated[Scorer, Depends(get_scorer)]
 
 
 def handle_for(registry: Registry, settings: Settings, task: str,

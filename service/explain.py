@@ -1,5 +1,6 @@
-"""Serving-side read-outs from a model's outputs: calibration, anchors, margin percentiles,
-prototypes (with their outcome rate's Wilson interval), occlusion.
+"""Explanations: what each `explain` level asks for, and the assets that explain a stay's
+risk from a model's outputs (anchors, margin percentiles, prototypes with their outcome
+rate's Wilson interval).
 
 Everything here is numpy over the whole batch at once and uses only manifest data, so the
 explanation of a stay is the same whichever batch it was computed in.
@@ -8,10 +9,40 @@ explanation of a stay is the same whichever batch it was computed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from scehr.schemas.manifest import Calibration, Manifest
+from scehr.schemas.manifest import Manifest
+
+Explain = Literal["basic", "top", "full"]
+#: Every interface's default explanation: the nearest-anchor read-outs and prototypes, which
+#: come with the stay's own model row. Contributions (`top`, `full`) are asked for: each costs
+#: one more model row per observed channel (docs/service.md, "What contributions cost").
+DEFAULT_EXPLAIN: Explain = "basic"
+#: Contributions shown per class at `explain=top`; `explain=full` lists every observed channel.
+TOP_CONTRIBUTIONS = 3
+
+
+@dataclass(frozen=True)
+class Level:
+    """What an `explain` level asks for: occlusion rows (one more model row per observed
+    channel of the stay, from which contributions are read) and how many contributions each
+    class lists (None: every observed channel)."""
+
+    occlusion: bool
+    contributions: int | None
+
+    @property
+    def every_channel(self) -> bool:
+        """Every channel's contribution of every class in the answer: its size (and the CPU
+        to build it) grows with channels x classes."""
+        return self.occlusion and self.contributions is None
+
+
+#: The one reading of `explain`: everything else asks its level.
+LEVELS: dict[str, Level] = {"basic": Level(False, 0), "top": Level(True, TOP_CONTRIBUTIONS),
+                            "full": Level(True, None)}
 
 _EPS = 1e-12
 
@@ -86,8 +117,6 @@ class ExplainAssets:
     v_unit: np.ndarray  # [C, D]
     u: np.ndarray
     v: np.ndarray
-    thresholds: np.ndarray  # [C]
-    calibrations: list[Calibration]
     prototypes: list[Prototypes | None]
     margins: list[MarginPercentiles | None]
 
@@ -113,17 +142,8 @@ class ExplainAssets:
                 None if ref.with_outcome is None else np.asarray(ref.with_outcome)))
         return cls(
             labels=list(m.label_names), u_unit=_unit_rows(u), v_unit=_unit_rows(v), u=u, v=v,
-            thresholds=np.asarray([c.default_threshold for c in m.classes], dtype=np.float64),
-            calibrations=[c.calibration for c in m.classes], prototypes=protos,
-            margins=margins,
+            prototypes=protos, margins=margins,
         )
-
-    def calibrate(self, p: np.ndarray, margin: np.ndarray) -> np.ndarray:
-        """[n, C] calibrated probabilities."""
-        out = np.empty_like(p)
-        for c, cal in enumerate(self.calibrations):
-            out[:, c] = cal.apply(p[:, c], margin[:, c])
-        return out
 
     def anchor_cosines(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """cos(z, u_c) and cos(z, v_c), each [n, C]."""

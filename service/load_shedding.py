@@ -23,9 +23,9 @@ import math
 import re
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -34,14 +34,10 @@ from scehr.schemas.payloads import ErrorBody, Problem
 from scehr.schemas.tasks import TASK_NAMES
 from scehr.service.auth import key_matches, route_needs_key
 from scehr.service.logs import request_id_var
-from scehr.service.media_types import BodyRoute, find, refusal
+from scehr.service.media_types import body_routes, find, refusal
 from scehr.service.metrics import Metrics
 from scehr.service.middleware import header, send_error
 
-#: The scoring routes of every interface, by the task they score: JSON single and batch, FHIR,
-#: CDS Hooks services, Open Inference `infer` (of a model, or of one of its versions).
-_SCORING = re.compile(r"^/(?:predict/([^/]+)(?:/batch)?|fhir/predict/([^/]+)"
-                      r"|cds-services/scehr-([^/]+)|v2/models/([^/]+)(?:/versions/[^/]+)?/infer)/?$")
 #: The overload answer (an ErrorBody; request ids are ASCII by their validated shape).
 _REFUSED = ErrorBody(error="overloaded", request_id="%s", detail=[Problem(
     loc=[], rule="overloaded", message="this model has as many requests as it can finish in "
@@ -174,14 +170,36 @@ class LoadShedder:
             self._done.setdefault(task, _Completed()).push(time.monotonic(), units)
 
 
-def scoring_task(scope: Scope) -> str | None:
+class _Scoring(Protocol):
+    """What the middleware reads of an interface's codec (`scehr.service.interfaces.base.Codec`):
+    the task a request is for, from its path parameters."""
+
+    def task(self, path: Mapping[str, Any]) -> str | None: ...
+
+
+#: A scoring route: what matches its path, and its codec.
+ScoringRoute = tuple[re.Pattern[str], _Scoring]
+
+
+def scoring_routes(routes: Sequence[BaseRoute]) -> tuple[ScoringRoute, ...]:
+    """The scoring routes of every interface: those the endpoint factory registered
+    (`scehr.service.interfaces.endpoint.add_scoring_route`), whose endpoint carries its codec."""
+    return tuple((r.path_regex, codec) for r in routes if isinstance(r, Route)
+                 and (codec := getattr(r.endpoint, "codec", None)) is not None)
+
+
+def scoring_task(scope: Scope, scoring: Sequence[ScoringRoute]) -> str | None:
     """The task a scoring request of any interface is for (only from the closed set of
     tasks), else None."""
     if scope.get("method") != "POST":
         return None
-    m = _SCORING.match(scope.get("path", ""))
-    task = next((g for g in m.groups() if g is not None), None) if m else None
-    return task if task in TASK_NAMES else None
+    path = scope.get("path", "")
+    for pattern, codec in scoring:
+        m = pattern.match(path)
+        if m is not None:
+            task = codec.task(m.groupdict())
+            return task if task in TASK_NAMES else None
+    return None
 
 
 def keyed_paths(routes: Sequence[BaseRoute]) -> tuple[re.Pattern[str], ...]:
@@ -264,15 +282,16 @@ class LoadSheddingMiddleware:
     """Before any body is read: 401 without a valid API key (where keys are set) on the routes
     that need one, 415 for a Content-Type the route does not read (`scehr.service.media_types`),
     then 503 + Retry-After when the model is full. Then the body, under its deadline (408
-    when it stalls), and the model's limit again (503 if it filled meanwhile)."""
+    when it stalls), and the model's limit again (503 if it filled meanwhile). Which routes
+    need a key, read which media types and score which task is read off the app's `routes`."""
 
     def __init__(self, app: ASGIApp, shedder: LoadShedder, metrics: Metrics,
-                 timeout_s: float, api_keys: list[str],
-                 keyed: Sequence[re.Pattern[str]] = (), body_timeout_s: float = 10.0,
-                 bodies: Sequence[BodyRoute] = ()) -> None:
+                 timeout_s: float, api_keys: list[str], routes: Sequence[BaseRoute] = (),
+                 body_timeout_s: float = 10.0) -> None:
         self.app = app
-        self.keyed = tuple(keyed)
-        self.bodies = tuple(bodies)
+        self.keyed = keyed_paths(routes)
+        self.bodies = body_routes(routes)
+        self.scoring = scoring_routes(routes)
         self.shedder = shedder
         self.metrics = metrics
         self.timeout_s = timeout_s
@@ -300,7 +319,7 @@ class LoadSheddingMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        task = scoring_task(scope)
+        task = scoring_task(scope, self.scoring)
         path = scope.get("path", "")
         if self.api_keys and any(p.match(path) for p in self.keyed):
             key = header(scope, b"x-api-key")

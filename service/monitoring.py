@@ -29,7 +29,7 @@ import numpy as np
 from scehr.schemas.payloads import AlertDrift, MonitoringSummary, RiskDrift, VariableDrift
 from scehr.schemas.profile import Bins, bin_index, psi
 from scehr.service.metrics import Metrics
-from scehr.service.pipeline import ModelSpec
+from scehr.service.model import ModelSpec
 
 #: Stays the window needs before a PSI is reported (fewer give noise, not drift).
 MIN_STAYS_FOR_PSI = 50

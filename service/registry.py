@@ -32,8 +32,8 @@ from scehr.service.batcher import MicroBatcher, ModelInputs, ModelOutputs
 from scehr.service.device_io import BoundRunner, max_batch_rows
 from scehr.service.load_errors import DeviceError, ModelLoadError
 from scehr.service.metrics import Metrics
+from scehr.service.model import ModelSpec
 from scehr.service.model_store import read_index, resolve
-from scehr.service.pipeline import ModelSpec
 from scehr.service.runtime import CPU, CUDA, OrtRuntime, probe_device
 from scehr.service.settings import Settings
 from scehr.service.validation import check_graph, inspect, preflight, warm_up

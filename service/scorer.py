@@ -1,12 +1,12 @@
 """The one scoring path behind every interface: prepare -> batcher with a deadline -> read-outs
 -> monitoring -> audit line.
 
-JSON (single and batch), FHIR, CDS Hooks, Open Inference V2 (stays or tensors) and `scehr
-score` are adapters: they decode their input into stays, call `Scorer.score` (or
-`Scorer.score_tensors`, `score_offline`), and encode the per-stay `StayResult`s. Load
-shedding happens before the body is read (`scehr.service.load_shedding`), for every interface's
-scoring route alike, so it is not repeated here. Whatever an interface, the same stay gets the same
-risk, warnings, audit line, monitoring counts, deadline and overload answers.
+Every interface is a codec (`scehr.service.interfaces`): it decodes its input into stays, the
+endpoint factory calls `Scorer.score` (or `Scorer.score_tensors`), and the codec encodes the
+per-stay `StayResult`s; `scehr score` calls `score_offline`. Load shedding happens before the
+body is read (`scehr.service.load_shedding`), for every interface's scoring route alike, so it is
+not repeated here. Whatever an interface, the same stay gets the same risk, warnings, audit
+line, monitoring counts, deadline and overload answers.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from starlette.concurrency import run_in_threadpool
 
 from scehr.schemas.contract import RESPONSE_VERSION
 from scehr.schemas.ingest import Stay
@@ -32,17 +32,14 @@ from scehr.service.batcher import (
     run_chunked,
 )
 from scehr.service.errors import ApiError
+from scehr.service.explain import DEFAULT_EXPLAIN, LEVELS, Explain
 from scehr.service.metrics import Metrics
+from scehr.service.model import ModelSpec, ReadOuts, read_out
 from scehr.service.monitoring import Monitoring
+from scehr.service.offload import in_worker
 from scehr.service.operating import Choice
-from scehr.service.pipeline import (
-    ModelSpec,
-    PreparedStays,
-    predictions,
-    prepare,
-    read_out,
-    tensor_rows,
-)
+from scehr.service.pipeline import PreparedStays, prepare, tensor_rows
+from scehr.service.responses import predictions
 from scehr.service.settings import Settings
 from scehr.service.unread_variables import compact
 
@@ -51,13 +48,20 @@ if TYPE_CHECKING:  # the registry imports ONNX Runtime: `scehr score` loads it w
 
 log = logging.getLogger("scehr.scorer")
 audit_log = logging.getLogger("scehr.audit")
-T = TypeVar("T")
 
-Explain = Literal["basic", "top", "full"]
-#: Every interface's default explanation: the nearest-anchor read-outs and prototypes, which
-#: come with the stay's own model row. Contributions (`top`, `full`) are asked for: each costs
-#: one more model row per observed channel (docs/service.md, "What contributions cost").
-DEFAULT_EXPLAIN: Explain = "basic"
+
+class InFlight(Protocol):
+    """Requests admitted per task in this worker: the load shedder's count
+    (`scehr.service.load_shedding.LoadShedder`), read by the scorer, never changed."""
+
+    def alone(self, task: str) -> bool: ...
+
+
+class _NoneAdmitted:
+    """Without a load shedder (no server): never alone, so the batcher always queues."""
+
+    def alone(self, task: str) -> bool:
+        return False
 
 
 @dataclass(frozen=True)
@@ -76,18 +80,25 @@ class ScoreOptions:
 @dataclass
 class StayResult:
     """One input stay's outcome: its prediction, or the problems that refused it (field paths
-    relative to the stay's payload; the adapter maps them to its own, e.g. a FHIR path).
+    relative to the stay's payload; the codec maps them to its own, e.g. a FHIR path).
     Another outcome (e.g. an abstention with its reason) belongs here, beside these two, so
-    that every adapter encodes it from one place."""
+    that every codec encodes it from one place."""
 
     index: int
     id: str | None = None
     prediction: Prediction | None = None
     problems: list[Problem] = field(default_factory=list)
+    #: () -> the payload's observation rows (reading order) whose values reached the model,
+    #: computed on demand: for codecs that point back to their sources (FHIR `basis`)
+    rows_read: Callable[[], tuple[int, ...]] | None = None
 
     @property
     def scored(self) -> bool:
         return self.prediction is not None
+
+    def contributed_rows(self) -> tuple[int, ...] | None:
+        """The rows the model read (None: not known, e.g. a stay that was not prepared)."""
+        return None if self.rows_read is None else self.rows_read()
 
 
 @dataclass
@@ -97,54 +108,6 @@ class ScoredStays:
 
     results: list[StayResult]
     outputs: ModelOutputs | None = None
-
-
-async def in_worker(heavy: bool, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-    """CPU work of a request: in a worker thread when heavy, so the event loop stays free
-    (/livez, other requests' I/O); inline when light, where the hop would cost more."""
-    if heavy:
-        return await run_in_threadpool(fn, *args, **kw)
-    return fn(*args, **kw)
-
-
-def release(*heaps: list[Any]) -> None:
-    """Empty a request's large lists one element at a time (call it in a worker thread, once
-    the answer is built). Dropped at once, as a route's locals are when it returns, on the
-    event loop's thread, 256 stays' payloads and predictions (~10^6 objects) are freed in one
-    C call that holds the GIL throughout: `/livez` stalls that long. One element at a time,
-    the freeing is many short steps between which the loop's thread takes the GIL."""
-    for heap in heaps:
-        while heap:
-            heap.pop()
-
-
-async def released(heavy: bool, *heaps: list[Any]) -> None:
-    """`release` in a worker thread when the request was heavy (else freeing is short)."""
-    if heavy:
-        await run_in_threadpool(release, *heaps)
-
-
-def body_loc(loc: list[str | int]) -> list[str | int]:
-    """A payload field path as the JSON single-stay route's body path."""
-    return ["body", *loc]
-
-
-def choose_point(spec: ModelSpec, name: str | None, threshold: float | None,
-                 allow_insufficient: bool = False) -> Choice:
-    """The request's operating point (and whether it scores a stay below the model's data
-    minimum anyway); 422 naming the query parameter when it is not valid."""
-    if name is not None and threshold is not None:
-        raise ApiError(422, "validation_error", [Problem(
-            loc=["query", "operating_point"], rule="exclusive_parameters",
-            message="give `operating_point` or `threshold`, not both",
-            allowed="one of operating_point, threshold")])
-    if name is not None and name not in spec.points.names:
-        raise ApiError(422, "validation_error", [Problem(
-            loc=["query", "operating_point"], rule="unknown_operating_point",
-            message=f"{spec.task} model {spec.ref.version} has no operating point {name!r}",
-            allowed=", ".join(spec.points.names))])
-    choice = spec.points.choose(name, threshold)
-    return replace(choice, allow_insufficient=True) if allow_insufficient else choice
 
 
 def _audit(spec: ModelSpec, preds: Sequence[Prediction]) -> None:
@@ -174,23 +137,45 @@ def concat_outputs(parts: list[ModelOutputs]) -> ModelOutputs | None:
 
 
 def _results(prep: PreparedStays, preds: dict[int, Prediction]) -> list[StayResult]:
+    rows = dict(zip(prep.ok, prep.rows, strict=False)) if preds else {}
     return [StayResult(i, prep.ids[i], prediction=preds.get(i),
-                       problems=prep.problems.get(i, [])) for i in range(prep.n)]
+                       problems=prep.problems.get(i, []), rows_read=rows.get(i))
+            for i in range(prep.n)]
+
+
+def prepared(spec: ModelSpec, stays: list[Stay], options: ScoreOptions,
+             max_observations: int, served: Callable[[], Sequence[ModelSpec]] = tuple
+             ) -> PreparedStays:
+    """`pipeline.prepare` with the options' cleaning and explanation, then each refused
+    stay's unread variables compacted, with the `served` version that reads them
+    (`scehr.service.unread_variables`)."""
+    prep = prepare(spec, stays, strict=options.strict, max_observations=max_observations,
+                   occlusion=LEVELS[options.explain].occlusion)
+    if prep.problems:
+        others = served()
+        for i, problems in prep.problems.items():
+            prep.problems[i] = compact(spec, stays[i], problems, others)
+    return prep
+
+
+def answers(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, options: ScoreOptions,
+            readouts: ReadOuts | None = None) -> dict[int, Prediction]:
+    """The predictions of the prepared stays, as the options ask for them."""
+    return predictions(spec, prep, out, choice=options.choice, explain=options.explain,
+                       readouts=readouts, response_version=options.response_version)
 
 
 def score_offline(model: LoadedModel, stays: list[StayPayload], *, strict: bool = False,
                   max_observations: int, max_rows: int | None = None) -> list[StayResult]:
-    """The scorer's path without a server (`scehr score`): same preparation and read-outs,
+    """The scorer's path without a server (`scehr score`): the same preparation and answers,
     the model run in chunks on this thread; no load shedding, deadline, monitoring or audit log
     (the output file holds each prediction's audit record)."""
-    spec = model.spec
-    prep = prepare(spec, stays, strict=strict, max_observations=max_observations)
-    for i, problems in prep.problems.items():
-        prep.problems[i] = compact(spec, stays[i], problems)
+    spec, options = model.spec, ScoreOptions(strict=strict)
+    prep = prepared(spec, stays, options, max_observations)
     preds: dict[int, Prediction] = {}
     if prep.inputs is not None:
         out = run_chunked(model.run, prep.inputs, max_rows or model.max_batch_size)
-        preds = predictions(spec, prep, out)
+        preds = answers(spec, prep, out, options)
     return _results(prep, preds)
 
 
@@ -198,30 +183,33 @@ class Scorer:
     """Scores stays on a served model: the app holds one (`app.state.scorer`)."""
 
     def __init__(self, settings: Settings, metrics: Metrics, monitoring: Monitoring,
-                 served: Callable[[str], Sequence[ModelSpec]] = lambda task: ()) -> None:
+                 served: Callable[[str], Sequence[ModelSpec]] = lambda task: (),
+                 in_flight: InFlight | None = None) -> None:
         """`served(task)`: the task's loaded models, for the hint naming a version that reads
-        what the chosen one does not."""
+        what the chosen one does not; `in_flight`: the requests admitted per task (the load
+        shedder), which says when a light request is alone (none: never)."""
         self.settings = settings
         self.metrics = metrics
         self.monitoring = monitoring
         self.served = served
+        self.in_flight = in_flight or _NoneAdmitted()
 
     async def score(self, handle: ModelHandle, stays: list[Stay],
                     options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
-                    alone: Callable[[], bool] | None = None,
                     refused: Sequence[list[Problem]] = (),
                     since: float | None = None) -> ScoredStays:
         """Score `stays` on `handle`'s model: one `StayResult` per stay, in order.
 
-        `heavy` runs preparation, the ONNX run and read-outs off the event loop; `alone` says
-        when no other request would share the ONNX run (`MicroBatcher.submit`: a light request
-        alone on an idle model runs it on the calling thread);
-        `refused` are the problems of stays the adapter could not even decode (counted in the
+        `heavy` runs preparation, the ONNX run and read-outs off the event loop
+        (`scehr.service.offload.heavy`); a light request alone for its model (`in_flight`) on an
+        idle batcher runs the ONNX run on the calling thread (`MicroBatcher.submit`).
+        `refused` are the problems of stays the codec could not even decode (counted in the
         validation metrics with the others); `since` (`time.perf_counter()`) is when the
         request's body had arrived, where its deadline starts (default: now). Raises
         `ApiError` 503/504 (overload, deadline) and 500 (the model failed)."""
         since = time.perf_counter() if since is None else since
         if len(stays) <= CHUNK_STAYS:
+            alone = None if heavy else self._alone(handle.model.task)
             return (await self._score_chunk(handle, stays, options, heavy, alone, refused,
                                             since, 0))[0]
         results: list[StayResult] = []
@@ -257,46 +245,29 @@ class Scorer:
         return await in_worker(heavy, self._finish, spec, prep, out, options,
                                handle.default), rows
 
+    def _alone(self, task: str) -> Callable[[], bool]:
+        """Whether, when asked, the request is the only one admitted for `task`."""
+        in_flight = self.in_flight
+        return lambda: in_flight.alone(task)
+
     def _prepare(self, spec: ModelSpec, stays: list[Stay],
                  options: ScoreOptions) -> PreparedStays:
-        """`pipeline.prepare`, then each refused stay's unread variables compacted, with the
-        served version that reads them (`scehr.service.unread_variables`)."""
-        prep = prepare(spec, stays, strict=options.strict,
-                       max_observations=self.settings.max_observations,
-                       explain_full=options.explain != "basic")
-        if prep.problems:
-            served = self.served(spec.task)
-            for i, problems in prep.problems.items():
-                prep.problems[i] = compact(spec, stays[i], problems, served)
-        return prep
-
-    async def score_stay(self, handle: ModelHandle, stay: Stay,
-                         options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
-                         locate: Callable[[list[str | int]], list[str | int]] = body_loc,
-                         alone: Callable[[], bool] | None = None,
-                         since: float | None = None) -> Prediction:
-        """One stay, answered as a whole (JSON single, FHIR, CDS Hooks): its prediction, or
-        `ApiError` 422 with its problems, each field path mapped by `locate` to the caller's
-        (e.g. a FHIR path)."""
-        res = (await self.score(handle, [stay], replace(options, all_or_none=True),
-                                heavy=heavy, alone=alone, since=since)).results[0]
-        if res.prediction is None:
-            raise ApiError(422, "invalid_stay", [p.model_copy(update={"loc": locate(p.loc)})
-                                                 for p in res.problems])
-        return res.prediction
+        """`prepared`, naming the versions this server loads."""
+        return prepared(spec, stays, options, self.settings.max_observations,
+                        partial(self.served, spec.task))
 
     async def score_tensors(self, handle: ModelHandle, inputs: ModelInputs,
-                            options: ScoreOptions = ScoreOptions(),
+                            options: ScoreOptions = ScoreOptions(), *, heavy: bool = True,
                             since: float | None = None) -> ScoredStays:
         """Score the graph's own (already normalized) tensors: the same batcher, read-outs,
         monitoring (observed variables from the masks; values cannot be binned once
-        normalized) and audit line as stays."""
+        normalized) and audit line as stays; `heavy` and `since` as `score`'s."""
         spec = handle.model.spec
         since = time.perf_counter() if since is None else since
-        prep = await in_worker(inputs.rows > 1, tensor_rows, spec, inputs)
-        out = await self._run(handle, inputs, None, since, inputs.rows)
-        return await in_worker(inputs.rows > 1, self._finish, spec, prep, out, options,
-                               handle.default)
+        prep = await in_worker(heavy, tensor_rows, spec, inputs)
+        alone = None if heavy else self._alone(handle.model.task)
+        out = await self._run(handle, inputs, alone, since, inputs.rows)
+        return await in_worker(heavy, self._finish, spec, prep, out, options, handle.default)
 
     async def _run(self, handle: ModelHandle, inputs: ModelInputs,
                    alone: Callable[[], bool] | None, since: float, rows: int) -> ModelOutputs:
@@ -337,8 +308,7 @@ class Scorer:
         """Read-outs, then monitoring and the audit line of every scored stay (`default`:
         the task's default version, whose monitor feeds the gauges)."""
         ro = read_out(spec, out)
-        preds = predictions(spec, prep, out, choice=options.choice, explain=options.explain,
-                            readouts=ro, response_version=options.response_version)
+        preds = answers(spec, prep, out, options, ro)
         n = len(prep.ok)
         # a stay below the data minimum got no risk: counted, and left out of the served
         # population that drift monitoring compares with validation

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from scehr.schemas.ingest import ColumnStay, Stay, unknown_variable
 from scehr.schemas.payloads import Problem
 from scehr.schemas.variables import in_catalog
-from scehr.service.pipeline import ModelSpec
+from scehr.service.model import ModelSpec
 
 UNKNOWN = "unknown_variable"
 NOT_READ = "variable_not_read"

@@ -26,8 +26,10 @@ from scehr.schemas.payloads import Observation, StayPayload
 from scehr.schemas.tasks import TASK_NAMES
 from scehr.service.batcher import ModelInputs, ModelOutputs, run_chunked
 from scehr.service.load_errors import ModelLoadError
+from scehr.service.model import ModelSpec
 from scehr.service.model_store import read_index, resolve
-from scehr.service.pipeline import ModelSpec, predictions, prepare
+from scehr.service.pipeline import prepare
+from scehr.service.responses import predictions
 from scehr.service.runtime import OrtRuntime
 
 log = logging.getLogger("scehr.registry")
@@ -108,7 +110,7 @@ def warm_up(model: Runnable, max_batch_size: int) -> None:
     """Run the real pipeline; check shapes, anchors vs graph and batch-vs-single equality."""
     spec = model.spec
     stays = warmup_stays(spec)
-    prep = prepare(spec, stays, explain_full=True)
+    prep = prepare(spec, stays, occlusion=True)
     if prep.problems or prep.inputs is None:
         raise ModelLoadError("warm-up stays did not validate against the feature set",
                              rule="warmup_failed")

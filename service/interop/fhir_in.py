@@ -118,7 +118,7 @@ class FhirStay:
 
     def contributed(self, rows: Sequence[int] | None) -> list[str]:
         """The references whose values reached the model (`rows`: the observations the model
-        read, `Prediction.contributed_rows`); all of `basis` when unknown."""
+        read, `StayResult.contributed_rows`); all of `basis` when unknown."""
         if rows is None:
             return self.basis
         used = {self.refs[r] for r in rows if r < len(self.refs)}

@@ -10,6 +10,7 @@ level and words come from `scehr.service.interop.readout`.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -120,12 +121,14 @@ def operation_outcome(issues: list[Issue], pred: Prediction, stay: FhirStay) -> 
 
 
 def risk_bundle(pred: Prediction, manifest: Manifest, stay: FhirStay,
-                when: datetime | None = None) -> Json:
+                when: datetime | None = None, rows: Sequence[int] | None = None) -> Json:
     """The answer: a collection Bundle of RiskAssessments (+ an OperationOutcome if warned).
     A stay below the model's data minimum gets no RiskAssessment, only the OperationOutcome
-    (code `incomplete`, details `insufficient_data`) naming what is missing."""
+    (code `incomplete`, details `insufficient_data`) naming what is missing. `rows`: the
+    payload observations whose values the model read (`StayResult.contributed_rows`), the
+    RiskAssessments' basis (default: every reference the Bundle mapped)."""
     when = when or datetime.now(UTC)
-    basis = stay.contributed(pred.contributed_rows)
+    basis = stay.contributed(rows)
     entries = [risk_assessment(r, pred, manifest, stay, when, basis) for r in pred.results]
     oo = operation_outcome(stay.issues, pred, stay)
     if oo is not None:

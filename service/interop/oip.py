@@ -19,7 +19,7 @@ from scehr.schemas.contract import INPUT_LENGTHS, INPUT_STATIC, INPUT_X
 from scehr.schemas.payloads import Prediction, StayPayload
 from scehr.service.batcher import ModelInputs, ModelOutputs
 from scehr.service.interop.readout import alert_of, interval_of, risk_of
-from scehr.service.pipeline import ModelSpec
+from scehr.service.model import ModelSpec
 
 INPUT_STAY = "stay"
 #: The risk's uncertainty as tensors, for a model that serves it (`RiskInterval`: the interval's

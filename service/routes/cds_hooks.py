@@ -1,34 +1,20 @@
-"""CDS Hooks 2.0 routes (`/cds-services`) and the model card they link to."""
+"""CDS Hooks 2.0 routes (`/cds-services`; the service's codec:
+`service/interfaces/cds_hooks.py`) and the model card they link to."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse, Response
-from starlette.concurrency import run_in_threadpool
 
-from scehr.schemas.payloads import ErrorBody
 from scehr.schemas.variables import CATALOG, Variable
-from scehr.service.auth import ApiKey
-from scehr.service.deps import RegistryDep, ScorerDep, SettingsDep, VersionParam, handle_for
+from scehr.service.deps import RegistryDep, SettingsDep, handle_for
 from scehr.service.errors import ApiError
-from scehr.service.examples import cds_examples
-from scehr.service.interop.cds_hooks import (
-    SERVICE_PREFIX,
-    CdsDiscovery,
-    CdsRequest,
-    CdsResponse,
-    cards,
-    discovery,
-    model_card_url,
-    read_prefetch,
-)
-from scehr.service.interop.fhir_limits import FhirLimits, check_raw
+from scehr.service.interfaces.cds_hooks import CdsHooks
+from scehr.service.interfaces.endpoint import add_scoring_route
+from scehr.service.interop.cds_hooks import CdsDiscovery, discovery
 from scehr.service.registry import ModelNotReady, Registry
-from scehr.service.routes.predict import ERRORS, as_body_parameter
-from scehr.service.scorer import ScoreOptions
 
 router = APIRouter(tags=["cds-hooks"])
 #: The model card tells the served version, its checksums and metrics: served with /models
@@ -51,43 +37,7 @@ def _variables(registry: Registry, task: str) -> Sequence[Variable]:
         return CATALOG
 
 
-def _cds_request(raw: bytes, limits: FhirLimits) -> CdsRequest:
-    """The request, its size limits checked before FHIR validation (`fhir_limits`)."""
-    check_raw(raw, limits)
-    return as_body_parameter(CdsRequest, raw)
-
-
-@router.post("/cds-services/{service_id}", response_model=CdsResponse,
-             response_model_exclude_none=True,
-             responses={**ERRORS, 412: {"model": ErrorBody, "description":
-                        "A required prefetch key is missing or null (this service cannot "
-                        "query a FHIR server)"}},
-             summary="CDS Hooks patient-view: risk cards from the prefetched data",
-             openapi_extra={"requestBody": {"required": True, "content": {
-                 "application/json": {"schema": {"$ref": "#/components/schemas/CdsRequest"},
-                                      "examples": cds_examples()}}}})
-async def cds_service(service_id: str, request: Request,
-                      registry: RegistryDep, settings: SettingsDep, scorer: ScorerDep,
-                      _: ApiKey, version: VersionParam = None) -> CdsResponse:
-    """Cards by operating point (info / warning / critical), with the top contributing
-    variables (occlusion) and a link to the model card."""
-    if not service_id.startswith(SERVICE_PREFIX):
-        raise ApiError(404, "service_not_found", message=f"no CDS service {service_id!r}")
-    task = service_id.removeprefix(SERVICE_PREFIX)
-    handle = handle_for(registry, settings, task, version)
-    request.state.model = task
-    # Parsing and FHIR validation grow with the prefetch: off the event loop
-    raw = await request.body()
-    since = time.perf_counter()
-    body = await run_in_threadpool(_cds_request, raw, FhirLimits(settings.max_observations))
-    stay = await run_in_threadpool(read_prefetch, body, handle.model.spec.fs.variables,
-                                   settings.fhir_validation == "full")
-    if stay is None:  # the client has no Observations: no decision support to give
-        return CdsResponse(cards=[])
-    pred = await scorer.score_stay(handle, stay.payload, ScoreOptions(explain="full"),
-                                   locate=stay.locate, since=since)
-    return cards(pred, handle.model.spec.manifest, model_card_url(
-        settings.public_base_url if settings.open_models else None, task), stay.issues)
+add_scoring_route(router, CdsHooks())
 
 
 @card_router.get("/models/{task}/card", response_class=PlainTextResponse, name="model_card",

@@ -12,8 +12,9 @@ import pytest
 from scehr.schemas.payloads import StayPayload
 from scehr.schemas.tasks import TASK_NAMES
 from scehr.service.model_store import read_index
-from scehr.service.pipeline import predictions, prepare
+from scehr.service.pipeline import prepare
 from scehr.service.registry import load_model, resolve
+from scehr.service.responses import predictions
 from scehr.service.settings import Settings
 from tests.service.conftest import stay
 from tests.service.fixture_model import write_model_dir

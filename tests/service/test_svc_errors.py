@@ -142,7 +142,7 @@ def test_the_body_parser_reads_and_refuses_as_json_loads(raw: bytes) -> None:
     (the FHIR and CDS Hooks bodies, whose errors are FastAPI's)."""
     import json
 
-    from scehr.service.routes.predict import loads_json
+    from scehr.service.interfaces.bodies import loads_json
 
     def answer(loads: Callable[[bytes], object]) -> object:
         try:
@@ -167,7 +167,7 @@ def test_the_body_parser_reads_generated_json_as_json_loads(
     the body parser's value is json.loads's, type for type."""
     import json
 
-    from scehr.service.routes.predict import loads_json
+    from scehr.service.interfaces.bodies import loads_json
 
     raw = json.dumps(value, ensure_ascii=ascii_only, indent=indent).encode("utf-8",
                                                                         "surrogatepass")

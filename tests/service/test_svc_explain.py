@@ -14,9 +14,7 @@ def assets(counts: list[int | None], d: int = 4, seed: int = 0) -> ExplainAssets
                                                     [10] * k, [0.5] * k) for k in counts]
     c = len(counts)
     return ExplainAssets(labels=[f"c{i}" for i in range(c)], u_unit=np.eye(c, d),
-                         v_unit=np.eye(c, d), u=np.eye(c, d), v=np.eye(c, d),
-                         thresholds=np.full(c, 0.5),
-                         calibrations=[Calibration(method="none")] * c, prototypes=protos,
+                         v_unit=np.eye(c, d), u=np.eye(c, d), v=np.eye(c, d), prototypes=protos,
                          margins=[None] * c)
 
 

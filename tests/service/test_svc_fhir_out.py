@@ -13,11 +13,12 @@ import pytest
 from fhir.resources.R4B.bundle import Bundle
 
 from scehr.schemas.payloads import Prediction
+from scehr.service.interfaces.options import choose_point
 from scehr.service.interop.fhir_in import FhirStay, read_bundle
 from scehr.service.interop.fhir_out import RISK_INTERVAL_URL, risk_bundle, to_json
-from scehr.service.pipeline import predictions, prepare
+from scehr.service.pipeline import prepare
 from scehr.service.registry import LoadedModel, load_model, read_index, resolve
-from scehr.service.scorer import choose_point
+from scehr.service.responses import predictions
 from scehr.service.settings import Settings
 from tests.service.fhir_writer import EXAMPLE_ADMISSION, REPO, Item, bundle, example_bundle
 

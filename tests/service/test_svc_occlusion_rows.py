@@ -15,7 +15,8 @@ from scehr.schemas.manifest import load_manifest
 from scehr.schemas.model_index import read_index
 from scehr.schemas.payloads import StayPayload
 from scehr.schemas.tensorize import Observations, discretize
-from scehr.service.pipeline import ModelSpec, _neutralise, prepare
+from scehr.service.model import ModelSpec
+from scehr.service.pipeline import _neutralise, prepare
 from tests.conftest import SHARED_DATA
 from tests.service.conftest import stay
 
@@ -56,7 +57,7 @@ def rediscretized(spec: ModelSpec, stays: list[StayPayload]) -> tuple[np.ndarray
 
 
 def check(spec: ModelSpec, stays: list[StayPayload]) -> int:
-    prep = prepare(spec, stays, explain_full=True)
+    prep = prepare(spec, stays, occlusion=True)
     assert prep.inputs is not None and not prep.problems
     x, lengths, chans = rediscretized(spec, stays)
     assert [c.tolist() for c in prep.occluded] == [c.tolist() for c in chans]

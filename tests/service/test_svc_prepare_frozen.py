@@ -70,8 +70,9 @@ def digests(data: Path) -> list[str]:
     from payloads import real_stays
 
     from scehr.schemas.payloads import StayPayload
-    from scehr.service.pipeline import predictions, prepare
+    from scehr.service.pipeline import prepare
     from scehr.service.registry import load_model, read_index, resolve
+    from scehr.service.responses import predictions
     from scehr.service.settings import Settings
 
     models = REPO / "models"
@@ -85,7 +86,7 @@ def digests(data: Path) -> list[str]:
             stay = StayPayload.model_validate(form)
             parts: list[Any] = []
             for explain in ("basic", "top"):
-                p = prepare(m.spec, [stay], strict=i % 10 == 0, explain_full=explain == "top")
+                p = prepare(m.spec, [stay], strict=i % 10 == 0, occlusion=explain == "top")
                 parts += [p.n, p.ok, {k: [x.model_dump() for x in v] for k, v in
                                       p.problems.items()},
                           [[x.model_dump() for x in v] for v in p.notices], p.ids,

@@ -509,21 +509,19 @@ async def test_a_heavy_requests_objects_are_freed_off_the_loop_one_at_a_time(
     """Dropped at once on the event loop's thread when a route returns, a large batch's
     payloads and predictions stalled `/livez` for 100-200 ms: each heavy route empties its
     large lists in a worker thread instead (JSON batch, Open Inference stays, FHIR)."""
-    import scehr.service.routes.fhir as fhir_route
-    import scehr.service.scorer as scorer
+    import scehr.service.offload as offload
     from tests.service.test_svc_interop import fhir_bundle
 
     loop_thread = threading.get_ident()
     calls: list[tuple[int, list[int], list[list[Any]]]] = []
-    real = scorer.release
+    real = offload.release
 
     def spy(*heaps: list[Any]) -> None:
         sizes = [len(h) for h in heaps]
         real(*heaps)
         calls.append((threading.get_ident(), sizes, list(heaps)))
 
-    monkeypatch.setattr(scorer, "release", spy)
-    monkeypatch.setattr(fhir_route, "release", spy)  # called with the answer's building
+    monkeypatch.setattr(offload, "release", spy)
     stays = [stay(hours=tuple(float(h) for h in range(48)), hr=70.0 + i) for i in range(20)]
     v2 = {"inputs": [{"name": "stay", "shape": [20], "datatype": "BYTES",
                       "data": [json.dumps(s) for s in stays]}]}

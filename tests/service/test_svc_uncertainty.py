@@ -15,7 +15,7 @@ from scehr.schemas.uncertainty import RiskUncertainty
 from scehr.service.interop.fhir_out import RISK_INTERVAL_URL
 from scehr.service.interop.oip import INTERVAL_OUTPUTS
 from scehr.service.interop.readout import uncertainty_words
-from scehr.service.pipeline import _intervals
+from scehr.service.responses import _intervals
 from scehr.service.settings import Settings
 from tests.service.conftest import serve
 from tests.service.fixture_model import UNCERTAINTY_CARD, write_index, write_model

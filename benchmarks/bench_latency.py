@@ -33,8 +33,9 @@ from common import (
 from payloads import default_model_stays, real_stays
 
 from scehr.schemas.payloads import StayPayload
-from scehr.service.pipeline import predictions, prepare
+from scehr.service.pipeline import prepare
 from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.responses import predictions
 from scehr.service.settings import Settings
 
 #: The request parse before this commit's fast path (FastAPI's body parameter: json.loads, then

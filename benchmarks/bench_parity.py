@@ -24,8 +24,9 @@ from common import Conn, describe, dumps, loadavg, model_dir, post, server
 from payloads import default_model_stays
 
 from scehr.service.batcher import run_chunked
-from scehr.service.pipeline import parse_stays, predictions, prepare
+from scehr.service.pipeline import parse_stays, prepare
 from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.responses import predictions
 from scehr.service.settings import Settings
 
 

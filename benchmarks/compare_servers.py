@@ -71,8 +71,9 @@ from common import (
 from payloads import default_model_stays
 
 from scehr.schemas.payloads import StayPayload
-from scehr.service.pipeline import prepare, sufficiency
+from scehr.service.pipeline import prepare
 from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.responses import sufficiency
 from scehr.service.settings import Settings
 
 TOL = 1e-6

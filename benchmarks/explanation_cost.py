@@ -30,7 +30,8 @@ from common import REPO, loadavg, real_models
 from payloads import stay_payload
 
 from scehr.schemas.payloads import StayPayload
-from scehr.service.pipeline import prepare, read_out
+from scehr.service.model import read_out
+from scehr.service.pipeline import prepare
 from scehr.service.registry import load_model, read_index, resolve
 from scehr.service.runtime import session_options
 from scehr.service.settings import Settings
@@ -61,7 +62,7 @@ def occlusions(m, stays: list[dict]) -> list[dict]:  # type: ignore[no-untyped-d
     cols = m.spec.fs.channel_columns
     out = []
     for body in stays:
-        prep = prepare(m.spec, [StayPayload.model_validate(body)], explain_full=True)
+        prep = prepare(m.spec, [StayPayload.model_validate(body)], occlusion=True)
         if not prep.ok:
             continue
         sc = read_out(m.spec, m.run(prep.inputs))

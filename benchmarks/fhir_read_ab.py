@@ -53,10 +53,13 @@ def load(root: Path | None) -> SimpleNamespace:
     try:
         from scehr.schemas.ingest import ingest_stay
         from scehr.service.interop import fhir_in, fhir_limits
-        from scehr.service.routes import fhir
         from scehr.service.settings import Settings
+        try:  # the FHIR codec; before it, the route read the Bundle
+            from scehr.service.interfaces.fhir import read_body
+        except ModuleNotFoundError:
+            from scehr.service.routes.fhir import _bundle as read_body  # type: ignore[attr-defined]
         return SimpleNamespace(check_raw=fhir_limits.check_raw, limits=fhir_limits.FhirLimits(
-            Settings().max_observations), bundle=fhir._bundle, read_bundle=fhir_in.read_bundle,
+            Settings().max_observations), bundle=read_body, read_bundle=fhir_in.read_bundle,
             ingest_stay=ingest_stay)
     finally:
         if root:

@@ -26,12 +26,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scehr.service.interfaces.fhir import read_body  # noqa: E402
 from scehr.service.interop.fhir_in import read_bundle  # noqa: E402
 from scehr.service.interop.fhir_limits import FhirLimits  # noqa: E402
 from scehr.service.interop.fhir_out import risk_bundle, to_json  # noqa: E402
-from scehr.service.pipeline import predictions, prepare  # noqa: E402
+from scehr.service.pipeline import prepare  # noqa: E402
 from scehr.service.registry import load_model, read_index, resolve  # noqa: E402
-from scehr.service.routes.fhir import _bundle  # noqa: E402
+from scehr.service.responses import predictions  # noqa: E402
 from scehr.service.settings import Settings  # noqa: E402
 
 STAGES = ("decode + limits", "lean validation + reading", "tensorize", "ONNX Runtime",
@@ -55,7 +56,7 @@ def main() -> None:
 
     def once() -> list[tuple[float, float]]:
         t = [now()]
-        bundle = _bundle(raw, limits)
+        bundle = read_body(raw, limits)
         t.append(now())
         stay = read_bundle(bundle, admission_time=None, end_hours=None,
                            variables=m.spec.fs.variables, full=False)

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -42,9 +43,15 @@ def renamed_copy(source: Path, into: Path) -> None:
 
 
 def load(prefix: str, models: Path) -> tuple[Any, Any, Any]:
-    """(StayPayload, pipeline module, loaded mortality model) of one version."""
+    """(StayPayload, the module with `prepare` and `predictions`, loaded mortality model) of
+    one version."""
     payloads = importlib.import_module(f"{prefix}schemas.payloads")
     pipeline = importlib.import_module(f"{prefix}service.pipeline")
+    try:  # the answers in their own module; before, in the pipeline
+        responses = importlib.import_module(f"{prefix}service.responses")
+        pipeline = SimpleNamespace(prepare=pipeline.prepare, predictions=responses.predictions)
+    except ModuleNotFoundError:
+        pass
     registry = importlib.import_module(f"{prefix}service.registry")
     settings = importlib.import_module(f"{prefix}service.settings")
     m = registry.load_model(

@@ -49,8 +49,10 @@ from common import dumps, loadavg, model_dir
 from payloads import default_model_stays
 
 from scehr.schemas.payloads import StayPayload
-from scehr.service.pipeline import predictions, prepare
+from scehr.service.explain import LEVELS
+from scehr.service.pipeline import prepare
 from scehr.service.registry import load_model, read_index, resolve
+from scehr.service.responses import predictions
 from scehr.service.settings import Settings
 
 STAGES = ("json.loads + model_validate", "model_validate_json", "ingest + tensorize",
@@ -72,7 +74,7 @@ def one_pass(m, bodies: list[bytes], explain: str) -> dict[str, tuple[float, flo
         mark()
         stay = StayPayload.model_validate_json(b)
         mark()
-        prep = prepare(m.spec, [stay], explain_full=explain != "basic")
+        prep = prepare(m.spec, [stay], occlusion=LEVELS[explain].occlusion)
         mark()
         out = m.run(prep.inputs)
         mark()

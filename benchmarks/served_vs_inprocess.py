@@ -55,10 +55,12 @@ from common import (
 )
 from payloads import default_model_stays
 
+from scehr.service.explain import LEVELS
 from scehr.service.gc_pauses import tune_collector
-from scehr.service.pipeline import predictions, prepare
+from scehr.service.interfaces.json_single import parse_stay
+from scehr.service.pipeline import prepare
 from scehr.service.registry import LoadedModel, load_model, read_index, resolve
-from scehr.service.routes.predict import parse_stay
+from scehr.service.responses import predictions
 from scehr.service.settings import Settings
 
 EXPLAINS = ("top", "basic")
@@ -105,7 +107,7 @@ def in_process_ms(m: LoadedModel, bodies: list[bytes], explain: str
 
     def work(b: bytes) -> None:
         stay = parse_stay(b)
-        prep = prepare(m.spec, [stay], explain_full=explain != "basic")
+        prep = prepare(m.spec, [stay], occlusion=LEVELS[explain].occlusion)
         assert prep.inputs is not None, "a benchmark stay was refused"
         res = m.run(prep.inputs)
         predictions(m.spec, prep, res, explain=explain)[0].model_dump_json()

@@ -32,8 +32,8 @@ from fastapi import FastAPI, HTTPException  # noqa: E402
 from scehr.schemas.contract import GRAPH  # noqa: E402
 from scehr.schemas.payloads import StayPayload  # noqa: E402
 from scehr.service.batcher import ModelInputs, ModelOutputs  # noqa: E402
+from scehr.service.model import ModelSpec, read_out  # noqa: E402
 from scehr.service.model_store import read_index, resolve  # noqa: E402
-from scehr.service.pipeline import ModelSpec, read_out  # noqa: E402
 from scehr.service.runtime import session_options  # noqa: E402
 from scehr.service.settings import available_cores  # noqa: E402
 from scehr.service.validation import check_graph, inspect  # noqa: E402

@@ -1,0 +1,160 @@
+"""An earlier revision's whole scoring route against this checkout's, request by request, in
+one process: `POST /predict/mortality` (the default request: explain=basic, the example stay)
+and `POST /fhir/predict/mortality` (the example Bundle).
+
+    .venv/bin/python benchmarks/route_ab.py --before main [--requests 300] [--passes 3]
+
+Both apps run in this process, each behind `httpx.ASGITransport` (no sockets), with their
+lifespans and middleware, ORT at one intra-op thread. The revision's `schemas/` and `service/`
+are copied as the package `oldscehr` (their imports rewritten) so both load side by side;
+the two alternate per request (which goes first alternates too), so a busy neighbour slows
+both alike. Per request: the CPU time of the whole process (every thread: the event loop's,
+the worker threads a heavy request uses, ORT's) and of the event loop's thread alone. The JSON
+answers must be the same bytes from both, the FHIR ones the same risks (else exit 1).
+Medians per route and the median of the paired differences. Only prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import importlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from common import REPO
+
+ROUTES = {
+    "POST /predict/mortality": ("/predict/mortality", REPO / "examples" / "mortality_stay.json",
+                                "application/json"),
+    "POST /fhir/predict/mortality": ("/fhir/predict/mortality",
+                                     REPO / "examples" / "fhir_bundle.json",
+                                     "application/fhir+json"),
+}
+
+
+def checkout(rev: str) -> Path:
+    """The revision's schemas/ and service/ in a temporary folder."""
+    archive = subprocess.run(["git", "archive", rev, "schemas", "service"], cwd=REPO,
+                             check=True, capture_output=True).stdout
+    root = Path(tempfile.mkdtemp(prefix="scehr-route-ab-src-"))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(root, filter="data")
+    return root
+
+
+#: The revision's imports of its own packages (namespaced, or from before the namespace).
+_OURS = re.compile(r"\bscehr\.(service|schemas)\b|\b(from|import) (service|schemas)\b")
+
+
+def _renamed(m: re.Match[str]) -> str:
+    if m.group(1):
+        return f"oldscehr.{m.group(1)}"
+    return f"{m.group(2)} oldscehr.{m.group(3)}"
+
+
+def renamed_copy(source: Path, into: Path) -> None:
+    """`source`'s schemas/ and service/ as the package oldscehr under `into`."""
+    package = into / "oldscehr"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("schemas", "service"):
+        shutil.copytree(source / name, package / name)
+    for f in package.rglob("*.py"):
+        f.write_text(_OURS.sub(_renamed, f.read_text()))
+
+
+def app_of(package: str, models: Path) -> Any:
+    app_module = importlib.import_module(f"{package}.service.app")
+    settings = importlib.import_module(f"{package}.service.settings")
+    return app_module.create_app(settings.Settings(
+        model_dir=models, device="cpu", intra_op_threads=1, log_level="WARNING"))
+
+
+def risks(answer: httpx.Response) -> list[float]:
+    """The FHIR answer's risks (its ids and timestamps differ per request)."""
+    return [e["resource"]["prediction"][0]["probabilityDecimal"]
+            for e in answer.json().get("entry", [])
+            if e["resource"]["resourceType"] == "RiskAssessment"]
+
+
+async def run(args: argparse.Namespace, apps: dict[str, Any]) -> dict[str, dict[str, list]]:
+    times: dict[str, dict[str, list]] = {r: {f"{v} {k}": [] for v in apps
+                                             for k in ("process", "loop")} for r in ROUTES}
+    async with apps["old"].router.lifespan_context(apps["old"]), \
+            apps["new"].router.lifespan_context(apps["new"]):
+        clients = {v: httpx.AsyncClient(transport=httpx.ASGITransport(app=a),
+                                        base_url="http://ab") for v, a in apps.items()}
+        for c in clients.values():
+            while (await c.get("/readyz")).status_code != 200:
+                await asyncio.sleep(0.1)
+        for name, (url, body_path, media) in ROUTES.items():
+            body = body_path.read_bytes()
+            headers = {"content-type": media}
+            for c in clients.values():  # warm-up
+                for _ in range(20):
+                    assert (await c.post(url, content=body, headers=headers)).status_code == 200
+            gc.collect()
+            for p in range(args.passes):
+                for i in range(args.requests):
+                    order = ["old", "new"] if (i + p) % 2 else ["new", "old"]
+                    answers = {}
+                    for v in order:
+                        p0, t0 = time.process_time(), time.thread_time()
+                        r = await clients[v].post(url, content=body, headers=headers)
+                        t1, p1 = time.thread_time(), time.process_time()
+                        assert r.status_code == 200, r.text[:300]
+                        times[name][f"{v} process"].append(p1 - p0)
+                        times[name][f"{v} loop"].append(t1 - t0)
+                        answers[v] = r.content if "fhir" not in url else risks(r)
+                    if answers["old"] != answers["new"]:
+                        sys.exit(f"{name}, request {i}: the two revisions answer differently")
+        for c in clients.values():
+            await c.aclose()
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", required=True, help="git revision of the 'before' code")
+    ap.add_argument("--requests", type=int, default=300, help="requests per route and pass")
+    ap.add_argument("--passes", type=int, default=3)
+    args = ap.parse_args()
+    models = REPO / "models"
+    src, tmp = checkout(args.before), Path(tempfile.mkdtemp(prefix="scehr-route-ab-"))
+    try:
+        renamed_copy(src, tmp)
+        sys.path.insert(0, str(tmp))
+        apps = {"old": app_of("oldscehr", models), "new": app_of("scehr", models)}
+        load_before = os.getloadavg()
+        times = asyncio.run(run(args, apps))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(src, ignore_errors=True)
+    print(f"{args.passes} passes of {args.requests} requests per route, old ({args.before}) and "
+          f"new (this checkout) alternated per request; same answers; load average "
+          f"{load_before} before, {os.getloadavg()} after")
+    print("| route | CPU | old ms | new ms | new - old (median of pairs) | new / old |")
+    print("|---|---|---|---|---|---|")
+    for name, t in times.items():
+        for kind in ("process", "loop"):
+            old, new = np.array(t[f"old {kind}"]), np.array(t[f"new {kind}"])
+            print(f"| {name} | {kind} | {np.median(old) * 1e3:.3f} | "
+                  f"{np.median(new) * 1e3:.3f} | {np.median(new - old) * 1e3:+.3f} | "
+                  f"{np.median(new) / np.median(old):.3f} |")
+
+
+if __name__ == "__main__":
+    main()

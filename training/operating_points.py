@@ -12,8 +12,9 @@ This module keeps only the points validation can support:
   approximated.
 
 Each withheld point keeps its reason (in the manifest, the response and the model card). The
-levels a card shows are named points too: `warning` at the class's default point, `critical`
-at the kept point with the next higher threshold.
+points are ordered (thresholds and PPV rise from high_sensitivity through balanced to
+high_ppv), and the levels a card shows are named points too: `warning` at the class's default
+point, `critical` at the most specific kept point above it (the highest threshold).
 """
 
 from __future__ import annotations
@@ -50,17 +51,21 @@ def defensible_points(val: tuple[np.ndarray, np.ndarray],
                       test: tuple[np.ndarray, np.ndarray] | None
                       ) -> tuple[list[NamedOperatingPoint], list[WithheldPoint]]:
     """(points kept, points withheld with the reason) of one class, from (y, risk)."""
+    from scehr.training.calibration import named_point_rules
     from scehr.training.export import named_points
 
     y = np.asarray(val[0]).ravel().astype(int)
     risk = np.asarray(val[1], dtype=np.float64).ravel()
     pos = int(y.sum())
-    return screen(named_points((y, risk), test), pos, float(risk.min()))
+    return screen(named_points((y, risk), test), pos, float(risk.min()),
+                  unmet=named_point_rules(y, risk)[1])
 
 
-def screen(points: list[NamedOperatingPoint], positives: int, lowest_risk: float | None = None
+def screen(points: list[NamedOperatingPoint], positives: int, lowest_risk: float | None = None,
+           unmet: dict[str, str] | None = None
            ) -> tuple[list[NamedOperatingPoint], list[WithheldPoint]]:
-    """(kept, withheld) of points already chosen on validation, from their stored figures."""
+    """(kept, withheld) of points already chosen on validation, from their stored figures;
+    `unmet`: why each missing point's rule was not met, when known."""
     if positives < MIN_POSITIVES:
         why = (f"{positives} validation stay(s) with the outcome; at least {MIN_POSITIVES} are "
                "needed to choose an alert threshold")
@@ -70,8 +75,8 @@ def screen(points: list[NamedOperatingPoint], positives: int, lowest_risk: float
     for name in POINT_NAMES:
         p = found.get(name)
         if p is None:
-            withheld.append(WithheldPoint(name=name, reason="its rule cannot be met on "
-                                          "validation"))
+            why = (unmet or {}).get(name, "its rule cannot be met on validation")
+            withheld.append(WithheldPoint(name=name, reason=why))
             continue
         why = why_not(p, lowest_risk)
         if why is None:
@@ -90,11 +95,12 @@ def default_point(kept: list[NamedOperatingPoint], previous: str | None) -> str 
 
 
 def risk_levels(kept: list[NamedOperatingPoint], default: str | None) -> RiskLevels | None:
-    """warning at the default point; critical at the kept point with the next higher
-    threshold (None when there is none)."""
+    """warning at the default point; critical at the most specific kept point above it, the
+    one with the highest threshold (None when there is none): with ordered points, high_ppv
+    when it is kept, so "critical" fires for the fewest patients."""
     by_name = {p.name: p for p in kept}
     if default not in by_name:
         return None
     base = by_name[default].threshold
     above = sorted((p for p in kept if p.threshold > base + 1e-12), key=lambda p: p.threshold)
-    return RiskLevels(warning=default, critical=above[0].name if above else None)
+    return RiskLevels(warning=default, critical=above[-1].name if above else None)

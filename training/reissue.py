@@ -39,7 +39,6 @@ from scehr.schemas.manifest import (
     ClassCard,
     Manifest,
     NamedOperatingPoint,
-    PointStats,
     WithheldPoint,
     load_manifest,
 )
@@ -128,26 +127,13 @@ def held_out_uncertainty(folder: Path, config: Path, data: Path,
 def repoint(card: ClassCard, val: tuple[np.ndarray, np.ndarray],
             test: tuple[np.ndarray, np.ndarray]) -> ClassCard:
     """One class card with its named points chosen again on validation (y, risk) by the
-    current rule (test figures beside), screened, with its default and levels.
-
-    A point that alerts for exactly the validation stays its stored namesake did keeps the
-    stored threshold to the last bit: the rebuilt risks come from the ONNX graph, the stored
-    thresholds from PyTorch, and the two differ by float noise only."""
-    from scehr.training.calibration import named_point_rules, point_stats
+    current rule (test figures beside), screened, with its default and levels."""
+    from scehr.training.calibration import named_point_rules
     from scehr.training.serving_assets import named_points
 
-    stored = {p.name: p for p in card.named_points}
-
-    def same(p: NamedOperatingPoint) -> NamedOperatingPoint:
-        q = stored.get(p.name)
-        if q is None or PointStats(**point_stats(*val, q.threshold)) != p.validation:
-            return p
-        return p.model_copy(update={"threshold": q.threshold,
-                                    "test": PointStats(**point_stats(*test, q.threshold))})
-
     unmet = named_point_rules(*val)[1]
-    kept, withheld = screen([same(p) for p in named_points(val, test)],
-                            int(np.asarray(val[0]).sum()), float(np.min(val[1])), unmet=unmet)
+    kept, withheld = screen(named_points(val, test), int(np.asarray(val[0]).sum()),
+                            float(np.min(val[1])), unmet=unmet)
     return with_points(card, kept, withheld)
 
 

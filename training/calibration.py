@@ -366,10 +366,11 @@ def _curve(y: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return rs[last], tp, fp
 
 
-def named_point_rules(y: ArrayLike, risk: ArrayLike
+def named_point_rules(y: ArrayLike, risk: ArrayLike, on: str = "validation"
                       ) -> tuple[dict[str, tuple[float, str]], dict[str, str]]:
     """(thresholds on the validation risk by name with the rule in words, and why each rule
-    that validation cannot meet is not met).
+    that validation cannot meet is not met; `on` is the adjective those reasons give the
+    stays: "validation").
 
     The points are ordered by construction: thresholds high_sensitivity <= balanced <
     high_ppv, and PPV rises in the same order, so each name means what it says and a level
@@ -384,7 +385,7 @@ def named_point_rules(y: ArrayLike, risk: ArrayLike
     r = np.asarray(risk, dtype=np.float64).ravel()
     pos = int(yy.sum())
     if pos == 0 or pos == len(yy):
-        why = "validation has stays of one outcome only"
+        why = f"the {on} stays are of one outcome only"
         return {}, {n: why for n in RULES}
     t, tp, fp = _curve(yy, r)  # thresholds descending
     se, ppv = tp / pos, tp / (tp + fp)
@@ -397,7 +398,7 @@ def named_point_rules(y: ArrayLike, risk: ArrayLike
         out["high_sensitivity"] = (float(t[bal + ok[0]]), RULES["high_sensitivity"])
     else:
         unmet["high_sensitivity"] = (f"no threshold reaches sensitivity "
-                                     f"{HIGH_SENSITIVITY_LEVEL:g} on validation")
+                                     f"{HIGH_SENSITIVITY_LEVEL:g} on the {on} stays")
     out["balanced"] = (float(t[bal]), RULES["balanced"])
     need = max(MIN_TRUE_POSITIVES, math.ceil(HIGH_PPV_KEEPS * tp[bal] - 1e-9))
     above = np.flatnonzero(tp[:bal] >= need)  # thresholds above balanced's keeping enough
@@ -410,7 +411,7 @@ def named_point_rules(y: ArrayLike, risk: ArrayLike
         reached = "" if best is None else f" (the best reaches {ppv[best]:.2f})"
         unmet["high_ppv"] = (f"no threshold above balanced's catches >= {need} true positives "
                              f"with a PPV above balanced's ({ppv[bal]:.2f}) and >= "
-                             f"{HIGH_PPV_LEVEL:g} on validation{reached}")
+                             f"{HIGH_PPV_LEVEL:g} on the {on} stays{reached}")
     return {k: out[k] for k in RULES if k in out}, unmet
 
 

@@ -35,17 +35,11 @@ from pathlib import Path
 import numpy as np
 
 from scehr.schemas.contract import CONTRACT_VERSION
-from scehr.schemas.manifest import (
-    ClassCard,
-    Manifest,
-    NamedOperatingPoint,
-    WithheldPoint,
-    load_manifest,
-)
+from scehr.schemas.manifest import ClassCard, Manifest, load_manifest
 from scehr.schemas.model_index import add_model, entry_for, refuse_existing
 from scehr.schemas.sufficiency import DataMinimum
 from scehr.schemas.uncertainty import RiskUncertainty
-from scehr.training.operating_points import default_point, risk_levels, screen
+from scehr.training.operating_points import screen, with_points
 from scehr.training.uncertainty import UNCERTAINTY_WHERE, fit_uncertainty
 
 
@@ -63,16 +57,6 @@ def rescreen(card: ClassCard, positives: int) -> ClassCard:
     kept, withheld = screen(card.named_points, positives)
     earlier = {w.name: w for w in card.withheld_points}
     return with_points(card, kept, [earlier.get(w.name, w) for w in withheld])
-
-
-def with_points(card: ClassCard, kept: list[NamedOperatingPoint],
-                withheld: list[WithheldPoint]) -> ClassCard:
-    """`card` serving the `kept` points: its default (the previous one when kept) and its
-    levels follow from them, so levels never name a point that is not served."""
-    default = default_point(kept, card.default_operating_point)
-    return card.model_copy(update={"named_points": kept, "withheld_points": withheld,
-                                   "default_operating_point": default,
-                                   "levels": risk_levels(kept, default)})
 
 
 class SplitMismatch(ValueError):

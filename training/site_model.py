@@ -251,10 +251,10 @@ def _pct(i: Interval | None) -> str:
     return "n/a" if i is None or i.value is None else f"{100 * i.value:.1f} %"
 
 
-def changes(parent: ClassCard, site: ClassCard, before: SiteFigures, after: SiteFigures
-            ) -> list[str]:
+def changes(parent: ClassCard, site: ClassCard, before: SiteFigures, after: SiteFigures,
+            minimum: bool) -> list[str]:
     """What the site model changes against its parent, in words, with the held-out figures
-    of both on the same stays."""
+    of both on the same stays; `minimum`: whether the parent declares a data minimum."""
     out = []
     same_map = site.calibration.model_copy(update={"fitted_on": "", "ece_before": None,
                                                    "ece_after": None}) == \
@@ -288,7 +288,7 @@ def changes(parent: ClassCard, site: ClassCard, before: SiteFigures, after: Site
                    f"{_pct(before.coverage_with_outcome)} -> "
                    f"{_pct(after.coverage_with_outcome)}")
     out.append(f"data minimum: the parent's, kept ({_pct(after.abstention_rate)} of held-out "
-               "stays abstain)")
+               "stays abstain)" if minimum else "data minimum: none (the parent declares none)")
     return out
 
 
@@ -353,7 +353,8 @@ def fit_site_model(model: ExportedModel, stays: SiteStays, data_name: str, *, se
         stays=len(stays.names), positives=int(stays.scored.y.sum()),
         below_minimum=int((~stays.meets).sum()), split=split)
     record = SiteRecalibration(figures=after, parent_figures=before, provenance=prov,
-                               changes=changes(parent, card, before, after))
+                               changes=changes(parent, card, before, after,
+                                               m.data_minimum is not None))
     return SiteModel(card, record, held)
 
 

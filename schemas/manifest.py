@@ -287,7 +287,9 @@ class Manifest(_M):
     anchors: dict[str, list[list[float]]] = Field(description="u and v, each [C, D]")
     classes: list[ClassCard]
     metrics: dict[str, Any] = Field(
-        default_factory=dict, description="Test metrics with CIs: name -> Interval-like dict"
+        default_factory=dict, description="Test metrics with CIs: name -> Interval-like dict; "
+        "a site model (scehr recalibrate) holds `site` instead (its figures on the site's "
+        "held-out stays and their provenance, schemas/site.py) and `parent` (its parent's own)"
     )
     provenance: Provenance
     onnx: OnnxSpec

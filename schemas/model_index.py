@@ -220,16 +220,33 @@ def remove_model(model_dir: Path, task: str, version: str) -> tuple[str, Path]:
     return f"removed {task} {version} from the index", Path(model_dir) / entry.path
 
 
+#: The site figures an index entry of a site model shows (`scehr.schemas.site.SiteFigures`).
+SITE_METRICS = ("auroc", "auprc", "ece", "coverage", "coverage_with_outcome")
+
+
 def entry_for(folder: Path, root: Path, manifest: Any) -> IndexEntry:
-    """The index entry of an exported model (manifest: schemas.manifest.Manifest)."""
-    test_ci = manifest.metrics.get("test_ci", {})
+    """The index entry of an exported model (manifest: schemas.manifest.Manifest): its test
+    metrics, or for a site model the site's held-out figures, with `metrics_on` saying so
+    (its parent's test metrics are not its own)."""
+    from scehr.schemas.site import site_record
+
+    site = site_record(manifest.metrics)
+    extra: dict[str, Any] = {}
+    if site is None:
+        test_ci = manifest.metrics.get("test_ci", {})
+    else:
+        fig = site.figures.model_dump()
+        test_ci = {k: fig[k] for k in SITE_METRICS if fig.get(k)}
+        extra["metrics_on"] = (f"site held-out part of {site.provenance.data}: "
+                               f"{fig['scored']} scored stays, {fig['positives']} with the "
+                               "outcome")
     return IndexEntry(
         task=manifest.task, version=manifest.version, name=manifest.name,
         path=Path(folder).resolve().relative_to(Path(root).resolve()).as_posix(),
         loss=manifest.loss.name, encoder=manifest.encoder.name,
         feature_set=manifest.feature_set["name"],
         metrics={k: MetricCI(**{kk: test_ci[k].get(kk) for kk in ("value", "low", "high")})
-                 for k in test_ci})
+                 for k in test_ci}, **extra)
 
 
 #: Manifest keys that differ between two builds of the same model by design.

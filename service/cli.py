@@ -191,8 +191,9 @@ def _multiprocess_dir(workers: int) -> Path | None:
     return created
 
 
-def _metrics(metrics: dict) -> str:
-    """'auroc 0.826 [0.807, 0.842]; ...' from an index entry's metrics."""
+def _metrics(metrics: dict, on: str | None = None) -> str:
+    """'auroc 0.826 [0.807, 0.842]; ...' from an index entry's metrics, led by where they
+    were measured when the entry says (a site model: 'site held-out part of ...: ')."""
     parts = []
     for name, m in metrics.items():
         if isinstance(m, dict) and m.get("value") is not None:
@@ -201,7 +202,7 @@ def _metrics(metrics: dict) -> str:
             parts.append(f"{name} {m['value']:.3f}{ci}")
         elif isinstance(m, (int, float)):
             parts.append(f"{name} {m:.3f}")
-    return "; ".join(parts)
+    return (f"{on}: " if on and parts else "") + "; ".join(parts)
 
 
 def _score(args: argparse.Namespace) -> int:
@@ -290,7 +291,7 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(index.model_dump(), indent=2))
         return 0
     rows = [("TASK", "VERSION", "DEFAULT SINCE", "NAME", "ENCODER", "LOSS", "FEATURE SET",
-             "TEST METRICS (95% CI)", "PATH")]
+             "METRICS (95% CI; test set, or a site model's held-out site stays)", "PATH")]
     order = {t: i for i, t in enumerate(TASK_NAMES)}
     for e in sorted(index.models, key=lambda e: (order.get(e.task, 9), e.version)):
         extra = e.model_dump(exclude_none=True)
@@ -298,7 +299,8 @@ def _list(args: argparse.Namespace) -> int:
         rows.append((e.task, e.version,
                      (index.default_since.get(e.task) or "*") if is_default else "",
                      e.name or "", str(extra.get("encoder", "")), str(extra.get("loss", "")),
-                     str(extra.get("feature_set", "")), _metrics(extra.get("metrics") or {}),
+                     str(extra.get("feature_set", "")), _metrics(extra.get("metrics") or {},
+                                                                   extra.get("metrics_on")),
                      e.path))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:

@@ -328,6 +328,22 @@ HIGH_SENSITIVITY_LEVEL = 0.8
 #: True positives a `high_ppv` threshold needs on validation, so that one lucky stay at the
 #: top of the ranking cannot make a PPV.
 MIN_TRUE_POSITIVES = 10
+#: The share of `balanced`'s true positives a `high_ppv` threshold must still catch: its PPV
+#: is then measured on enough events to mean something, and it still alerts for many of the
+#: patients `balanced` finds.
+HIGH_PPV_KEEPS = 0.5
+
+#: How each named point is chosen, in words (stored with each point in the manifest).
+RULES = {
+    "high_sensitivity": (f"the highest risk threshold with sensitivity >= "
+                         f"{HIGH_SENSITIVITY_LEVEL:g} on validation, at most balanced's"),
+    "balanced": ("the risk threshold maximizing min(sensitivity, PPV) on validation (the "
+                 "PhysioNet 2012 Challenge's Event 1)"),
+    "high_ppv": (f"the risk threshold above balanced's with the highest PPV on validation "
+                 f"among those still catching at least {HIGH_PPV_KEEPS:.0%} of balanced's true "
+                 f"positives (and >= {MIN_TRUE_POSITIVES}); its PPV must exceed balanced's and "
+                 f"reach {HIGH_PPV_LEVEL:g}"),
+}
 
 
 def point_stats(y: ArrayLike, risk: ArrayLike, t: float) -> dict[str, Any]:
@@ -350,34 +366,56 @@ def _curve(y: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return rs[last], tp, fp
 
 
-def choose_named_points(y: ArrayLike, risk: ArrayLike) -> dict[str, tuple[float, str]]:
-    """Thresholds on the validation risk, by name, with the rule in words.
+def named_point_rules(y: ArrayLike, risk: ArrayLike, on: str = "validation"
+                      ) -> tuple[dict[str, tuple[float, str]], dict[str, str]]:
+    """(thresholds on the validation risk by name with the rule in words, and why each rule
+    that validation cannot meet is not met; `on` is the adjective those reasons give the
+    stays: "validation").
 
-    high_sensitivity: the highest threshold (fewest alerts) with sensitivity >= 0.8;
-    balanced: the threshold maximizing min(sensitivity, PPV) (the PhysioNet 2012 Challenge's
-    Event 1), the higher one on a tie; high_ppv: the lowest threshold (most events caught) with
-    PPV >= HIGH_PPV_LEVEL and at least MIN_TRUE_POSITIVES true positives. A point whose rule
-    cannot be met (e.g. PPV 0.5 for a rare label) is left out, never approximated.
+    The points are ordered by construction: thresholds high_sensitivity <= balanced <
+    high_ppv, and PPV rises in the same order, so each name means what it says and a level
+    defined on a later point fires for fewer patients. balanced (the Challenge's Event 1,
+    the higher threshold on a tie) anchors the other two; high_sensitivity is the highest
+    threshold with sensitivity >= HIGH_SENSITIVITY_LEVEL at or below it (its PPV is then at
+    most balanced's: a lower threshold with both more sensitivity and more PPV would have a
+    higher Event 1); high_ppv is `RULES["high_ppv"]`, the lowest such threshold on a PPV tie.
+    A point whose rule cannot be met is left out, never approximated.
     """
     yy = np.asarray(y).ravel().astype(int)
     r = np.asarray(risk, dtype=np.float64).ravel()
     pos = int(yy.sum())
     if pos == 0 or pos == len(yy):
-        return {}
-    t, tp, fp = _curve(yy, r)
+        why = f"the {on} stays are of one outcome only"
+        return {}, {n: why for n in RULES}
+    t, tp, fp = _curve(yy, r)  # thresholds descending
     se, ppv = tp / pos, tp / (tp + fp)
-    out: dict[str, tuple[float, str]] = {}
-    ok = np.flatnonzero(se >= HIGH_SENSITIVITY_LEVEL - 1e-12)
-    if ok.size:
-        out["high_sensitivity"] = (float(t[ok[0]]), "the highest risk threshold with "
-                                   f"sensitivity >= {HIGH_SENSITIVITY_LEVEL:g} on validation")
     score = np.minimum(se, ppv)
-    best = int(np.flatnonzero(score == score.max())[0])
-    out["balanced"] = (float(t[best]), "the risk threshold maximizing min(sensitivity, PPV) "
-                       "on validation (the PhysioNet 2012 Challenge's Event 1)")
-    ok = np.flatnonzero((ppv >= HIGH_PPV_LEVEL) & (tp >= MIN_TRUE_POSITIVES))
+    bal = int(np.flatnonzero(score == score.max())[0])  # the highest threshold on a tie
+    out: dict[str, tuple[float, str]] = {}
+    unmet: dict[str, str] = {}
+    ok = np.flatnonzero(se[bal:] >= HIGH_SENSITIVITY_LEVEL - 1e-12)
     if ok.size:
-        out["high_ppv"] = (float(t[ok[-1]]), "the lowest risk threshold with PPV >= "
-                           f"{HIGH_PPV_LEVEL:g} (and >= {MIN_TRUE_POSITIVES} true positives) "
-                           "on validation")
-    return {k: out[k] for k in ("high_sensitivity", "balanced", "high_ppv") if k in out}
+        out["high_sensitivity"] = (float(t[bal + ok[0]]), RULES["high_sensitivity"])
+    else:
+        unmet["high_sensitivity"] = (f"no threshold reaches sensitivity "
+                                     f"{HIGH_SENSITIVITY_LEVEL:g} on the {on} stays")
+    out["balanced"] = (float(t[bal]), RULES["balanced"])
+    need = max(MIN_TRUE_POSITIVES, math.ceil(HIGH_PPV_KEEPS * tp[bal] - 1e-9))
+    above = np.flatnonzero(tp[:bal] >= need)  # thresholds above balanced's keeping enough
+    best = None
+    if above.size:  # the highest PPV; on a tie the lowest threshold (the last, descending)
+        best = int(above[ppv[above] >= ppv[above].max() - 1e-12][-1])
+    if best is not None and ppv[best] > ppv[bal] + 1e-12 and ppv[best] >= HIGH_PPV_LEVEL:
+        out["high_ppv"] = (float(t[best]), RULES["high_ppv"])
+    else:
+        reached = "" if best is None else f" (the best reaches {ppv[best]:.2f})"
+        unmet["high_ppv"] = (f"no threshold above balanced's catches >= {need} true positives "
+                             f"with a PPV above balanced's ({ppv[bal]:.2f}) and >= "
+                             f"{HIGH_PPV_LEVEL:g} on the {on} stays{reached}")
+    return {k: out[k] for k in RULES if k in out}, unmet
+
+
+def choose_named_points(y: ArrayLike, risk: ArrayLike) -> dict[str, tuple[float, str]]:
+    """Thresholds on the validation risk, by name, with the rule in words
+    (`named_point_rules`, without the reasons for rules not met)."""
+    return named_point_rules(y, risk)[0]

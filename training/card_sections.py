@@ -3,7 +3,8 @@ points, levels, data minimum, the uncertainty served with each risk."""
 
 from __future__ import annotations
 
-from scehr.schemas.manifest import Manifest
+from scehr.schemas.manifest import Interval, Manifest
+from scehr.schemas.site import site_record
 
 
 def withheld_lines(m: Manifest) -> list[str]:
@@ -87,3 +88,50 @@ def uncertainty_lines(m: Manifest) -> list[str]:
         "single: stays whose set names one outcome; width: mean high - low.",
         ("class", "level", "held out (with outcome)", "split", "stays", "coverage",
          "with outcome", "without", "single", "width"), rows)
+
+
+def _ci(i: Interval | None, pct: bool = False) -> str:
+    if i is None or i.value is None:
+        return "n/a"
+    f = (lambda x: f"{100 * x:.1f} %") if pct else (lambda x: f"{x:.3f}")
+    return f(i.value) + (f" [{f(i.low)}, {f(i.high)}]" if i.low is not None and
+                         i.high is not None else "")
+
+
+def site_lines(m: Manifest) -> list[str]:
+    """A site model's own figures (held-out site stays) beside its parent's on the same
+    stays, where they come from, and what changed; empty for any other model."""
+    site = site_record(m.metrics)
+    if site is None:
+        return []
+    p, fig, was = site.provenance, site.figures, site.parent_figures
+    rows = [("stays scored (with the outcome)", f"{was.scored} ({was.positives})",
+             f"{fig.scored} ({fig.positives})"),
+            ("abstention rate", _ci(was.abstention_rate, True), _ci(fig.abstention_rate, True)),
+            ("AUROC", _ci(was.auroc), _ci(fig.auroc)), ("AUPRC", _ci(was.auprc), _ci(fig.auprc)),
+            ("ECE", _ci(was.ece), _ci(fig.ece))]
+    if fig.level is not None:
+        rows += [(f"{fig.level:.0%} outcome sets: coverage", _ci(was.coverage, True),
+                  _ci(fig.coverage, True)),
+                 ("coverage, stays with the outcome", _ci(was.coverage_with_outcome, True),
+                  _ci(fig.coverage_with_outcome, True)),
+                 ("coverage, stays without", _ci(was.coverage_without_outcome, True),
+                  _ci(fig.coverage_without_outcome, True))]
+    for name in dict.fromkeys([*was.alert_rates, *fig.alert_rates]):
+        rows.append((f"alert rate `{name}`", _ci(was.alert_rates.get(name), True),
+                     _ci(fig.alert_rates.get(name), True) if name in fig.alert_rates
+                     else "withheld"))
+    s = p.split
+    out = _table("Site figures (95% bootstrap CI)",
+                 f"A site model: {p.parent} recalibrated on {p.data} (sha256 of its stays as "
+                 f"the model reads them: `{p.data_sha256[:16]}...`; {p.stays} stays, "
+                 f"{p.positives} with the outcome, {p.below_minimum} below the data minimum). "
+                 f"{s.rule} (seed {s.seed}; `{s.file}` lists each stay's part): the "
+                 f"calibration map, uncertainty map and operating points were fitted on "
+                 f"{s.fit.scored} stays of the fitting part that meet the data minimum "
+                 f"({s.fit.scored_positives} with the outcome); the figures below are on "
+                 f"{fig.on}, for this model and for its parent as shipped. In the operating-"
+                 "point table, `val` is the site's fitting part and `test` its held-out part.",
+                 ("figure", "parent, as shipped", "this site model"), rows)
+    out += ["", "What changed against the parent:", ""] + [f"- {c}" for c in site.changes]
+    return out

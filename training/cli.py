@@ -338,12 +338,31 @@ def _evaluate_exported(args: argparse.Namespace) -> int:
 
 
 def cmd_recalibrate(args: argparse.Namespace) -> int:
-    from scehr.training.external import recalibrate
+    from scehr.training.bootstrap import format_ci
+    from scehr.training.site_model import recalibrate
 
-    out, changes = recalibrate(Path(args.model_dir), Path(args.data), Path(args.out),
-                               version=args.version)
-    print(f"wrote {out}")
-    for line in changes:
+    def ci(i: object) -> str:
+        return format_ci(i.model_dump()) if hasattr(i, "model_dump") else "n/a"
+
+    out, record, index = recalibrate(Path(args.model_dir), Path(args.data), Path(args.out),
+                                     version=args.version, seed=args.seed, n_boot=args.n_boot)
+    prov, fig, was = record.provenance, record.figures, record.parent_figures
+    print(f"wrote {out}: {prov.parent} recalibrated on {prov.data} ({prov.stays} stays, "
+          f"{prov.below_minimum} below the data minimum)")
+    print(f"split (seed {prov.split.seed}, {out / prov.split.file}): fitted on "
+          f"{prov.split.fit.scored} stays ({prov.split.fit.scored_positives} with the outcome), "
+          f"measured on {fig.scored} held-out stays ({fig.positives} with the outcome)")
+    print(f"\nwhat changed against {prov.parent} (held-out figures: parent -> site model):")
+    for line in record.changes:
+        print(f"  {line}")
+    rows = [[name, ci(getattr(was, name)), ci(getattr(fig, name))]
+            for name in ("auroc", "auprc", "ece", "coverage", "coverage_with_outcome",
+                         "abstention_rate")]
+    rows += [[f"alert rate {n}", ci(was.alert_rates.get(n)), ci(i)]
+             for n, i in fig.alert_rates.items()]
+    print()
+    print_table(["HELD-OUT (95% CI)", "parent", "site model"], rows)
+    for line in index:
         print(line)
     return 0
 
@@ -479,14 +498,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the test CIs as JSON")
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("recalibrate", help="refit an exported model's calibration on a site's "
-                       "data and write it as a new model version (the ONNX graph is unchanged)")
-    p.add_argument("model_dir", help="exported model folder, e.g. models/mortality/1.0.0")
-    p.add_argument("--data", required=True, help="the site's converted dataset: the map is "
-                   "fitted on its train split, chosen on its val split, scored on its test split")
+    p = sub.add_parser("recalibrate", help="refit an exported model's calibration map, "
+                       "uncertainty map and operating points on a site's stays and write it as "
+                       "a new model version with the site's figures (the ONNX graph is "
+                       "unchanged)")
+    p.add_argument("model_dir", help="exported model folder, e.g. models/mortality/1.3.2")
+    p.add_argument("--data", required=True, help="the site's converted dataset: all its stays "
+                   "are split, seeded and stratified, into a fitting part (70 %%) and a "
+                   "held-out part (30 %%) that measures the site model")
     p.add_argument("--out", required=True, help="new folder <models>/<task>/<version>/ "
                    "(its index.json gets the entry; never the shipped models/)")
     p.add_argument("--version", help="default: the folder name of --out")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split (default 0)")
+    p.add_argument("--n-boot", type=_positive_int, default=1000,
+                   help="bootstrap resamples for the held-out figures' CIs")
     p.set_defaults(func=cmd_recalibrate)
 
     p = sub.add_parser("robustness", help="score an exported model with whole channel groups "

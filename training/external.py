@@ -1,5 +1,5 @@
 """External validation: score an exported model (ONNX + manifest) on any converted dataset,
-before and after a site recalibration, and write that recalibration as a new model version.
+before and after a site recalibration (`scehr.training.site_model` writes a site model).
 
 The stays are read with the model's own feature set and normalised with its manifest, and the
 ONNX graph is run with ONNX Runtime, so the figures are those of the exported artifact (the
@@ -12,9 +12,7 @@ split, which neither saw. Figures on all the site's stays are given for the ship
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,7 +29,6 @@ from scehr.schemas.contract import (
 )
 from scehr.schemas.featureset import FeatureSet
 from scehr.schemas.manifest import Calibration, ClassCard, Manifest, load_manifest
-from scehr.schemas.model_index import add_model, entry_for, refuse_existing
 from scehr.schemas.tasks import task_spec
 from scehr.schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
 from scehr.training import fairness
@@ -283,57 +280,3 @@ def evaluate_external(folder: Path, data: Path, n_boot: int = 1000, seed: int = 
             where=f"all {len(every.y)} stays of {Path(data).name}", alert_rule=rule),
     }
 
-
-def recalibrate(folder: Path, data: Path, out: Path, version: str | None = None
-                ) -> tuple[Path, list[str]]:
-    """Write a new model version: the same ONNX graph with a calibration map fitted on the
-    site's train split (chosen on its val split), operating points and the risk reference
-    re-chosen on the site's val split; registered in `<out>/../../index.json`.
-
-    The shipped folder is never modified; the new one says in its notes and model card where
-    its map comes from.
-    """
-    from scehr.training.export import manifest_json, named_points, risk_reference
-    from scehr.training.model_card import write_model_card
-
-    model = ExportedModel(folder)
-    m = model.manifest
-    version = version or out.name
-    refuse_existing(out.parent.parent, m.task, version, out)
-    scored = {s: model.score(model.load(data, s)) for s in SPLITS}
-    where = (f"site recalibration on {Path(data).name}: fitted on its train split "
-             f"({len(scored['train'].y)} stays), chosen on its val split")
-    cal = fit_site_calibration(model, scored["train"], scored["val"], where)
-    val, test = scored["val"], scored["test"]
-    val_risk = cal.apply(val.probability, val.margin)
-    card = model.card.model_copy(update={"calibration": cal})
-    if m.contract_version != "1.0":  # contract 1.1: points and drift baseline on the risk
-        named = named_points((val.y, val_risk), (test.y, cal.apply(test.probability,
-                                                                   test.margin)))
-        names = [p.name for p in named]
-        card = card.model_copy(update={
-            "named_points": named, "risk_reference": risk_reference(val_risk),
-            "default_operating_point": (card.default_operating_point
-                                        if card.default_operating_point in names
-                                        else (names[0] if names else None))})
-    test_risk = cal.apply(test.probability, test.margin)
-    note = (f"site-recalibrated from {m.name} {m.version} on {Path(data).name} with scehr "
-            "recalibrate; the ONNX graph is unchanged")
-    new = m.model_copy(update={
-        "version": version, "classes": [card, *m.classes[1:]],
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "notes": [*m.notes, note],
-        "metrics": {**m.metrics, "site_recalibration": {
-            "data": str(data), "fitted_on": cal.fitted_on, "method": cal.method,
-            "site_test": risk_metrics(test.y, test_risk,
-                                      *default_alerts(card, test.probability, test_risk),
-                                      n_boot=200, seed=0)}}})
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(model.folder / "model.onnx", out / "model.onnx")
-    (out / "manifest.json").write_text(manifest_json(new))
-    write_model_card(out, new, f"scehr recalibrate {folder} --data {data} --out {out}",
-                     [f"Calibration map refitted on {Path(data).name} ({cal.method}); the test "
-                      "metrics above are the original model's on its own test set."])
-    changes = add_model(out.parent.parent, entry_for(out, out.parent.parent, new),
-                        set_default=False)
-    return out, changes

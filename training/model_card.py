@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from scehr.schemas.manifest import Manifest, PointStats
+from scehr.schemas.site import PARENT_KEY
 from scehr.schemas.tasks import task_spec
-from scehr.training.card_sections import data_minimum_lines, uncertainty_lines, withheld_lines
+from scehr.training.card_sections import (
+    data_minimum_lines,
+    site_lines,
+    uncertainty_lines,
+    withheld_lines,
+)
 from scehr.training.fairness import audit_lines
 
 
@@ -86,9 +92,14 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
     for s, info in m.provenance.splits.items():
         prev = ", ".join(f"{p:.3f}" for p in info.prevalence[:3])
         lines.append(f"| {s} | {info.n} | {prev}{' ...' if len(info.prevalence) > 3 else ''} |")
-    ci = m.metrics.get("test_ci", {})
-    lines += ["", "## Test metrics (95% bootstrap CI)", "",
-              "Percentile intervals over resampled test stays; a resample where a metric is "
+    site = site_lines(m)
+    ci = m.metrics.get("test_ci", {}) if not site else m.metrics[PARENT_KEY].get("test_ci", {})
+    title = ("## Test metrics (95% bootstrap CI)" if not site else
+             "## The parent model's test metrics (95% bootstrap CI)")
+    lines += [*site, "", title, ""]
+    if site:
+        lines += [f"Those of {m.metrics[PARENT_KEY]['on']}.", ""]
+    lines += ["Percentile intervals over resampled test stays; a resample where a metric is "
               "undefined (e.g. a rare label without positives) is skipped, so the interval is "
               "conditional on the resamples counted.", "",
               "| metric | value [95% CI] | resamples counted |", "|---|---|---:|"]

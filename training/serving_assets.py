@@ -86,21 +86,27 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
     if cal is None:
         return Calibration(method="none", fitted_on=NO_HOLDOUT, ece_before=before,
                            ece_after=before)
-    yc, pc, mc = cal
-    if len(np.unique(yc)) < 2:
+    if len(np.unique(cal[0])) < 2:
         return Calibration(method="none", fitted_on=where, ece_before=before, ece_after=before)
-    x = mc if logistic_input == "margin" else pc  # what the two logistic maps read
-    maps = (TemperatureCalibrator(input=logistic_input).fit(x, yc),
-            PlattCalibrator(input=logistic_input).fit(x, yc), IsotonicCalibrator().fit(pc, yc))
-    candidates = [  # in order of preference on a tie: no map first
-        Calibration(method="none", fitted_on=f"{where}; no map beat the model's own "
-                    "probability (validation Brier)"),
-        *(m.to_calibration(fitted_on=where) for m in maps),
-    ]
+    candidates = calibration_candidates(cal, where, logistic_input)
     scored = [(brier(yv, c.apply(pv, mv)), i) for i, c in enumerate(candidates)]
     best = candidates[min(scored)[1]]
     return best.model_copy(update={
         "ece_before": before, "ece_after": expected_calibration_error(yv, best.apply(pv, mv))})
+
+
+def calibration_candidates(cal: tuple[np.ndarray, np.ndarray, np.ndarray], where: str,
+                           logistic_input: Literal["margin", "probability"] = "margin"
+                           ) -> list[Calibration]:
+    """No map, then the temperature, Platt and isotonic maps fitted on `cal` (y, p, margin):
+    the candidates, in order of preference on a tie. Both outcomes must occur in `cal`."""
+    yc, pc, mc = cal
+    x = mc if logistic_input == "margin" else pc  # what the two logistic maps read
+    maps = (TemperatureCalibrator(input=logistic_input).fit(x, yc),
+            PlattCalibrator(input=logistic_input).fit(x, yc), IsotonicCalibrator().fit(pc, yc))
+    return [Calibration(method="none", fitted_on=f"{where}; no map beat the model's own "
+                        "probability (validation Brier)"),
+            *(m.to_calibration(fitted_on=where) for m in maps)]
 
 
 def threshold_points(y: np.ndarray, p: np.ndarray,

@@ -97,12 +97,15 @@ def coverage(u: RiskUncertainty, y: np.ndarray, risk: np.ndarray, split: str
 
 def fit_uncertainty(calib: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
                     where: str, levels: Sequence[float] = LEVELS,
-                    test: tuple[np.ndarray, np.ndarray] | None = None) -> RiskUncertainty:
+                    test: tuple[np.ndarray, np.ndarray] | None = None,
+                    names: tuple[str, str] = ("validation split", "test split")
+                    ) -> RiskUncertainty:
     """The uncertainty map of one class from held-out (y, risk) pairs.
 
     Venn-Abers steps and conformal bounds are fitted on `calib`; the level is the highest of
     `levels` whose sets are one-outcome for at least MIN_SINGLE of the `val` stays (else the
-    lowest), and its validation coverage is stored with it; `test` is only scored."""
+    lowest), and its validation coverage is stored with it; `test` is only scored. `names`:
+    what `val` and `test` are, as their coverage checks say."""
     yc, rc = (np.asarray(a, dtype=np.float64) for a in calib)
     yv, rv = (np.asarray(a, dtype=np.float64) for a in val)
     cuts, p0, p1 = venn_abers_steps(rc, yc)
@@ -112,11 +115,11 @@ def fit_uncertainty(calib: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray,
         u = RiskUncertainty(cuts=cuts, low=p0, high=p1, level=level, event_from=ef,
                             no_event_up_to=nu, fitted_on=where, n=int(yc.size),
                             positives=int((yc > 0.5).sum()))
-        check = coverage(u, yv, rv, "validation split")
+        check = coverage(u, yv, rv, names[0])
         chosen = u.model_copy(update={"validation": check})
         if check.single_outcome >= MIN_SINGLE:
             break
     assert chosen is not None, "levels must not be empty"
     if test is not None:
-        chosen = chosen.model_copy(update={"test": coverage(chosen, *test, "test split")})
+        chosen = chosen.model_copy(update={"test": coverage(chosen, *test, names[1])})
     return chosen

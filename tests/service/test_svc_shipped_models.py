@@ -51,3 +51,19 @@ async def test_shipped_default_scores_the_example(task: str) -> None:
         ri = c["risk_interval"]  # the defaults serve the risk's uncertainty
         assert ri is not None and 0.0 <= ri["low"] <= ri["high"] <= 1.0
     assert "provider" in json.dumps(models) and models["uncertainty"] is True
+
+
+def test_the_default_mortality_points_mean_their_names() -> None:
+    """Thresholds and validation PPV rise from high_sensitivity through balanced to high_ppv
+    (and test alert rates fall), so `critical`, at high_ppv, fires for the fewest stays."""
+    m = load_manifest(MODELS / "mortality" / INDEX["defaults"]["mortality"] / "manifest.json")
+    card = m.classes[0]
+    points = {p.name: p for p in card.named_points}
+    assert list(points) == ["high_sensitivity", "balanced", "high_ppv"]
+    ordered = list(points.values())
+    assert [p.threshold for p in ordered] == sorted(p.threshold for p in ordered)
+    assert [p.validation.ppv for p in ordered] == sorted(p.validation.ppv for p in ordered)
+    test_alerts = [p.test.alert_rate for p in ordered if p.test is not None]
+    assert test_alerts == sorted(test_alerts, reverse=True) and len(test_alerts) == 3
+    assert card.levels is not None
+    assert (card.levels.warning, card.levels.critical) == ("high_sensitivity", "high_ppv")

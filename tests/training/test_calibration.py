@@ -166,9 +166,13 @@ def test_named_points_follow_their_rules_on_validation() -> None:
                for t in above[::20])
     assert min(bal["sensitivity"], bal["ppv"]) >= best - 1e-12
     assert hs["alert_rate"] > bal["alert_rate"]
-    # high_ppv is the lowest threshold reaching PPV 0.5: every lower one falls short
-    lower = above[above < pts["high_ppv"][0]]
-    assert all((point_stats(y, risk, t)["ppv"] or 0) < 0.5 for t in lower[-50:])
+    # high_ppv: above balanced, the best PPV among thresholds keeping half of balanced's
+    # true positives; no such threshold does better
+    tp_bal = bal["sensitivity"] * y.sum()
+    keeps = [t for t in above if t > pts["balanced"][0]
+             and point_stats(y, risk, t)["sensitivity"] * y.sum() >= max(10, tp_bal / 2) - 1e-9]
+    assert pts["high_ppv"][0] in keeps
+    assert hp["ppv"] >= max(point_stats(y, risk, t)["ppv"] for t in keeps) - 1e-12
     assert set(hs) == {"n", "sensitivity", "specificity", "ppv", "npv", "alert_rate"}
     # a rule that cannot be met is left out, never approximated
     rare = choose_named_points(np.r_[np.zeros(500), np.ones(3)].astype(int),
@@ -226,3 +230,61 @@ def test_a_calibrator_fitted_per_column_refuses_other_shapes() -> None:
     with pytest.raises(ValueError, match="3 columns"):
         cal.to_calibration()  # the manifest holds one map per class: fit one per class
     assert PlattCalibrator.from_dict(cal.to_dict()).n_columns_ == 3
+
+
+def _ordered(y: np.ndarray, risk: np.ndarray) -> None:
+    """The named points of (y, risk) rise in threshold and in PPV, in their names' order."""
+    from scehr.training.calibration import choose_named_points, point_stats
+
+    pts = choose_named_points(y, risk)
+    names = [n for n in ("high_sensitivity", "balanced", "high_ppv") if n in pts]
+    t = [pts[n][0] for n in names]
+    ppv = [point_stats(y, risk, x)["ppv"] for x in t]
+    alerts = [point_stats(y, risk, x)["alert_rate"] for x in t]
+    assert t == sorted(t), dict(zip(names, t, strict=True))
+    assert ppv == sorted(ppv), dict(zip(names, ppv, strict=True))
+    assert alerts == sorted(alerts, reverse=True)
+
+
+def test_high_ppv_is_above_balanced_where_the_lowest_threshold_at_ppv_half_is_below_it() -> None:
+    """A validation set like mortality 1.3.1's: balanced's PPV is above 0.5, so the lowest
+    threshold reaching PPV 0.5 lies below balanced and "high PPV" alerted for more stays."""
+    from scehr.training.calibration import choose_named_points, point_stats
+
+    # 40 events among 1000 stays; from the top: 30 events then 10 non-events, 4 events then
+    # 30 non-events (PPV falls to 0.46 there), 6 events then the rest
+    y = np.r_[np.ones(30), np.zeros(10), np.ones(4), np.zeros(30), np.ones(6),
+              np.zeros(920)].astype(int)
+    risk = np.linspace(0.9, 0.01, y.size)
+    pts = choose_named_points(y, risk)
+    bal, hp = pts["balanced"][0], pts["high_ppv"][0]
+    assert point_stats(y, risk, bal)["ppv"] > 0.5
+    # what the former rule chose: the lowest threshold with PPV >= 0.5 and >= 10 events
+    former = min(t for t in risk if point_stats(y, risk, t)["ppv"] >= 0.5
+                 and point_stats(y, risk, t)["sensitivity"] * 40 >= 10)
+    assert former < bal
+    assert hp > bal and point_stats(y, risk, hp)["ppv"] > point_stats(y, risk, bal)["ppv"]
+    _ordered(y, risk)
+
+
+def test_high_sensitivity_is_never_above_balanced() -> None:
+    """Outcomes the risk separates perfectly: balanced catches every event with PPV 1, so a
+    threshold reaching sensitivity 0.8 higher up would be a "high sensitivity" point that
+    alerts for fewer patients than balanced."""
+    from scehr.training.calibration import choose_named_points
+
+    y = np.r_[np.zeros(80), np.ones(20)].astype(int)
+    risk = np.linspace(0.01, 0.99, 100)
+    pts = choose_named_points(y, risk)
+    assert pts["high_sensitivity"][0] <= pts["balanced"][0]
+    _ordered(y, risk)
+
+
+def test_named_points_are_ordered_on_any_validation_set() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(50, 600))
+        y = (rng.random(n) < rng.uniform(0.03, 0.5)).astype(int)
+        risk = np.round(np.clip(0.3 * y * rng.uniform(0, 2) + rng.normal(0.2, 0.15, n),
+                                1e-4, 1 - 1e-4), int(rng.integers(2, 5)))  # ties too
+        _ordered(y, risk)

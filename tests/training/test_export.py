@@ -29,6 +29,7 @@ from scehr.training.data.synthetic import write_synthetic
 from scehr.training.export import export_run, prototypes
 from scehr.training.fit import load_checkpoint
 from scehr.training.reissue import SplitMismatch, held_out_uncertainty
+from scehr.training.reissue import main as reissue_main
 from scehr.training.run import train_run
 from tests.service.conftest import serve
 
@@ -116,6 +117,37 @@ def test_reissue_fits_the_exported_uncertainty_map_from_the_onnx_graph(models: P
     wrong.write_text(json.dumps({**cfg, "seed": cfg["seed"] + 5}))
     with pytest.raises(SplitMismatch, match="not the"):
         held_out_uncertainty(folder, wrong, data)
+
+
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+def test_reissue_chooses_the_points_again_in_order_on_the_same_graph_and_maps(
+        models: Path, task: str) -> None:
+    """--points: every class's points are chosen again on the rebuilt validation split (the
+    order rule) and screened; the graph, the calibration and the uncertainty map stay."""
+    from scehr.training.calibration import named_point_rules
+    from scehr.training.reissue import held_out_risks
+
+    folder, run, data = models / task / "0.1.0", models.parent / f"run-{task}", \
+        models.parent / "data"
+    out = models.parent / "reissued" / task / "0.1.1"
+    assert reissue_main([str(folder), str(out), "--points", str(run / "config.json"),
+                         "--data", str(data)]) == 0
+    old, new = (load_manifest(f / "manifest.json") for f in (folder, out))
+    assert new.onnx.sha256 == old.onnx.sha256 and "chosen again" in new.notes[-1]
+    yv, rv = held_out_risks(folder, run / "config.json", data)["val"]
+    for c, (was, card) in enumerate(zip(old.classes, new.classes, strict=True)):
+        assert card.calibration == was.calibration and card.uncertainty == was.uncertainty
+        chosen, _ = named_point_rules(yv[:, c], rv[:, c])
+        served = {p.name: p for p in card.named_points}
+        assert {p.name for p in card.withheld_points} | set(served) == {
+            "high_sensitivity", "balanced", "high_ppv"}
+        for name, p in served.items():
+            assert p.threshold == chosen[name][0] and p.rule == chosen[name][1]
+        thresholds = [p.threshold for p in card.named_points]  # stored in the names' order
+        ppv = [p.validation.ppv for p in card.named_points]
+        assert thresholds == sorted(thresholds) and ppv == sorted(ppv), card.label
+        if card.levels is not None:
+            assert {card.levels.warning, card.levels.critical} - {None} <= set(served)
 
 
 def test_prototypes_never_stand_for_fewer_than_20_stays() -> None:

@@ -1,23 +1,18 @@
-"""External validation of an exported model on another dataset, and the site recalibration
-that writes a new model version the service serves (tiny synthetic model and sites)."""
+"""External validation of an exported model on another dataset (tiny synthetic model and
+sites); the site model `scehr recalibrate` writes is tested in test_site_model.py."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from scehr.schemas.manifest import load_manifest, sha256_file
-from scehr.schemas.model_index import ModelIndexError
-from scehr.service.settings import Settings
 from scehr.training.config import TrainConfig
 from scehr.training.data.synthetic import write_synthetic
 from scehr.training.export import export_run
-from scehr.training.external import ExportedModel, evaluate_external, recalibrate
+from scehr.training.external import ExportedModel, evaluate_external
 from scehr.training.run import train_run
-from tests.service.conftest import serve
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,34 +63,6 @@ def test_external_report_before_and_after_recalibration(setup: tuple) -> None:
     assert "train split" in out["recalibration"]["fitted_on"]
     assert out["fairness_all_stays"]["groups"]["all"]["n"] == 420
     assert out["fairness_all_stays"]["sex_flip"]["n"] > 0
-
-
-@pytest.mark.anyio
-async def test_recalibrate_writes_a_new_version_the_service_serves(setup: tuple) -> None:
-    root, _, site = setup
-    shipped = root / "models" / "mortality" / "0.1.0"
-    before = (shipped / "manifest.json").read_text()
-    site_models = root / "site-models"
-    out, changes = recalibrate(shipped, site, site_models / "mortality" / "0.1.0-site")
-    assert changes
-    assert (shipped / "manifest.json").read_text() == before  # the shipped folder is untouched
-    m = load_manifest(out / "manifest.json")
-    assert m.version == "0.1.0-site" and m.onnx.sha256 == sha256_file(out / "model.onnx")
-    assert "site" in m.classes[0].calibration.fitted_on and "recalibrated" in m.notes[-1]
-    assert m.metrics["site_recalibration"]["site_test"]["n"] == 120
-    assert json.loads((site_models / "index.json").read_text())["defaults"]["mortality"] == (
-        "0.1.0-site")  # the only model of that folder
-    with pytest.raises(ModelIndexError, match="already"):
-        recalibrate(shipped, site, site_models / "mortality" / "0.1.0-site")
-    payload = json.loads((REPO / "examples" / "mortality_stay_benchmark17.json").read_text())
-    async with serve(Settings(model_dir=site_models, device="cpu")) as client:
-        r = await client.post("/predict/mortality", json=payload)
-    assert r.status_code == 200, r.text
-    result = r.json()["results"][0]
-    cal = m.classes[0].calibration
-    if cal.method == "none" or cal.input == "probability":  # the risk follows from the score
-        expected = cal.apply(np.array([result["score"]]), np.array([np.nan]))
-        assert result["risk"] == pytest.approx(float(expected[0]), abs=1e-6)
 
 
 @pytest.fixture

@@ -32,10 +32,28 @@ def test_the_shipped_floor_thresholds_are_withheld_with_their_reason() -> None:
     assert all("validation stay(s) with the outcome" in w.reason for w in rare.withheld_points)
 
 
-def test_re_screening_a_re_issued_model_changes_no_class_card() -> None:
+def test_re_screening_a_re_issued_model_changes_no_point() -> None:
+    """Points and withheld reasons stay; only the levels follow the current rule, and a second
+    re-screen changes nothing."""
     m = load_manifest(MODELS / "phenotypes" / "1.1.1" / "manifest.json")
     for i, card in enumerate(m.classes):
-        assert rescreen(card, validation_positives(m, i)) == card, card.label
+        again = rescreen(card, validation_positives(m, i))
+        assert again.model_copy(update={"levels": card.levels}) == card, card.label
+        assert rescreen(again, validation_positives(m, i)) == again, card.label
+
+
+def test_critical_is_the_most_specific_kept_point() -> None:
+    """With ordered points, `critical` sits at high_ppv, not at the next point up (balanced):
+    "critical" must fire for fewer patients than any other level."""
+    rng = np.random.default_rng(1)
+    y = (rng.random(3000) < 0.15).astype(int)
+    risk = np.clip(0.15 + 0.3 * (y - 0.15) + rng.normal(0, 0.12, 3000), 1e-3, 0.999)
+    kept, withheld = defensible_points((y, risk), None)
+    assert [p.name for p in kept] == ["high_sensitivity", "balanced", "high_ppv"], withheld
+    levels = risk_levels(kept, "high_sensitivity")
+    assert levels is not None and levels.critical == "high_ppv"
+    assert risk_levels(kept, "balanced").critical == "high_ppv"  # type: ignore[union-attr]
+    assert risk_levels(kept, "high_ppv").critical is None  # type: ignore[union-attr]
 
 
 def test_kept_points_keep_their_threshold_and_levels_are_named_points_on_the_risk() -> None:

@@ -244,8 +244,8 @@ def offered_benchmark17() -> str:
 
 async def test_the_benchmark17_model_the_readme_offers_abstains_on_every_interface() -> None:
     """A MIMIC-shaped client is sent to the benchmark-17 model, not the default: it too answers
-    one heart-rate value with `insufficient_data` on JSON, FHIR and CDS Hooks (1.1.0 gave risk
-    0.16 and an alert), and scores its example stay with an interval."""
+    one heart-rate value with `insufficient_data` on JSON, FHIR and CDS Hooks (1.1.0 gave it a
+    risk), and scores its example stay with an interval."""
     version = offered_benchmark17()
     pinned = Settings(model_dir=MODELS, device="cpu", versions={"mortality": version})
     async with serve(pinned) as client:

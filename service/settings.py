@@ -94,8 +94,8 @@ class Settings(BaseSettings):
     allow_legacy_models: bool = Field(
         False, description="Serve (and `scehr score`) models exported before manifest "
         "contract 1.4, which carry no uncertainty interval and mostly no data minimum (e.g. "
-        "mortality 1.1.0; its re-issue 1.1.1 has both); refused by default with a message "
-        "naming the re-issue")
+        "mortality 1.1.0, whose re-issued graph 1.1.1 has both); refused by default with a "
+        "message naming the version re-issued from the same graph")
     device: Literal["auto", "cuda", "cpu"] = Field(
         "auto", description="auto: CUDA when ONNX Runtime can really use it, else CPU; cuda: fail "
         "at start without a working CUDA provider")

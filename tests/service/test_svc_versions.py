@@ -169,7 +169,7 @@ def test_offline_scoring_compacts_the_problems_the_same_way() -> None:
 
 async def test_a_legacy_version_is_served_only_when_asked_for() -> None:
     """mortality 1.1.0 (manifest contract 1.1) never abstains and serves no interval: a server
-    asked for it refuses to start, naming its re-issue 1.1.1 and the setting, as does a load on
+    asked for it refuses to start, naming 1.1.1 (its re-issue) and the setting, as does a load on
     reload or for `scehr score`; with SCEHR_ALLOW_LEGACY_MODELS it serves as it always did
     (one heart-rate value gets a risk: why it is legacy)."""
     from scehr.service.load_errors import ModelLoadError

@@ -157,7 +157,7 @@ def test_the_card_figures_are_the_served_risks(models: Path, task: str) -> None:
 
     folder = models / task / "0.1.0"
     m = load_manifest(folder / "manifest.json")
-    y, p, risk = _served(folder, models.parent / f"run-{task}", "test")
+    y, _, risk = _served(folder, models.parent / f"run-{task}", "test")
     want = task_metrics(task, y, risk, m.label_names)
     assert m.metrics["computed_on"] == "risk"
     head = want["headline"]

@@ -93,8 +93,6 @@ def test_a_level_validation_does_not_reach_is_not_served() -> None:
     outcome: when a third of the stays with the outcome score far lower on validation than on
     the held-out split, the sets at 95 % and 90 % are mostly one-outcome there (which alone
     chose 95 %) but cover too few of those stays, so neither is served as if it were met."""
-    from scehr.training.uncertainty import COVERAGE_SLACK
-
     rng = np.random.default_rng(0)
 
     def sharp(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -111,7 +109,7 @@ def test_a_level_validation_does_not_reach_is_not_served() -> None:
                                  positives=int(yc.sum()))
         check = coverage(higher, yv, rv, "validation split")
         assert check.single_outcome >= 0.5
-        assert check.coverage_with_outcome < level - COVERAGE_SLACK
+        assert check.coverage_with_outcome < level - 0.02  # COVERAGE_SLACK
     u = fit_uncertainty((yc, rc), (yv, rv), "synthetic")
     assert u.level == 0.8 and u.validation is not None
 

@@ -14,8 +14,10 @@ the sufficiency study, and (with --uncertainty) the uncertainty map served with 
 --uncertainty rebuilds the model's held-out calibration and validation splits from its
 training config and data (checked against the manifest's recorded split sizes and
 prevalences), scores them with the shipped ONNX graph and calibration map, and fits the map
-with `scehr.training.uncertainty.fit_uncertainty`, the function export uses. A data minimum already
-in the shipped manifest is kept unless --data-minimum replaces it.
+with `scehr.training.uncertainty.fit_uncertainty`, the function export uses; the test and
+validation figures of the card and the index are then computed on the served risk, the score's
+beside them. A data minimum already in the shipped manifest is kept unless --data-minimum
+replaces it.
 
 --recalibrate (with --data) also refits each class's calibration map on the same held-out
 calibration split, as export fits it (`scehr.training.serving_assets.fit_calibration`: maps that

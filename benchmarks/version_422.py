@@ -1,7 +1,7 @@
 """The 422 a stay gets from a model that cannot read it, compacted and as it was row by row.
 
     .venv/bin/python benchmarks/version_422.py [--stay examples/mortality_stay_benchmark17.json]
-        [--versions mortality=1.2.0,1.1.0]
+        [--versions mortality=1.2.2,1.1.1]
 
 Serves the shipped models in-process (SCEHR_VERSIONS as given; the task's default answers),
 posts the stay to `POST /predict/{task}`, and prints the status, the body's size, the number
@@ -49,7 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stay", type=Path,
                     default=REPO / "examples" / "mortality_stay_benchmark17.json")
-    ap.add_argument("--versions", default="mortality=1.2.0,1.1.0")
+    ap.add_argument("--versions", default="mortality=1.2.2,1.1.1")
     args = ap.parse_args()
     body = json.loads(args.stay.read_text())
     task = args.versions.split("=", 1)[0]

@@ -266,6 +266,12 @@ class Provenance(_M):
     source: str = ""
 
 
+#: `Manifest.metrics["computed_on"]` of figures computed on the served risk (the calibration
+#: map on the score), the number a client is shown; `metrics["score"]` then holds the same
+#: figures of the uncalibrated score. Without it the figures are of the score.
+SERVED_RISK = "risk"
+
+
 class Manifest(_M):
     """The versioned model manifest (contract version `CONTRACT_VERSION`)."""
 

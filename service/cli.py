@@ -31,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument("--device", choices=["auto", "cuda", "cpu"], help="SCEHR_DEVICE")
     serve.add_argument("--version", metavar="TASK=VERSION", action="append",
                        help="serve this version of the task, repeatable; with several versions "
-                       "of a task a request picks one with ?version= (e.g. mortality=1.2.0 "
-                       "--version mortality=1.1.0 also serves the benchmark-17 model; "
+                       "of a task a request picks one with ?version= (e.g. mortality=1.3.1 "
+                       "--version mortality=1.1.1 also serves the benchmark-17 model; "
                        "SCEHR_VERSIONS)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                        help="SCEHR_LOG_LEVEL")

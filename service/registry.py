@@ -36,7 +36,7 @@ from scehr.service.model import ModelSpec
 from scehr.service.model_store import read_index, resolve
 from scehr.service.runtime import CPU, CUDA, OrtRuntime, probe_device
 from scehr.service.settings import Settings
-from scehr.service.validation import check_graph, inspect, preflight, warm_up
+from scehr.service.validation import check_graph, inspect, preflight, refuse_legacy, warm_up
 
 __all__ = [
     "DeviceError",
@@ -194,6 +194,7 @@ def load_model(folder: Path, task: str, settings: Settings,
     """Everything up to a warmed-up model; raises ModelLoadError with a rule on any failure."""
     runtime = runtime or OrtRuntime(settings.device, settings.ort_threads)
     m, sha = inspect(folder, task)
+    refuse_legacy(m, settings.allow_legacy_models)
     try:
         sess = runtime.session(folder / m.onnx.file)
     except ModelLoadError:
@@ -282,7 +283,8 @@ class Registry:
     def preflight(self) -> None:
         """Fail fast at start (see `validation.preflight`); every model is then loading."""
         checked = preflight(self.settings.model_dir, list(self.settings.tasks or []),
-                            self.runtime, self.settings.versions)
+                            self.runtime, self.settings.versions,
+                            self.settings.allow_legacy_models)
         self.defaults = checked.defaults
         for task, folders in checked.folders.items():
             self.folders[task] = folders

@@ -88,9 +88,14 @@ class Settings(BaseSettings):
     versions: Annotated[dict[str, list[str]], NoDecode] = Field(
         default_factory=dict, description="The versions of index.json a task serves instead of "
         "its default alone: TASK=VERSION[,VERSION...], tasks comma-separated (e.g. "
-        "mortality=1.2.0,1.1.0 serves both; a request picks one with `?version=`). Requests "
+        "mortality=1.3.1,1.1.1 serves both; a request picks one with `?version=`). Requests "
         "without one get the index's default when it is listed, else the first listed (so "
-        "mortality=1.1.0 pins the task to 1.1.0)")
+        "mortality=1.1.1 pins the task to 1.1.1)")
+    allow_legacy_models: bool = Field(
+        False, description="Serve (and `scehr score`) models exported before manifest "
+        "contract 1.4, which carry no uncertainty interval and mostly no data minimum (e.g. "
+        "mortality 1.1.0, whose re-issued graph 1.1.1 has both); refused by default with a "
+        "message naming the version re-issued from the same graph")
     device: Literal["auto", "cuda", "cpu"] = Field(
         "auto", description="auto: CUDA when ONNX Runtime can really use it, else CPU; cuda: fail "
         "at start without a working CUDA provider")

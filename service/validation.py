@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from scehr.schemas.contract import GRAPH
 from scehr.schemas.manifest import ContractError, Manifest, load_manifest, sha256_file
+from scehr.schemas.model_index import ModelIndex
 from scehr.schemas.payloads import Observation, StayPayload
 from scehr.schemas.tasks import TASK_NAMES
 from scehr.service.batcher import ModelInputs, ModelOutputs, run_chunked
@@ -67,6 +68,51 @@ def inspect(folder: Path, task: str) -> tuple[Manifest, str]:
         raise ModelLoadError("anchor length differs from encoder.out_dim",
                              rule="manifest_inconsistent")
     return m, sha
+
+
+#: The first manifest contract whose exports carry an uncertainty map: a model exported
+#: before it serves no interval (and, before 1.3, declares no data minimum either). Such a
+#: legacy model is served only where the operator asks for it (`allow_legacy_models`).
+LEGACY_BEFORE = (1, 4)
+ALLOW_LEGACY_ENV = "SCEHR_ALLOW_LEGACY_MODELS"
+
+
+def is_legacy(m: Manifest) -> bool:
+    """Whether the manifest predates contract LEGACY_BEFORE."""
+    major, minor = (int(x) for x in m.contract_version.split(".")[:2])
+    return (major, minor) < LEGACY_BEFORE
+
+
+def refuse_legacy(m: Manifest, allow: bool, reissue: str | None = None) -> None:
+    """A ModelLoadError (rule legacy_model) for a legacy manifest unless `allow`; `reissue`
+    names a version of the index with the same graph that is not legacy."""
+    if allow or not is_legacy(m):
+        return
+    lacks = "serves no uncertainty interval" + (
+        "" if m.data_minimum is not None else " and never abstains (no data minimum)")
+    instead = (f"its re-issue {m.task} {reissue} (the same ONNX graph)" if reissue
+               else "a version exported under contract "
+               f"{'.'.join(map(str, LEGACY_BEFORE))} or later")
+    raise ModelLoadError(
+        f"{m.task} {m.version} is a legacy model (manifest contract {m.contract_version}, "
+        f"before {'.'.join(map(str, LEGACY_BEFORE))}): it {lacks}. Serve {instead}, or set "
+        f"{ALLOW_LEGACY_ENV}=true to serve it anyway", rule="legacy_model")
+
+
+def reissue_in_index(model_dir: Path, index: ModelIndex, m: Manifest) -> str | None:
+    """The last version of the index (in its order) with `m`'s ONNX graph that is not legacy."""
+    found = None
+    for e in index.models:
+        if e.task != m.task or e.version == m.version:
+            continue
+        try:
+            other = load_manifest(resolve(model_dir, index, e.task, version=e.version)
+                                  / "manifest.json")
+        except (ContractError, ValidationError, ModelLoadError):
+            continue
+        if other.onnx.sha256 == m.onnx.sha256 and not is_legacy(other):
+            found = e.version
+    return found
 
 
 def check_graph(sess: ort.InferenceSession, m: Manifest) -> tuple[list[str], int | None]:
@@ -170,8 +216,10 @@ def serving_order(default: str | None, listed: Sequence[str] | None) -> list[str
 
 
 def preflight(model_dir: Path, tasks: list[str], runtime: OrtRuntime,
-              versions: Mapping[str, Sequence[str]] | None = None) -> Preflight:
-    """Fail fast at start: device, index, manifests and checksums of every configured model.
+              versions: Mapping[str, Sequence[str]] | None = None,
+              allow_legacy: bool = False) -> Preflight:
+    """Fail fast at start: device, index, manifests and checksums of every configured model,
+    and no legacy model unless `allow_legacy` (`refuse_legacy`).
 
     `tasks` empty means every task the index has a default for; `versions` lists the versions
     of the index a task serves instead of its default alone (`serving_order`).
@@ -188,7 +236,9 @@ def preflight(model_dir: Path, tasks: list[str], runtime: OrtRuntime,
         folders[task] = []
         for version in serving_order(index.defaults.get(task), (versions or {}).get(task)):
             folder = resolve(model_dir, index, task, version=version)
-            inspect(folder, task)
+            m, _ = inspect(folder, task)
+            if is_legacy(m) and not allow_legacy:
+                refuse_legacy(m, allow_legacy, reissue_in_index(model_dir, index, m))
             folders[task].append(folder)
         defaults[task] = (index.defaults.get(task), index.since(task))
         log.info("default model", extra={"task": task,

@@ -26,7 +26,7 @@ NEVER_SEEN_BY_1_1_0 = {"capillary_refill_rate", "gcs_eye", "gcs_motor", "gcs_ver
 CASES: dict[tuple[str, str, str | None], set[str]] = {
     ("/predict/mortality", "mortality_stay.json", None): set(),
     ("/predict/phenotypes", "phenotypes_stay.json", None): NEVER_SEEN_BY_1_1_0 | {"gcs_total"},
-    ("/predict/mortality", "mortality_stay_benchmark17.json", "1.1.0"): NEVER_SEEN_BY_1_1_0,
+    ("/predict/mortality", "mortality_stay_benchmark17.json", "1.1.1"): NEVER_SEEN_BY_1_1_0,
     # the ICU type as an HSLOC-typed Location, ventilation as SNOMED CT Procedures
     ("/fhir/predict/mortality", "fhir_bundle.json", None): set(),
 }

@@ -20,6 +20,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import brier_score_loss
 from sklearn.utils.validation import check_is_fitted
 
+from scehr.schemas.contract import RISK_EPS
 from scehr.schemas.manifest import Calibration, calibrated_risk, logistic_margin, sigmoid
 
 InputKind = Literal["margin", "probability"]
@@ -247,19 +248,25 @@ class PlattCalibrator(_Calibrator):
 
 
 class IsotonicCalibrator(_Calibrator):
-    """Monotone step map (sklearn IsotonicRegression, clipped), exported as knots.
+    """Monotone map fitted by isotonic regression (sklearn IsotonicRegression), exported as
+    knots that the service interpolates with numpy.interp.
 
-    Knots are applied with numpy.interp, which is exactly what sklearn's
-    transform does with out_of_bounds="clip". Needs a larger held-out set than
-    temperature scaling and can create ties (slightly lower AUROC).
+    `strict=True` (the default, what export serves) keeps the ranking: sklearn's fit is a
+    step function, which gives every score of a step the same risk (a lower AUROC for no
+    gain), so each step is replaced by one knot at its stays' mean score and the knots are
+    joined by straight lines (centred isotonic regression), with end knots at the scores 0
+    and 1 strictly inside (RISK_EPS, 1 - RISK_EPS); `strict_isotonic_knots` says how. Distinct
+    probabilities then get distinct risks everywhere on [0, 1]. `strict=False` exports
+    sklearn's own thresholds: what its transform with out_of_bounds="clip" gives, ties and all.
     """
 
     method = "isotonic"
     learned: ClassVar[dict[str, str]] = {"x": "x_thresholds_", "y": "y_thresholds_"}
     list_params = True
 
-    def __init__(self, input: InputKind = "probability"):
+    def __init__(self, input: InputKind = "probability", strict: bool = True):
         self.input = input
+        self.strict = strict
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         self.models_: list[IsotonicRegression] = []  # one per column, as sklearn fitted it
@@ -268,7 +275,40 @@ class IsotonicCalibrator(_Calibrator):
     def _fit_column(self, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
         model = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(x, y)
         self.models_.append(model)
+        if self.strict:
+            if self.input != "probability":
+                raise ValueError("a strict isotonic map reads probabilities (input="
+                                 f"'probability'), not {self.input!r}")
+            kx, ky = strict_isotonic_knots(model, x)
+            return {"x": kx.tolist(), "y": ky.tolist()}
         return {"x": model.X_thresholds_.tolist(), "y": model.y_thresholds_.tolist()}
+
+
+def strict_isotonic_knots(model: IsotonicRegression, x: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """Strictly increasing knots on [0, 1] from a fitted isotonic regression and its inputs.
+
+    One knot per step of the fit (the mean score of its stays, its observed rate); a first
+    step with no event and a last step with no non-event, whose rates 0 and 1 no finite
+    sample supports, get half an event (or non-event) more: 0.5 / (n + 1), at most half the
+    next step's rate. End knots at the scores 0 and 1 lie halfway between the nearest step and
+    the risk's bounds, so no score is clipped. Assumes probabilities (the map's `input`)."""
+    xs, counts = np.unique(np.asarray(x, dtype=np.float64), return_counts=True)
+    fit = model.predict(xs)
+    start = np.r_[0, np.flatnonzero(np.diff(fit) > 0) + 1]  # first score of each step
+    n = np.add.reduceat(counts, start).astype(np.float64)
+    kx = np.add.reduceat(xs * counts, start) / n
+    ky = fit[start].astype(np.float64)
+    if ky[0] <= 0.0:
+        ky[0] = min(0.5 / (n[0] + 1.0), ky[1] / 2 if ky.size > 1 else 0.5)
+    if ky[-1] >= 1.0:
+        ky[-1] = max(1.0 - 0.5 / (n[-1] + 1.0), (ky[-2] + 1.0) / 2 if ky.size > 1 else 0.5)
+    ky = RISK_EPS + ky * (1.0 - 2 * RISK_EPS)  # strictly inside the served bounds
+    if kx[0] > 0.0:
+        kx, ky = np.r_[0.0, kx], np.r_[(RISK_EPS + ky[0]) / 2, ky]
+    if kx[-1] < 1.0:
+        kx, ky = np.r_[kx, 1.0], np.r_[ky, (ky[-1] + 1.0 - RISK_EPS) / 2]
+    return kx, ky
 
 
 # ---------------------------------------------------------------- operating points

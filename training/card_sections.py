@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from scehr.schemas.manifest import Interval, Manifest
 from scehr.schemas.site import site_record
+from scehr.schemas.uncertainty import LEVELS, RiskUncertainty
+from scehr.training.uncertainty import COVERAGE_SLACK, MIN_SINGLE
 
 
 def withheld_lines(m: Manifest) -> list[str]:
@@ -87,7 +89,7 @@ def uncertainty_lines(m: Manifest) -> list[str]:
         "whose true outcome is in their set (nominal: the level, also given each outcome); "
         "single: stays whose set names one outcome; width: mean high - low.",
         ("class", "level", "held out (with outcome)", "split", "stays", "coverage",
-         "with outcome", "without", "single", "width"), rows)
+         "with outcome", "without", "single", "width"), rows) + pooled_coverage_lines(maps)
 
 
 def _ci(i: Interval | None, pct: bool = False) -> str:
@@ -134,4 +136,29 @@ def site_lines(m: Manifest) -> list[str]:
                  "point table, `val` is the site's fitting part and `test` its held-out part.",
                  ("figure", "parent, as shipped", "this site model"), rows)
     out += ["", "What changed against the parent:", ""] + [f"- {c}" for c in site.changes]
+    return out
+
+
+def pooled_coverage_lines(maps: list[tuple[str, RiskUncertainty]]) -> list[str]:
+    """For a multi-class model: coverage per served level, pooled over its classes (every stay
+    x class pair), on validation and test; and the levels validation did not support."""
+    if len(maps) < 2:
+        return []
+    out = ["", "Pooled over the classes served at each level (every stay and class):", ""]
+    for level in sorted({u.level for _, u in maps}, reverse=True):
+        at = [u for _, u in maps if u.level == level]
+        cells = []
+        for split in ("validation", "test"):
+            checks = [getattr(u, split) for u in at if getattr(u, split) is not None]
+            n = sum(c.n for c in checks)
+            if n:
+                cells.append(f"{split} {sum(c.coverage * c.n for c in checks) / n:.1%}")
+        out.append(f"- {level:.0%} ({len(at)} of {len(maps)} classes): " + ", ".join(cells))
+    top = max(LEVELS)
+    if all(u.level < top for _, u in maps):
+        out += ["", f"No class is served at {top:.0%} or at any level above "
+                f"{max(u.level for _, u in maps):.0%}: a level is served only where the "
+                f"validation stays reach it (one-outcome sets for {MIN_SINGLE:.0%} of them, "
+                f"coverage at most {COVERAGE_SLACK:.0%} below the level, overall and given "
+                "the outcome; `scehr.training.uncertainty.level_holds`), else the lowest."]
     return out

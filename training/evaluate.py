@@ -114,7 +114,7 @@ def served_risk(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray]]
     """Class 0's risk the service would show on each split of a run ("method": the map), with
     the calibration map fitted exactly as `scehr export` fits it (calibration split, chosen on
     validation); None when the run has no calibration split."""
-    from scehr.training.losses import POSITIVE_ANCHOR_ONLY
+    from scehr.training.losses import calibration_input
     from scehr.training.serving_assets import fit_calibration
 
     def column(split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -125,7 +125,7 @@ def served_risk(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray]]
     if "calib" not in preds or not len(preds["calib"]["y"]):
         return None
     calib = fit_calibration(column("calib"), column("val"), "calibration split",
-                            "probability" if cfg.loss in POSITIVE_ANCHOR_ONLY else "margin")
+                            calibration_input(cfg.loss))
     out: dict[str, Any] = {"method": calib.method}
     for split in ("val", "test"):
         _, p, m = column(split)

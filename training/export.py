@@ -18,7 +18,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from scehr.training.config import TrainConfig
 from scehr.training.drift_reference import prepared_data, risk_reference, value_reference
 from scehr.training.fairness import fairness_at_export, subgroup_auroc
 from scehr.training.fit import load_checkpoint
-from scehr.training.losses import POSITIVE_ANCHOR_ONLY
+from scehr.training.losses import calibration_input
 from scehr.training.model_card import MIN_POSITIVES, write_model_card
 from scehr.training.onnx_graph import ScoringModel, export_onnx, validate_parity
 from scehr.training.serving_assets import (
@@ -51,6 +51,7 @@ from scehr.training.serving_assets import (
     margin_reference,
     named_points,
     prototypes,
+    served_metrics,
     threshold_points,
 )
 from scehr.training.uncertainty import UNCERTAINTY_WHERE, fit_uncertainty
@@ -127,8 +128,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     classes = []
     where = (f"calibration split ({cfg.get('calibration_fraction', 0.1):.0%} of training stays, "
              "held out of training and early stopping); chosen and scored on validation")
-    logistic_input: Literal["margin", "probability"] = (
-        "probability" if cfg["loss"] in POSITIVE_ANCHOR_ONLY else "margin")
+    logistic_input = calibration_input(cfg["loss"])
 
     def triple(split: str, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         lg = preds[f"{split}_anchor_logits"][:, c]
@@ -158,6 +158,11 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
             risk_reference=risk_reference(val_risk[1]),
             uncertainty=fit_uncertainty(risk(calib, "calib", c), val_risk, UNCERTAINTY_WHERE,
                                         test=risk(calib, "test", c)) if has_calib else None))
+    def served(split: str) -> np.ndarray:
+        """[N, C] risks of a split, every class's map on its outputs."""
+        return np.stack([risk(k.calibration, split, c)[1] for c, k in enumerate(classes)],
+                        axis=1)
+
     prov = _provenance([Path(d) for d in (cfg["data"], *cfg.get("extra_data", []))], metrics,
                        preds, data_description or "")
     data = prepared_data(cfg)
@@ -175,8 +180,10 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         coverage=ck["coverage"],
         anchors={"u": float32_lists(u.numpy()), "v": float32_lists(v.numpy())},
         classes=classes,
-        metrics={"test": metrics["test"], "test_ci": metrics["test_ci"],
-                 "val": metrics["val"],
+        metrics={**served_metrics(task, labels, {s: (preds[f"{s}_y"], served(s))
+                                                  for s in ("val", "test")},
+                                  {k: metrics[k] for k in ("test", "test_ci", "val")},
+                                  n_boot=int(cfg.get("n_boot", 1000)), seed=cfg["seed"]),
                  **({"too_rare_to_evaluate": too_rare(metrics["test"])}
                     if spec.multi_label else {}),
                  **({"subgroups": subgroup_auroc(preds["test_y"][:, 0],

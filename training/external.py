@@ -211,10 +211,10 @@ def fit_site_calibration(model: ExportedModel, fit: Scored, choose: Scored, wher
                          ) -> Calibration:
     """The export's calibration rule (temperature / Platt / isotonic / none, best validation
     Brier), fitted on the site's stays `fit` and chosen on `choose`."""
-    from scehr.training.losses import POSITIVE_ANCHOR_ONLY
+    from scehr.training.losses import calibration_input
     from scehr.training.serving_assets import fit_calibration
 
-    kind = "probability" if model.manifest.loss.name in POSITIVE_ANCHOR_ONLY else "margin"
+    kind = calibration_input(model.manifest.loss.name)
     return fit_calibration((fit.y, fit.probability, fit.margin),
                            (choose.y, choose.probability, choose.margin), where, kind)
 

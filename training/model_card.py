@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scehr.schemas.manifest import Manifest, PointStats
+from scehr.schemas.manifest import SERVED_RISK, Manifest, PointStats
 from scehr.schemas.site import PARENT_KEY
 from scehr.schemas.tasks import task_spec
 from scehr.training.card_sections import (
@@ -58,6 +58,55 @@ def operating_point_table(m: Manifest) -> list[str]:
     return lines
 
 
+def _auroc_cell(a: float | None, pos: int) -> str:
+    if a is None:
+        return "not evaluable (no positives or no negatives)"
+    return f"too rare to evaluate ({a:.3f})" if pos < MIN_POSITIVES else f"{a:.3f}"
+
+
+def test_metric_lines(m: Manifest) -> list[str]:
+    """Test metrics with CIs and per-label AUROC: of the served risk where the manifest says
+    so (`metrics.computed_on`), the model's score beside them; else of the score, said."""
+    site = PARENT_KEY in m.metrics  # a site model: the parent's own test figures
+    metrics = m.metrics[PARENT_KEY] if site else m.metrics
+    on_risk = metrics.get("computed_on") == SERVED_RISK
+    score = metrics.get("score", {}) if on_risk else {}
+    ci, score_ci = metrics.get("test_ci", {}), score.get("test_ci", {})
+    lines = ["", "## The parent model's test metrics (95% bootstrap CI)" if site else
+             "## Test metrics (95% bootstrap CI)", "",
+             *([f"Those of {metrics['on']}."] if site else []),
+             ("Computed on the served `risk` (the calibration map on the model's score), the "
+              "number a client is shown; the uncalibrated `score`'s beside it."
+              if on_risk else "Computed on the model's uncalibrated `score` (its probability "
+              "before the calibration map), not on the served `risk`."),
+             "Percentile intervals over resampled test stays; a resample where a metric is "
+             "undefined (e.g. a rare label without positives) is skipped, so the interval is "
+             "conditional on the resamples counted.", "",
+             "| metric | value [95% CI] | resamples counted |"
+             + (" score [95% CI] |" if on_risk else ""),
+             "|---|---|---:|" + ("---|" if on_risk else "")]
+    lines += [f"| {k} | {_ci(v)} | {v.get('n_valid', 'n/a')} of {v.get('n_boot', 'n/a')} |"
+              + (f" {_ci(score_ci.get(k))} |" if on_risk else "") for k, v in ci.items()]
+    test = metrics.get("test", {})
+    if "per_label_auroc" in test:
+        n = int(test.get("n", 0))
+        lines += ["", "### Per-label test AUROC", "",
+                  f"A phenotype with fewer than {MIN_POSITIVES} positive test stays is flagged "
+                  "too rare to evaluate: its AUROC is shown in brackets only.", "",
+                  "| phenotype | prevalence | positive test stays | AUROC |"
+                  + (" score's AUROC |" if on_risk else ""),
+                  "|---|---:|---:|---:|" + ("---:|" if on_risk else "")]
+        prevs, aurocs = test.get("prevalence", {}), test["per_label_auroc"]
+        score_aurocs = score.get("test", {}).get("per_label_auroc", {})
+        for name in m.label_names:
+            prev = prevs.get(name)
+            pos = round((prev or 0.0) * n)
+            lines.append(f"| {name} | {_num(prev, 3)} | {pos} | "
+                         f"{_auroc_cell(aurocs.get(name), pos)} |"
+                         + (f" {_auroc_cell(score_aurocs.get(name), pos)} |" if on_risk else ""))
+    return lines
+
+
 def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] | None = None
                      ) -> Path:
     """Intended use, data, metrics with CIs, calibration, operating points, fairness audit
@@ -92,38 +141,7 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
     for s, info in m.provenance.splits.items():
         prev = ", ".join(f"{p:.3f}" for p in info.prevalence[:3])
         lines.append(f"| {s} | {info.n} | {prev}{' ...' if len(info.prevalence) > 3 else ''} |")
-    site = site_lines(m)
-    ci = m.metrics.get("test_ci", {}) if not site else m.metrics[PARENT_KEY].get("test_ci", {})
-    title = ("## Test metrics (95% bootstrap CI)" if not site else
-             "## The parent model's test metrics (95% bootstrap CI)")
-    lines += [*site, "", title, ""]
-    if site:
-        lines += [f"Those of {m.metrics[PARENT_KEY]['on']}.", ""]
-    lines += ["Percentile intervals over resampled test stays; a resample where a metric is "
-              "undefined (e.g. a rare label without positives) is skipped, so the interval is "
-              "conditional on the resamples counted.", "",
-              "| metric | value [95% CI] | resamples counted |", "|---|---|---:|"]
-    lines += [f"| {k} | {_ci(v)} | {v.get('n_valid', 'n/a')} of {v.get('n_boot', 'n/a')} |"
-              for k, v in ci.items()]
-    test = m.metrics.get("test", {})
-    if "per_label_auroc" in test:
-        n = int(test.get("n", 0))
-        lines += ["", "### Per-label test AUROC", "",
-                  f"A phenotype with fewer than {MIN_POSITIVES} positive test stays is flagged "
-                  "too rare to evaluate: its AUROC is shown in brackets only.", "",
-                  "| phenotype | prevalence | positive test stays | AUROC |",
-                  "|---|---:|---:|---:|"]
-        prevs, aurocs = test.get("prevalence", {}), test["per_label_auroc"]
-        for name in m.label_names:
-            prev, a = prevs.get(name), aurocs.get(name)
-            pos = round((prev or 0.0) * n)
-            if a is None:
-                shown = "not evaluable (no positives or no negatives)"
-            elif pos < MIN_POSITIVES:
-                shown = f"too rare to evaluate ({a:.3f})"
-            else:
-                shown = f"{a:.3f}"
-            lines.append(f"| {name} | {_num(prev, 3)} | {pos} | {shown} |")
+    lines += [*site_lines(m), *test_metric_lines(m)]
     if "fairness" in m.metrics:
         lines += audit_lines(m.metrics["fairness"])
     elif "subgroups" in m.metrics:
@@ -138,7 +156,9 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
     lines += ["", "## Calibration", "",
               "Maps fitted on: " + "; ".join(places) + ". For each class the best of a "
               "temperature map, a Platt map (slope and intercept), an isotonic map and no "
-              "map by validation Brier score; ECE "
+              "map by validation Brier score, among those that keep the ranking of the "
+              "held-out scores (an isotonic map's steps joined by straight lines, no map that "
+              "reaches the risk's bounds); ECE "
               "(10 bins) on validation, which the maps never saw.", "",
               "| class | method | ECE before | ECE after |", "|---|---|---:|---:|"]
     for c in m.classes[:25]:

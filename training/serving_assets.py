@@ -7,11 +7,13 @@ manifest carries it (schemas/manifest.py) and the service reads it without train
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
+from scehr.schemas.contract import RISK_EPS
 from scehr.schemas.manifest import (
+    SERVED_RISK,
     Calibration,
     MarginReference,
     NamedOperatingPoint,
@@ -73,7 +75,9 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
                     logistic_input: Literal["margin", "probability"] = "margin"
                     ) -> Calibration:
     """Fit temperature, Platt and isotonic maps on `cal`; keep the best of them and none on
-    `val`.
+    `val`. Only maps that keep the ranking of the held-out scores compete (`keeps_ranking`; the
+    isotonic map is the strict one, always kept), so the served risk has the score's AUROC
+    per class.
 
     Each triple is (y, p, margin). The choice and the reported ECE use the validation split,
     which the maps never saw, so neither number is an in-sample figure. With no held-out `cal`
@@ -89,6 +93,8 @@ def fit_calibration(cal: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
     if len(np.unique(cal[0])) < 2:
         return Calibration(method="none", fitted_on=where, ece_before=before, ece_after=before)
     candidates = calibration_candidates(cal, where, logistic_input)
+    held_p, held_m = np.r_[cal[1], pv], np.r_[cal[2], mv]
+    candidates = [c for c in candidates if keeps_ranking(c, held_p, held_m)]
     scored = [(brier(yv, c.apply(pv, mv)), i) for i, c in enumerate(candidates)]
     best = candidates[min(scored)[1]]
     return best.model_copy(update={
@@ -107,6 +113,17 @@ def calibration_candidates(cal: tuple[np.ndarray, np.ndarray, np.ndarray], where
     return [Calibration(method="none", fitted_on=f"{where}; no map beat the model's own "
                         "probability (validation Brier)"),
             *(m.to_calibration(fitted_on=where) for m in maps)]
+
+
+def keeps_ranking(cal: Calibration, p: np.ndarray, margin: np.ndarray) -> bool:
+    """Whether a map gives the held-out stays' distinct scores (`p`, `margin`) distinct risks in
+    the same order: a Platt slope at or below zero would flatten or reverse the ranking, and a
+    map that sends a held-out score to the risk's bounds (RISK_EPS, 1 - RISK_EPS), where the
+    served risk is clipped, ties every score beyond it. The strict isotonic map never does."""
+    if cal.method == "platt" and float(cal.slope or 0.0) <= 0.0:
+        return False
+    r = cal.apply(p, margin)
+    return bool(np.all((r > RISK_EPS) & (r < 1.0 - RISK_EPS)))
 
 
 def threshold_points(y: np.ndarray, p: np.ndarray,
@@ -164,3 +181,27 @@ DEFAULT_POINT = "high_sensitivity"
 def default_point(named: list[NamedOperatingPoint]) -> str | None:
     names = [p.name for p in named]
     return DEFAULT_POINT if DEFAULT_POINT in names else (names[0] if names else None)
+
+
+#: Per split, (y, values): outcomes and the risk (or score) of each stay, [N, C] each.
+SplitValues = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def metric_block(task: str, labels: list[str], values: SplitValues, n_boot: int,
+                 seed: int = 0) -> dict[str, Any]:
+    """`test`, `test_ci` (bootstrap) and `val` figures of `values` on those splits."""
+    from scehr.training.bootstrap import bootstrap_metrics
+    from scehr.training.metrics import task_metrics
+
+    yt, vt = values["test"]
+    return {"test": task_metrics(task, yt, vt, labels),
+            "test_ci": bootstrap_metrics(task, yt, vt, n_boot=n_boot, seed=seed),
+            "val": task_metrics(task, *values["val"], labels)}
+
+
+def served_metrics(task: str, labels: list[str], risk: SplitValues,
+                   score: dict[str, Any], n_boot: int, seed: int = 0) -> dict[str, Any]:
+    """The card's and index's figures on the served risk, the score's (`metric_block` of the
+    uncalibrated probability) beside them under `score`."""
+    return {**metric_block(task, labels, risk, n_boot, seed), "computed_on": SERVED_RISK,
+            "score": score}

@@ -172,15 +172,18 @@ def _folds(y: np.ndarray, k: int, seed: int) -> np.ndarray:
 def choose_calibration(model: ExportedModel, fit: Scored, where: str, seed: int
                        ) -> Calibration:
     """The parent's map, no map, or a temperature, Platt or isotonic map refitted on `fit`:
-    the one with the best CV_FOLDS-fold cross-validated Brier score (in that order on a tie),
-    then refitted on all of `fit`. ECE before: the parent's map on `fit`; after: the chosen
+    the one with the best CV_FOLDS-fold cross-validated Brier score (in that order on a tie)
+    among those that keep the ranking of `fit`'s scores (`keeps_ranking`), then refitted on all
+    of `fit`. ECE before: the parent's map on `fit`; after: the chosen
     map's out-of-fold risks, which no map saw when fitted."""
-    from scehr.training.losses import POSITIVE_ANCHOR_ONLY
-    from scehr.training.serving_assets import calibration_candidates
+    from scehr.training.losses import calibration_input
+    from scehr.training.serving_assets import calibration_candidates, keeps_ranking
 
-    kind = "probability" if model.manifest.loss.name in POSITIVE_ANCHOR_ONLY else "margin"
+    kind = calibration_input(model.manifest.loss.name)
     y, p, m = fit.y, fit.probability, fit.margin
     parent = model.card.calibration
+    full = [parent, *calibration_candidates((y, p, m), where, kind)]
+    ranks = np.array([keeps_ranking(c, p, m) for c in full])  # only maps that keep the ranking
     fold = _folds(y, CV_FOLDS, seed)
     oof = np.empty((5, len(y)))
     for k in range(CV_FOLDS):
@@ -188,8 +191,9 @@ def choose_calibration(model: ExportedModel, fit: Scored, where: str, seed: int
         maps = [parent, *calibration_candidates((y[~out], p[~out], m[~out]), where, kind)]
         for i, c in enumerate(maps):
             oof[i, out] = c.apply(p[out], m[out])
-    best = int(np.argmin([brier(y, r) for r in oof]))
-    chosen = ([parent, *calibration_candidates((y, p, m), where, kind)])[best]
+    best = int(np.argmin([brier(y, r) if ok else np.inf for r, ok in zip(oof, ranks,
+                                                                        strict=True)]))
+    chosen = full[best]
     among = (f"the best {CV_FOLDS}-fold cross-validated Brier score on {where} among the "
              "parent's map, no map, temperature, Platt and isotonic maps")
     how = (f"{where}: {among}, refitted on all of it" if best else

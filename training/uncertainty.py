@@ -33,6 +33,22 @@ UNCERTAINTY_WHERE = ("calibration split (held out of training and early stopping
 #: above it, the set mostly says "either outcome", which a clinician cannot act on.
 MIN_SINGLE = 0.5
 
+#: How far below its level a chosen level's validation coverage may fall (overall, and among
+#: the stays with the outcome when there are at least MIN_COVERAGE_POSITIVES of them): a level
+#: the held-out stays do not reach there is not served as if it were met.
+COVERAGE_SLACK = 0.02
+MIN_COVERAGE_POSITIVES = 10
+
+
+def level_holds(check: CoverageCheck, level: float) -> bool:
+    """Whether validation supports serving `level`: one-outcome sets for at least MIN_SINGLE
+    of the stays, and coverage no more than COVERAGE_SLACK below the level."""
+    given = (check.coverage_with_outcome if check.positives >= MIN_COVERAGE_POSITIVES
+             else None)
+    return (check.single_outcome >= MIN_SINGLE
+            and check.coverage >= level - COVERAGE_SLACK
+            and (given is None or given >= level - COVERAGE_SLACK))
+
 
 def venn_abers_steps(risk: np.ndarray, y: np.ndarray
                      ) -> tuple[list[float], list[float], list[float]]:
@@ -103,9 +119,10 @@ def fit_uncertainty(calib: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray,
     """The uncertainty map of one class from held-out (y, risk) pairs.
 
     Venn-Abers steps and conformal bounds are fitted on `calib`; the level is the highest of
-    `levels` whose sets are one-outcome for at least MIN_SINGLE of the `val` stays (else the
-    lowest), and its validation coverage is stored with it; `test` is only scored. `names`:
-    what `val` and `test` are, as their coverage checks say."""
+    `levels` that the `val` stays support (`level_holds`: mostly one-outcome sets, coverage
+    within COVERAGE_SLACK of the level), else the lowest, and its validation coverage is
+    stored with it; `test` is only scored. `names`: what `val` and `test` are, as their
+    coverage checks say."""
     yc, rc = (np.asarray(a, dtype=np.float64) for a in calib)
     yv, rv = (np.asarray(a, dtype=np.float64) for a in val)
     cuts, p0, p1 = venn_abers_steps(rc, yc)
@@ -117,7 +134,7 @@ def fit_uncertainty(calib: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray,
                             positives=int((yc > 0.5).sum()))
         check = coverage(u, yv, rv, names[0])
         chosen = u.model_copy(update={"validation": check})
-        if check.single_outcome >= MIN_SINGLE:
+        if level_holds(check, level):
             break
     assert chosen is not None, "levels must not be empty"
     if test is not None:

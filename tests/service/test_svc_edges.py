@@ -10,6 +10,7 @@ its own LOINC / UCUM / SNOMED CT / HSLOC tables (not the adapter's).
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,33 @@ async def test_below_the_minimum_every_interface_abstains_naming_what_is_missing
         assert v2.status_code == 400 and "data minimum" in v2.text
 
 
+def offered_benchmark17() -> str:
+    """The benchmark-17 mortality version the README offers clients with MIMIC-shaped stays."""
+    found = re.search(r"`\./scripts/serve --version mortality=([\w.]+)`",
+                      (REPO / "README.md").read_text())
+    assert found, "README.md offers the benchmark-17 model with ./scripts/serve --version"
+    return found.group(1)
+
+
+async def test_the_benchmark17_model_the_readme_offers_abstains_on_every_interface() -> None:
+    """A MIMIC-shaped client is sent to the benchmark-17 model, not the default: it too answers
+    one heart-rate value with `insufficient_data` on JSON, FHIR and CDS Hooks (1.1.0 gave it a
+    risk), and scores its example stay with an interval."""
+    version = offered_benchmark17()
+    pinned = Settings(model_dir=MODELS, device="cpu", versions={"mortality": version})
+    async with serve(pinned) as client:
+        client: httpx.AsyncClient
+        r = (await client.post("/predict/mortality", json=_one_heart_rate())).json()
+        assert r["model"]["version"] == version
+        assert r["status"] == "insufficient_data" and r["results"] == [], r
+        assert any("1 observation(s) inside the window" in w
+                   for w in r["sufficiency"]["reasons"])
+        await _fhir_and_cds_abstain_on_one_heart_rate(client, "mortality")
+        example = json.loads((REPO / "examples" / "mortality_stay_benchmark17.json").read_text())
+        ok = (await client.post("/predict/mortality", json=example)).json()
+    assert ok["status"] == "scored" and ok["results"][0]["risk_interval"] is not None
+
+
 async def test_an_abstention_keeps_the_data_warnings_and_claims_no_normal_value() -> None:
     """No risk was computed, so no channel's normal value was used: no `channel_not_observed`
     notice on any interface; what is true of the data (a value clipped) stays."""
@@ -309,8 +337,21 @@ async def test_words_speak_of_the_risk_and_its_named_points() -> None:
                                params={"operating_point": "high_sensitivity"})).json()
         res = {c["label"]: c for c in r["results"]}
         op = res["Acute myocardial infarction"]["operating_point"]
-        assert op["threshold"] is None and "risk floor" in op["withheld"]
+        assert op["threshold"] is None and op["withheld"] == withheld_reason(
+            "Acute myocardial infarction", "high_sensitivity")
         assert res["Acute myocardial infarction"]["alert"] is False
+
+
+def withheld_reason(label: str, point: str) -> str:
+    """Why the default phenotypes model withholds `point` for class `label` (its manifest)."""
+    from scehr.schemas.manifest import load_manifest
+
+    index = read_index(MODELS)
+    m = load_manifest(MODELS / index.entry("phenotypes", index.defaults["phenotypes"]).path
+                      / "manifest.json")
+    [reason] = [w.reason for c in m.classes if c.label == label
+                for w in c.withheld_points if w.name == point]
+    return reason
 
 
 async def test_a_withheld_default_point_falls_back_without_a_warning_per_request() -> None:

@@ -141,7 +141,7 @@ async def test_a_physionet_stay_as_fhir_gets_the_risk_of_its_json_payload() -> N
     records = raw_records(3)
     # PHYSIONET maps to the benchmark channels: the benchmark-17 model reads them (pinned; the
     # default reads the full PhysioNet set, whose FHIR path the fixture tests cover)
-    pinned = Settings(model_dir=MODELS, device="cpu", versions={"mortality": "1.1.0"})
+    pinned = Settings(model_dir=MODELS, device="cpu", versions={"mortality": "1.1.1"})
     async with serve(pinned) as client:
         for record, rows in records:
             payload, fhir = both_forms(rows)

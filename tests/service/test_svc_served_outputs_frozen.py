@@ -63,7 +63,9 @@ async def served(task: str, model_dir: Path) -> list[dict[str, Any]]:
     """Per class: label and the numbers of FIELDS, from /predict on the model dir's default."""
     [entry] = [e for e in read_index(model_dir).models if e.task == task]
     payload = json.loads((REPO / "examples" / EXAMPLE_OF[entry.feature_set]).read_text())
-    async with serve(Settings(model_dir=model_dir, device="cpu")) as client:
+    # legacy versions too: served on request (SCEHR_ALLOW_LEGACY_MODELS), they must not move
+    async with serve(Settings(model_dir=model_dir, device="cpu",
+                              allow_legacy_models=True)) as client:
         r = await client.post(f"/predict/{task}", json=payload)
     assert r.status_code == 200, r.text
     return [{"label": c["label"], **{k: c[v] for k, v in FIELDS.items()}}

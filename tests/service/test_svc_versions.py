@@ -104,18 +104,18 @@ def _benchmark17_stay() -> dict[str, Any]:
 
 async def test_a_stay_the_chosen_version_cannot_read_gets_a_compact_422_naming_one_that_can(
         ) -> None:
-    """MIMIC-shaped stays (the 17 benchmark channels) sent to the PhysioNet model 1.2.0 while
-    1.1.0 is served too: one problem per distinct variable, the allowed names once, catalog
-    variables "not read by this model", and a first problem naming 1.1.0."""
+    """MIMIC-shaped stays (the 17 benchmark channels) sent to the PhysioNet model 1.2.2 while
+    1.1.1 is served too: one problem per distinct variable, the allowed names once, catalog
+    variables "not read by this model", and a first problem naming 1.1.1."""
     body = _benchmark17_stay()
-    settings = Settings(model_dir=MODELS, device="cpu", versions="mortality=1.2.0,1.1.0")
+    settings = Settings(model_dir=MODELS, device="cpu", versions="mortality=1.2.2,1.1.1")
     async with serve(settings) as c:
         r = await c.post("/predict/mortality", json=body)
         assert r.status_code == 422, r.text
         detail = r.json()["detail"]
         hint, *per_variable = detail
-        assert hint["rule"] == "served_version_reads_them" and hint["allowed"] == "1.1.0"
-        assert "?version=1.1.0" in hint["message"]
+        assert hint["rule"] == "served_version_reads_them" and hint["allowed"] == "1.1.1"
+        assert "?version=1.1.1" in hint["message"]
         variables = [body["observations"][p["loc"][2]]["variable"] for p in per_variable
                      if p["loc"][:2] == ["body", "observations"]]
         assert len(variables) == len(set(variables)) == len(per_variable)
@@ -123,8 +123,8 @@ async def test_a_stay_the_chosen_version_cannot_read_gets_a_compact_422_naming_o
         assert all("not read by this model" in p["message"] for p in per_variable)
         assert [p["allowed"] is not None for p in per_variable].count(True) == 1
         assert len(r.content) < 8_000, len(r.content)
-        ok = await c.post("/predict/mortality", json=body, params={"version": "1.1.0"})
-        assert ok.status_code == 200 and ok.json()["model"]["version"] == "1.1.0"
+        ok = await c.post("/predict/mortality", json=body, params={"version": "1.1.1"})
+        assert ok.status_code == 200 and ok.json()["model"]["version"] == "1.1.1"
         # the batch route compacts each stay's errors the same way
         r = await c.post("/predict/mortality/batch", json={"stays": [body, body]})
         items = r.json()["items"]
@@ -160,8 +160,31 @@ def test_offline_scoring_compacts_the_problems_the_same_way() -> None:
     from scehr.service.registry import load_model
 
     settings = Settings(model_dir=MODELS, device="cpu")
-    model = load_model(MODELS / "mortality" / "1.2.0", "mortality", settings)
+    model = load_model(MODELS / "mortality" / "1.2.2", "mortality", settings)
     [problems] = score_chunk(model, [_benchmark17_stay()], model.max_batch_size,
                              settings.max_observations)
     assert isinstance(problems, list) and 1 < len(problems) < 20
     assert {p.rule for p in problems} == {"variable_not_read"}
+
+
+async def test_a_legacy_version_is_served_only_when_asked_for() -> None:
+    """mortality 1.1.0 (manifest contract 1.1) never abstains and serves no interval: a server
+    asked for it refuses to start, naming 1.1.1 (its re-issue) and the setting, as does a load on
+    reload or for `scehr score`; with SCEHR_ALLOW_LEGACY_MODELS it serves as it always did
+    (one heart-rate value gets a risk: why it is legacy)."""
+    from scehr.service.load_errors import ModelLoadError
+    from scehr.service.registry import Registry, load_model
+
+    pinned = Settings(model_dir=MODELS, device="cpu", versions="mortality=1.1.0")
+    with pytest.raises(ModelLoadError, match=r"re-issue mortality 1\.1\.1") as e:
+        Registry(pinned, None, None).preflight()  # type: ignore[arg-type]
+    assert e.value.rule == "legacy_model"
+    assert "SCEHR_ALLOW_LEGACY_MODELS=true" in str(e.value) and "no data minimum" in str(e.value)
+    with pytest.raises(ModelLoadError, match="legacy"):
+        load_model(MODELS / "phenotypes" / "1.1.2", "phenotypes", pinned)
+    one = {"observations": [{"variable": "heart_rate", "time": 3.0, "value": 80}]}
+    allowed = pinned.model_copy(update={"allow_legacy_models": True})
+    async with serve(allowed) as c:
+        r = (await c.post("/predict/mortality", json=one)).json()
+    assert r["model"]["version"] == "1.1.0" and r["status"] == "scored"
+    assert r["results"][0]["risk_interval"] is None

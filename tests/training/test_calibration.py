@@ -102,7 +102,7 @@ def test_isotonic_roundtrip_equals_sklearn():
     rng = np.random.default_rng(2)
     p = rng.random(400)
     y = (rng.random(400) < p**3).astype(int)
-    cal = IsotonicCalibrator().fit(p, y)
+    cal = IsotonicCalibrator(strict=False).fit(p, y)
     d = json.loads(json.dumps(cal.to_dict()))
     x_new = np.concatenate([rng.random(200), [-0.5, 0.0, 1.0, 2.0]])  # incl. out of range
     # The served read-out keeps risks strictly inside (0, 1) (schemas.contract.RISK_EPS).
@@ -113,10 +113,73 @@ def test_isotonic_roundtrip_equals_sklearn():
         expected)
     Y2 = np.stack([y, 1 - y], axis=1)
     P2 = np.stack([p, 1 - p], axis=1)
-    cal2 = IsotonicCalibrator().fit(P2, Y2)
+    cal2 = IsotonicCalibrator(strict=False).fit(P2, Y2)
     out = apply_calibration(cal2.to_dict(), P2[:20])
     np.testing.assert_allclose(out[:, 1], np.clip(cal2.models_[1].transform(P2[:20, 1]),
                                                   RISK_EPS, 1 - RISK_EPS))
+
+
+def _distinct_scores(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Distinct probabilities over [0, 1] at least 1e-9 apart, the ends and crowds near 0
+    and 1 included (closer scores cannot get distinct float64 risks from any smooth map)."""
+    p = np.r_[rng.random(n), rng.random(n) ** 3, 1 - rng.random(n) ** 3, 0.0, 1.0, 0.5,
+              0.5 + 1e-7]
+    return np.unique(np.round(p.astype(np.float32).astype(np.float64), 9))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_isotonic_map_never_ties_distinct_scores(seed: int) -> None:
+    """A monotone map must keep the ranking: sklearn's isotonic fit is a step function (every
+    score of a step gets one risk, and every score beyond the held-out range the end step's),
+    the served map is strictly increasing on all of [0, 1], inside the risk's bounds, and
+    still isotonic regression's: its knots are the steps' observed rates."""
+    rng = np.random.default_rng(seed)
+    n = [30, 126, 400, 2000, 60, 126][seed]
+    p = rng.beta(0.5, 6, n) if seed % 2 else rng.random(n)
+    y = (rng.random(n) < np.clip(2 * p**1.5, 0, 1)).astype(int)
+    y[:2] = [0, 1]  # both outcomes present
+    cal = IsotonicCalibrator().fit(p, y)
+    x = _distinct_scores(rng, 3000)
+    r = cal.transform(x)
+    assert np.all(np.diff(r) > 0), "two distinct scores share a risk"
+    assert r.min() > RISK_EPS and r.max() < 1 - RISK_EPS  # nothing clipped, so nothing tied
+    kx, ky = np.asarray(cal.x_thresholds_), np.asarray(cal.y_thresholds_)
+    steps = np.unique(cal.models_[0].predict(np.unique(p)))
+    inner = ky[(kx > 0) & (kx < 1)]
+    assert len(inner) == len(steps)
+    np.testing.assert_allclose(inner[1:-1], RISK_EPS + steps[1:-1] * (1 - 2 * RISK_EPS))
+    served = apply_calibration(cal.to_dict(), x)  # the service's read-out of the export
+    np.testing.assert_array_equal(served, r)
+
+
+def test_the_chosen_calibration_keeps_the_ranking_of_every_class() -> None:
+    """Export's choice among no map, temperature, Platt and isotonic, on per-class data where
+    isotonic wins: the served risk ranks a class's stays as its score does, so per-class AUROC
+    is unchanged, and a Platt map whose slope would reverse the ranking is never chosen."""
+    from scehr.schemas.manifest import logistic_margin
+    from scehr.training.metrics import auroc
+    from scehr.training.serving_assets import fit_calibration
+
+    rng = np.random.default_rng(7)
+
+    def split(n: int, flip: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        p = rng.random(n)
+        y = (rng.random(n) < (np.where(p > 0.6, 0.9, 0.05))).astype(float)  # a step: isotonic
+        if flip:
+            y = 1.0 - y
+        return y, p, logistic_margin(p, "probability")
+
+    for flip in (False, True):
+        cal, val = split(300, flip), split(3000, flip)
+        c = fit_calibration(cal, val, "test", logistic_input="probability")
+        x = _distinct_scores(rng, 2000)
+        r = c.apply(x, logistic_margin(x, "probability"))
+        inner = (x > 1e-3) & (x < 1 - 1e-3)  # a sigmoid map may reach the risk's bounds
+        assert np.all(np.diff(r[inner]) > 0), (flip, c.method)
+        if not flip:
+            assert c.method == "isotonic"
+        yv, pv, mv = val
+        assert auroc(yv, c.apply(pv, mv)) == pytest.approx(auroc(yv, pv), abs=1e-12)
 
 
 def test_apply_calibration_none():

@@ -125,7 +125,7 @@ def test_reissue_chooses_the_points_again_in_order_on_the_same_graph_and_maps(
     """--points: every class's points are chosen again on the rebuilt validation split (the
     order rule) and screened; the graph, the calibration and the uncertainty map stay."""
     from scehr.training.calibration import named_point_rules
-    from scehr.training.reissue import held_out_risks
+    from scehr.training.reissue import held_out_outputs, served_risks
 
     folder, run, data = models / task / "0.1.0", models.parent / f"run-{task}", \
         models.parent / "data"
@@ -134,7 +134,7 @@ def test_reissue_chooses_the_points_again_in_order_on_the_same_graph_and_maps(
                          "--data", str(data)]) == 0
     old, new = (load_manifest(f / "manifest.json") for f in (folder, out))
     assert new.onnx.sha256 == old.onnx.sha256 and "chosen again" in new.notes[-1]
-    yv, rv = held_out_risks(folder, run / "config.json", data)["val"]
+    yv, rv = served_risks(old, held_out_outputs(folder, run / "config.json", data))["val"]
     for c, (was, card) in enumerate(zip(old.classes, new.classes, strict=True)):
         assert card.calibration == was.calibration and card.uncertainty == was.uncertainty
         chosen, _ = named_point_rules(yv[:, c], rv[:, c])
@@ -148,6 +148,88 @@ def test_reissue_chooses_the_points_again_in_order_on_the_same_graph_and_maps(
         assert thresholds == sorted(thresholds) and ppv == sorted(ppv), card.label
         if card.levels is not None:
             assert {card.levels.warning, card.levels.critical} - {None} <= set(served)
+
+
+def _served(folder: Path, run: Path, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(y, score, risk) [N, C] of a run's saved predictions, the risk through the manifest's
+    maps (the service's read-out)."""
+    saved = np.load(run / "predictions.npz")
+    y, p = saved[f"{split}_y"], saved[f"{split}_probability"]
+    lg = saved[f"{split}_anchor_logits"]
+    margin = lg[..., 0] - lg[..., 1]
+    cards = load_manifest(folder / "manifest.json").classes
+    risk = np.stack([k.calibration.apply(p[:, c], margin[:, c]) for c, k in enumerate(cards)],
+                    axis=1)
+    return y, p, risk
+
+
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+def test_the_served_risk_ranks_stays_as_the_score_does(models: Path, task: str) -> None:
+    """Every class's map keeps its score's ranking (the CBCE model's too, whose score is not a
+    function of the anchor margin that its maps used to read): same order, no ties where the
+    scores differ, so the risk's AUROC is the score's."""
+    from scehr.training.metrics import auroc
+
+    y, p, risk = _served(models / task / "0.1.0", models.parent / f"run-{task}", "test")
+    for c in range(p.shape[1]):
+        order = np.argsort(p[:, c], kind="stable")
+        ps, rs = p[order, c], risk[order, c]
+        distinct = np.diff(ps) > 0
+        assert np.all(np.diff(rs)[distinct] > 0) and np.all(np.diff(rs)[~distinct] == 0), c
+        if 0 < y[:, c].sum() < len(y):
+            assert auroc(y[:, c], risk[:, c]) == pytest.approx(auroc(y[:, c], p[:, c]),
+                                                               abs=1e-12)
+
+
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+def test_the_card_figures_are_the_served_risks(models: Path, task: str) -> None:
+    """The manifest's (and so the card's and the index's) test figures are those of the risk
+    the service serves, the uncalibrated score's beside them."""
+    from scehr.training.metrics import task_metrics
+
+    folder = models / task / "0.1.0"
+    m = load_manifest(folder / "manifest.json")
+    y, _, risk = _served(folder, models.parent / f"run-{task}", "test")
+    want = task_metrics(task, y, risk, m.label_names)
+    assert m.metrics["computed_on"] == "risk"
+    head = want["headline"]
+    assert m.metrics["test"][head] == pytest.approx(want[head], abs=1e-9)
+    assert m.metrics["test_ci"][head]["value"] == pytest.approx(want[head], abs=1e-9)
+    trained = json.loads((models.parent / f"run-{task}" / "metrics.json").read_text())
+    assert m.metrics["score"]["test"] == trained["test"]
+    if task == "mortality":  # the calibration changes the ECE, not the ranking
+        assert m.metrics["test"]["ece"] == pytest.approx(want["ece"], abs=1e-12)
+    card = (folder / "MODEL_CARD.md").read_text()
+    assert "Computed on the served `risk`" in card
+    assert f"| {head} | {want[head]:.3f} [" in card
+
+
+def test_a_recalibrated_reissue_serves_and_states_the_figures_of_its_risk(
+        models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m scehr.training.reissue --recalibrate` refits the maps on the held-out split
+    rebuilt from the run's config, scored by the ONNX graph: the new card's figures are of its
+    served risk, the score's beside them, and the graph is the shipped one."""
+    from scehr.training.metrics import task_metrics
+    from scehr.training.reissue import held_out_outputs, main
+
+    folder, run, data = models / "phenotypes" / "0.1.0", models.parent / "run-phenotypes", (
+        models.parent / "data")
+    out = models / "phenotypes" / "0.1.1"
+    assert main([str(folder), str(out), "--recalibrate", str(run / "config.json"),
+                 "--data", str(data)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    m = load_manifest(out / "manifest.json")
+    assert (out / "model.onnx").read_bytes() == (folder / "model.onnx").read_bytes()
+    y, p, mg = held_out_outputs(out, run / "config.json", data)["test"]
+    risk = np.stack([k.calibration.apply(p[:, c], mg[:, c]) for c, k in enumerate(m.classes)],
+                    axis=1)
+    for key, values in (("test", risk), ("score", p)):
+        got = m.metrics["test"] if key == "test" else m.metrics["score"]["test"]
+        want = task_metrics("phenotypes", y, values, m.label_names)
+        assert got["micro_auroc"] == pytest.approx(want["micro_auroc"], abs=1e-9)
+        assert got["macro_auroc"] == pytest.approx(want["macro_auroc"], abs=1e-9)
+    assert all(k.uncertainty is not None for k in m.classes)
+    assert "refitted" in (out / "MODEL_CARD.md").read_text()
 
 
 def test_prototypes_never_stand_for_fewer_than_20_stays() -> None:
@@ -212,7 +294,8 @@ def test_no_held_out_split_means_no_calibration(tmp_path: Path) -> None:
 
 def test_temperature_of_a_positive_anchor_loss_ignores_the_untrained_negative_anchor() -> None:
     """For BCE/focal p = σ(uᵀz) and v is never trained: the map must rank stays as p does."""
-    from scehr.training.export import POSITIVE_ANCHOR_ONLY, fit_calibration
+    from scehr.training.export import fit_calibration
+    from scehr.training.losses import POSITIVE_ANCHOR_ONLY
 
     assert {"bce", "focal"} <= POSITIVE_ANCHOR_ONLY and "cbce" not in POSITIVE_ANCHOR_ONLY
     rng = np.random.default_rng(0)

@@ -88,6 +88,32 @@ def test_level_is_chosen_on_validation_and_stored_with_its_coverage() -> None:
     assert abs(u.validation.coverage - u.level) < 0.05
 
 
+def test_a_level_validation_does_not_reach_is_not_served() -> None:
+    """The level is chosen on validation for its coverage too, not only for sets that name one
+    outcome: when a third of the stays with the outcome score far lower on validation than on
+    the held-out split, the sets at 95 % and 90 % are mostly one-outcome there (which alone
+    chose 95 %) but cover too few of those stays, so neither is served as if it were met."""
+    rng = np.random.default_rng(0)
+
+    def sharp(n: int) -> tuple[np.ndarray, np.ndarray]:
+        p = 1.0 / (1.0 + np.exp(-(14.0 * rng.uniform(size=n) - 9.0)))
+        return (rng.uniform(size=n) < p).astype(np.float64), p
+
+    yc, rc = sharp(600)
+    yv, rv = sharp(800)
+    rv = np.where((yv > 0.5) & (rng.random(800) < 0.3), rv * 0.3, rv)
+    for level in (0.95, 0.9):
+        ef, nu = conformal_bounds(rc, yc, level)
+        higher = RiskUncertainty(cuts=[], low=[0.0], high=[1.0], level=level, event_from=ef,
+                                 no_event_up_to=nu, fitted_on="synthetic", n=600,
+                                 positives=int(yc.sum()))
+        check = coverage(higher, yv, rv, "validation split")
+        assert check.single_outcome >= 0.5
+        assert check.coverage_with_outcome < level - 0.02  # COVERAGE_SLACK
+    u = fit_uncertainty((yc, rc), (yv, rv), "synthetic")
+    assert u.level == 0.8 and u.validation is not None
+
+
 def test_too_few_held_out_positives_keep_the_outcome_in_every_set() -> None:
     y = np.r_[np.zeros(50), np.ones(3)]
     r = np.linspace(0.01, 0.9, 53)

@@ -12,6 +12,7 @@ from scehr.training.losses.combined import (
     POSITIVE_ANCHOR_ONLY,
     CombinedLoss,
     build_loss,
+    calibration_input,
 )
 from scehr.training.losses.debias import DebiasedSupCon, MemoryQueue
 from scehr.training.losses.focal import FocalLoss
@@ -55,4 +56,5 @@ __all__ = [
     "TripletLoss",
     "build_loss",
     "build_regularizer",
+    "calibration_input",
 ]

@@ -29,6 +29,9 @@ class AnchorLoss(nn.Module):
     #: The read-out uses the positive anchor only (p = σ(uᵀz)): v is never trained, so
     #: calibration maps read logit(p) = uᵀz instead of the margin uᵀz − vᵀz.
     positive_anchor_only: bool = False
+    #: The read-out is σ(uᵀz − vᵀz), a function of the margin alone: a calibration map of the
+    #: margin then ranks stays as the probability does (`combined.calibration_input`).
+    margin_scored: bool = False
 
     def forward(self, anchor_logits: Tensor, y: Tensor) -> Tensor:
         y = as_targets(anchor_logits, y)

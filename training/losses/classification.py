@@ -56,6 +56,8 @@ class CBCE(AnchorLoss):
 class CSCE(AnchorLoss):
     """Contrastive softmax CE, ratio form: a 2-way softmax over (uᵀz, vᵀz)."""
 
+    margin_scored = True
+
     def elementwise(self, u: Tensor, v: Tensor, y: Tensor) -> Tensor:
         log_p = torch.log_softmax(torch.stack((u, v), dim=-1), dim=-1)
         return -(y * log_p[..., 0] + (1 - y) * log_p[..., 1])

@@ -10,7 +10,7 @@ the total and each part by name, which the fit loop logs per epoch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor, nn
 
@@ -33,6 +33,15 @@ CCE_LOSSES: dict[str, type[AnchorLoss]] = {
 #: Losses whose probability ignores the negative anchor (derived from the classes).
 POSITIVE_ANCHOR_ONLY: frozenset[str] = frozenset(
     name for name, cls in CCE_LOSSES.items() if cls.positive_anchor_only)
+
+
+def calibration_input(loss: str) -> Literal["margin", "probability"]:
+    """What the calibration maps of a model trained with `loss` read: the margin uᵀz − vᵀz
+    where the probability is σ(margin) (CSCE), else logit(p). A map must rank a class's stays
+    as its score does: CBCE's σ(u) / (σ(u) + σ(v)) is not a function of the margin, so a map
+    of the margin would re-rank them; BCE and focal never train v."""
+    cls = CCE_LOSSES.get(loss)
+    return "margin" if cls is not None and cls.margin_scored else "probability"
 
 
 class CombinedLoss(nn.Module):

@@ -115,7 +115,7 @@ def test_seeded(tmp_path: Path) -> None:
 #: the shipped model it is sent to; task None: written by hand for the full PhysioNet set the
 #: default mortality model reads)
 EXAMPLE_FILES = {
-    "mortality_stay_benchmark17.json": ("benchmark76-48h", "mortality", "mortality/1.1.0"),
+    "mortality_stay_benchmark17.json": ("benchmark76-48h", "mortality", "mortality/1.1.1"),
     "phenotypes_stay.json": ("benchmark76-stay", "phenotypes", "phenotypes/1.1.0"),
     "mortality_stay.json": ("physionet2012-full", None, "mortality/1.2.0"),
 }

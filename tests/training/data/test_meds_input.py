@@ -118,6 +118,6 @@ def test_meds_output_scores_with_the_shipped_model(both: tuple[Path, Path], tmp_
 
     split = both[1] / "in-hospital-mortality" / "test"
     out = tmp_path / "scores.csv"
-    assert main(["score", str(REPO / "models" / "mortality" / "1.1.0"), str(split), "--out",
+    assert main(["score", str(REPO / "models" / "mortality" / "1.1.1"), str(split), "--out",
                  str(out), "--quiet"]) == 0
     assert len(pd.read_csv(out)) == len(pd.read_csv(split / "listfile.csv"))

@@ -1,12 +1,15 @@
-"""Raw MIMIC-III demo -> extract -> train -> evaluate -> export -> serve (docs/mimic.md).
+"""Raw MIMIC-III demo -> extract -> train -> evaluate -> export -> serve -> predict
+(docs/mimic.md, "From the demo to a served model").
 
 Tiny model, one epoch: this checks that the pieces fit (the extracted layout trains, the
-export serves the demo's own stays with the probabilities training evaluated), not accuracy.
-Needs ../shared/data (skipped without it).
+export serves the demo's own stays with the probabilities training evaluated, and answers the
+stay the guide's last command sends), not accuracy. Needs ../shared/data (skipped without it).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +26,18 @@ from tests.service.conftest import serve
 from tests.training.test_export import wide_payload
 
 pytestmark = needs_shared_data
+REPO = Path(__file__).resolve().parents[3]
+GUIDE = REPO / "docs" / "mimic.md"
+
+
+def served_model_commands() -> list[str]:
+    """The commands of the guide's "From the demo to a served model" section, in order (a
+    trailing backslash continues a line)."""
+    section = GUIDE.read_text().split("## From the demo to a served model", 1)[1]
+    section = section.split("\n## ", 1)[0].split("\n### ", 1)[0]
+    text = "\n".join(re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL))
+    return [" ".join(line.split()) for line in text.replace("\\\n", " ").splitlines()
+            if line.strip()]
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +84,22 @@ async def test_served_demo_stays_score_as_evaluated(exported: Path) -> None:
              for it in items]
     assert sum(clean) >= 9  # of the 11
     np.testing.assert_allclose(got[clean], expected[clean], atol=1e-5)
+
+
+@pytest.mark.anyio
+async def test_the_guide_ends_in_a_prediction_the_demo_model_answers(exported: Path) -> None:
+    """The walk-through does not stop at `scehr serve`: its last command posts a stay, and the
+    exported demo model scores that stay (the README's PhysioNet example would be a 422:
+    the demo model does not read its variables)."""
+    commands = served_model_commands()
+    assert [c.split()[1] for c in commands[:5]] == ["data", "train", "evaluate", "export",
+                                                   "serve"]
+    assert commands[-1].startswith("curl"), commands[-1]
+    sent = re.search(r"localhost:(\d+)(/predict/mortality)\s.*--data @(\S+)", commands[-1])
+    assert sent and f"--port {sent.group(1)}" in commands[-2]
+    body = json.loads((REPO / sent.group(3)).read_text())
+    async with serve(Settings(model_dir=exported / "models", device="cpu")) as client:
+        r = await client.post(sent.group(2), json=body)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["status"] == "scored" and 0 < answer["results"][0]["risk"] < 1

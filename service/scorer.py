@@ -178,10 +178,12 @@ def _results(prep: PreparedStays, preds: dict[int, Prediction]) -> list[StayResu
 
 
 def score_offline(model: LoadedModel, stays: list[StayPayload], *, strict: bool = False,
-                  max_observations: int, max_rows: int | None = None) -> list[StayResult]:
+                  max_observations: int, max_rows: int | None = None,
+                  allow_insufficient: bool = False) -> list[StayResult]:
     """The scorer's path without a server (`scehr score`): same preparation and read-outs,
     the model run in chunks on this thread; no load shedding, deadline, monitoring or audit log
-    (the output file holds each prediction's audit record)."""
+    (the output file holds each prediction's audit record). `allow_insufficient` scores a
+    stay below the model's data minimum anyway, as the API's `allow_insufficient=true`."""
     spec = model.spec
     prep = prepare(spec, stays, strict=strict, max_observations=max_observations)
     for i, problems in prep.problems.items():
@@ -189,7 +191,10 @@ def score_offline(model: LoadedModel, stays: list[StayPayload], *, strict: bool 
     preds: dict[int, Prediction] = {}
     if prep.inputs is not None:
         out = run_chunked(model.run, prep.inputs, max_rows or model.max_batch_size)
-        preds = predictions(spec, prep, out)
+        choice = spec.points.default_choice()
+        if allow_insufficient:
+            choice = replace(choice, allow_insufficient=True)
+        preds = predictions(spec, prep, out, choice=choice)
     return _results(prep, preds)
 
 

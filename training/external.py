@@ -13,7 +13,6 @@ split, which neither saw. Figures on all the site's stays are given for the ship
 from __future__ import annotations
 
 import datetime as dt
-import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -222,68 +221,6 @@ def fit_site_calibration(model: ExportedModel, fit: Scored, choose: Scored, wher
                            (choose.y, choose.probability, choose.margin), where, kind)
 
 
-def training_data_warning(manifest: Manifest, data: Path, n_test: int) -> str | None:
-    """A warning when `data` is the dataset the model was trained on: its provenance.json names
-    the manifest's dataset and its test split has the manifest's test size. Then "all stays"
-    and the site's train and val splits hold the model's own training stays: the figures are
-    not an external validation, and only the test split was kept out of training."""
-    try:
-        source = json.loads((Path(data) / "provenance.json").read_text()).get("source")
-    except (OSError, ValueError):
-        return None
-    test = manifest.provenance.splits.get("test")
-    sources = manifest.provenance.dataset.split(" + ")
-    if source and source in sources[1:]:  # an extra source of multi-source training
-        return (f"{data} is one of the datasets this model was trained on ({source}): its "
-                "train and val splits were training stays, so the figures on all stays are "
-                "optimistic; only its test split was kept out of training")
-    if not source or source != sources[0] or test is None or test.n != n_test:
-        return None
-    return (f"{data} is the dataset this model was trained on ({source}): the figures on all "
-            "stays include its training stays (optimistic), so this is not an external "
-            "validation; only the test split was kept out of training")
-
-
-def evaluate_external(folder: Path, data: Path, n_boot: int = 1000, seed: int = 0
-                      ) -> dict[str, Any]:
-    """The model as shipped on all the site's stays, then shipped vs site-recalibrated on the
-    site's test split (the map fitted on its train split and chosen on its val split)."""
-    model = ExportedModel(folder)
-    scored = {s: model.score(model.load(data, s)) for s in SPLITS}
-    every = Scored.concat([scored[s] for s in SPLITS])
-    alerts, rule = model.default_alerts(every)
-    flipped_alerts, _ = model.default_alerts(every, flipped=True)
-    val, test = scored["val"], scored["test"]
-    cal = fit_site_calibration(model, scored["train"], val,
-                               f"{Path(data).name} train split; chosen on its val split")
-
-    def at_val_event1(risk_val: np.ndarray, risk_test: np.ndarray
-                      ) -> tuple[np.ndarray, str]:
-        t, _ = event1_threshold(val.y, risk_val)
-        return risk_test >= t, f"risk >= {t:.4f} (Event 1 threshold chosen on the site's val)"
-
-    after = cal.apply(test.probability, test.margin)
-    warning = training_data_warning(model.manifest, data, len(test.y))
-    return {
-        "model": str(folder), "model_version": model.manifest.version, "data": str(data),
-        "warnings": [warning] if warning else [],
-        "neutralised_channels": [model.fs.variable_ids[c] for c in model.neutral],
-        "coverage_on_site_test": {v: float(c) for v, c in zip(
-            model.fs.variable_ids, model.load(data, "test").coverage, strict=True)},
-        "shipped_all_stays": risk_metrics(every.y, every.risk, alerts, rule, n_boot, seed),
-        "shipped_test": risk_metrics(test.y, test.risk, *model.default_alerts(test), n_boot, seed),
-        "shipped_test_val_threshold": risk_metrics(
-            test.y, test.risk, *at_val_event1(val.risk, test.risk), n_boot, seed),
-        "recalibration": {"method": cal.method, "fitted_on": cal.fitted_on},
-        "recalibrated_test": risk_metrics(
-            test.y, after, *at_val_event1(cal.apply(val.probability, val.margin), after),
-            n_boot, seed),
-        "fairness_all_stays": fairness.audit(
-            every.y, every.risk, alerts, every.static_raw, every.flipped_risk, flipped_alerts,
-            where=f"all {len(every.y)} stays of {Path(data).name}", alert_rule=rule),
-    }
-
-
 def recalibrate(folder: Path, data: Path, out: Path, version: str | None = None
                 ) -> tuple[Path, list[str]]:
     """Write a new model version: the same ONNX graph with a calibration map fitted on the
@@ -295,6 +232,7 @@ def recalibrate(folder: Path, data: Path, out: Path, version: str | None = None
     """
     from scehr.training.export import manifest_json, named_points, risk_reference
     from scehr.training.model_card import write_model_card
+    from scehr.training.site_report import REPORT_FOLDER, write_report
 
     model = ExportedModel(folder)
     m = model.manifest
@@ -334,6 +272,9 @@ def recalibrate(folder: Path, data: Path, out: Path, version: str | None = None
     write_model_card(out, new, f"scehr recalibrate {folder} --data {data} --out {out}",
                      [f"Calibration map refitted on {Path(data).name} ({cal.method}); the test "
                       "metrics above are the original model's on its own test set."])
+    write_report(folder, data, out / REPORT_FOLDER, compare=out, split="test",
+                 command=f"scehr recalibrate {folder} --data {data} --out {out}",
+                 title=f"{m.task} {version} (site) against {m.version} on the site's test split")
     changes = add_model(out.parent.parent, entry_for(out, out.parent.parent, new),
                         set_default=False)
     return out, changes

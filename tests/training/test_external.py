@@ -1,5 +1,6 @@
-"""External validation of an exported model on another dataset, and the site recalibration
-that writes a new model version the service serves (tiny synthetic model and sites)."""
+"""The exported model scored on another dataset, and the site recalibration that writes a new
+model version the service serves, with its report against its parent (tiny synthetic model
+and sites; the evaluation report itself: test_site_report.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from scehr.service.settings import Settings
 from scehr.training.config import TrainConfig
 from scehr.training.data.synthetic import write_synthetic
 from scehr.training.export import export_run
-from scehr.training.external import ExportedModel, evaluate_external, recalibrate
+from scehr.training.external import ExportedModel, recalibrate
 from scehr.training.run import train_run
 from tests.service.conftest import serve
 
@@ -49,27 +50,6 @@ def test_onnx_scoring_reproduces_the_runs_own_test_predictions(setup: tuple) -> 
         np.testing.assert_array_equal(scored.y, saved["test_y"][:, 0])
 
 
-def test_external_report_before_and_after_recalibration(setup: tuple) -> None:
-    root, _, site = setup
-    out = evaluate_external(root / "models" / "mortality" / "0.1.0", site, n_boot=20)
-    every, test = out["shipped_all_stays"], out["recalibrated_test"]
-    assert every["n"] == 420 and out["shipped_test"]["n"] == test["n"] == 120
-    for block in ("shipped_all_stays", "shipped_test", "recalibrated_test"):
-        for k in ("auroc", "auprc", "ece", "calibration_slope", "calibration_intercept",
-                  "event1", "event2_h_normalized"):
-            ci = out[block][k]
-            assert ci["value"] is not None and ci["low"] <= ci["high"], (block, k)
-            if k in ("auroc", "auprc"):  # ECE, H and Event 1 are biased under resampling:
-                # their percentile interval need not hold the point value (20 resamples)
-                assert ci["low"] <= ci["value"] <= ci["high"], (block, k)
-    # a monotone recalibration of the same scores keeps the ranking
-    if out["recalibration"]["method"] == "temperature":
-        assert test["auroc"]["value"] == pytest.approx(out["shipped_test"]["auroc"]["value"])
-    assert "train split" in out["recalibration"]["fitted_on"]
-    assert out["fairness_all_stays"]["groups"]["all"]["n"] == 420
-    assert out["fairness_all_stays"]["sex_flip"]["n"] > 0
-
-
 @pytest.mark.anyio
 async def test_recalibrate_writes_a_new_version_the_service_serves(setup: tuple) -> None:
     root, _, site = setup
@@ -83,6 +63,9 @@ async def test_recalibrate_writes_a_new_version_the_service_serves(setup: tuple)
     assert m.version == "0.1.0-site" and m.onnx.sha256 == sha256_file(out / "model.onnx")
     assert "site" in m.classes[0].calibration.fitted_on and "recalibrated" in m.notes[-1]
     assert m.metrics["site_recalibration"]["site_test"]["n"] == 120
+    report = json.loads((out / "report" / "report.json").read_text())  # against its parent
+    assert report["models"]["compare"]["model"]["version"] == "0.1.0-site"
+    assert (out / "report" / "report.html").is_file()
     assert json.loads((site_models / "index.json").read_text())["defaults"]["mortality"] == (
         "0.1.0-site")  # the only model of that folder
     with pytest.raises(ModelIndexError, match="already"):
@@ -101,12 +84,3 @@ async def test_recalibrate_writes_a_new_version_the_service_serves(setup: tuple)
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def test_evaluating_on_the_training_data_warns_and_another_site_does_not(setup: tuple) -> None:
-    """The home dataset (the model's own training data) is flagged; another site is not."""
-    root, home, site = setup
-    folder = root / "models" / "mortality" / "0.1.0"
-    assert evaluate_external(folder, site, n_boot=5)["warnings"] == []
-    warnings = evaluate_external(folder, home, n_boot=5)["warnings"]
-    assert len(warnings) == 1 and "trained on" in warnings[0] and "not an external" in warnings[0]

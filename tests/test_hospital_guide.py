@@ -112,9 +112,15 @@ def test_a_newcomer_follows_the_guide_from_fhir_to_a_served_site_model(tmp_path:
             if e["resource"]["resourceType"] == "RiskAssessment"]
     assert len(risk) == 1 and risk[0]["method"]["coding"][0]["version"] == "1.3.1"
     assert 0 < risk[0]["prediction"][0]["probabilityDecimal"] < 1
-    report = json.loads((root / "site-report.json").read_text())
-    assert report["shipped_all_stays"]["n"] > 500 and report["warnings"] == []
+    report = json.loads((root / "site-report" / "report.json").read_text())
+    abstention = report["models"]["model"]["abstention"]
+    assert abstention["n"] > 500 and report["warnings"] == []
+    assert 0 < abstention["abstained"] < abstention["n"]  # below 1.3.1's data minimum
+    assert report["models"]["model"]["scored"]["coverage"]["with_outcome"]["value"] is not None
+    page = (root / "site-report" / "report.html").read_text()
+    assert page.count("src='data:image/png;base64,") == len(report["plots"]) >= 6
     assert "auroc" in out("scehr evaluate") and "Event 1 = min(" in out("scehr evaluate")
+    assert "abstain below the data minimum" in out("scehr evaluate")
     site = root / "site-models" / "mortality" / "1.3.1-site"
     assert (site / "model.onnx").read_bytes() == (REPO / "models" / "mortality" / "1.3.1" /
                                                  "model.onnx").read_bytes()

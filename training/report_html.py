@@ -65,7 +65,7 @@ def ci_cell(ci: dict[str, Any] | None, digits: int = 3, percent: bool = False) -
     if not ci or (ci.get("value") is None and not ci.get("warning")):
         return "<td class=num>n/a</td>"
     if ci.get("warning"):
-        return f"<td class=na>not estimable: {esc(ci['warning'])}</td>"
+        return f"<td class=na>{esc(ci['warning'])}</td>"
 
     def num(v: float) -> str:
         return pct(v) if percent else f"{v:.{digits}f}"
@@ -108,7 +108,8 @@ def summary_section(report: dict[str, Any]) -> str:
         default = next((p for p in sc["operating_points"] if p["default"]), None)
         rows.append([
             f"<td><b>{esc(m['version'])}</b><br><span class=ci>{esc(m['name'])}</span></td>",
-            ci_cell(a["rate"], percent=True),
+            ci_cell(a["rate"], percent=True) if a["data_minimum"] is not None
+            else td("no data minimum"),
             ci_cell(sc["metrics"].get("auroc")), ci_cell(block["all"]["metrics"].get("auroc")),
             ci_cell(sc["metrics"].get("ece")),
             ci_cell(cov["overall"], percent=True) if cov else td("no interval"),

@@ -100,7 +100,7 @@ def plot_coverage_by_decile(path: str | Path, models: Mapping[str, Rows], level:
                   [f"{r['decile']}\n({r['events']})" for r in rows])
     ax.set(xlabel="Risk decile, 1 = lowest risks (stays with the outcome)",
            ylabel="Coverage", title=title, ylim=(0, 1.05))
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize="small")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, fontsize="small")
     return _save(fig, path)
 
 

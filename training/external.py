@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -35,10 +34,9 @@ from scehr.schemas.tasks import task_spec
 from scehr.schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
 from scehr.training import fairness
 from scehr.training.bootstrap import bootstrap_ci
-from scehr.training.calibration import expected_calibration_error
-from scehr.training.challenge2012 import event1, event1_threshold, hosmer_lemeshow
+from scehr.training.challenge2012 import event1
 from scehr.training.data.splits import SplitArrays, load_split
-from scehr.training.metrics import auprc, auroc
+from scehr.training.risk_figures import RISK_METRICS
 
 SPLITS = ("train", "val", "test")
 BATCH = 256
@@ -171,30 +169,6 @@ def neutralise(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet, channels: lis
         cols = fs.channel_columns[c]
         out[..., cols] = np.where(valid[..., None], empty[0, 0, cols], 0.0)
     return out
-
-
-def calibration_slope(y: np.ndarray, r: np.ndarray) -> float:
-    return fairness.calibration_slope_intercept(y, r)[0]
-
-
-def calibration_intercept(y: np.ndarray, r: np.ndarray) -> float:
-    return fairness.calibration_slope_intercept(y, r)[1]
-
-
-def _event1_best(y: np.ndarray, r: np.ndarray) -> float:
-    return event1_threshold(y, r)[1] if y.min() != y.max() else float("nan")
-
-
-def _plain_h(y: np.ndarray, r: np.ndarray) -> float:
-    return hosmer_lemeshow(y, r, normalized=False)
-
-
-RISK_METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
-    "auroc": auroc, "auprc": auprc, "ece": expected_calibration_error,
-    "calibration_slope": calibration_slope, "calibration_intercept": calibration_intercept,
-    "event1_best_threshold": _event1_best, "event2_h_normalized": hosmer_lemeshow,
-    "event2_h": _plain_h,
-}
 
 
 def risk_metrics(y: np.ndarray, risk: np.ndarray, alerts: np.ndarray, alert_rule: str,

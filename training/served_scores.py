@@ -5,15 +5,17 @@ minimum, the risk, its interval and the alert. The code that decides them is the
 (`scehr.service.pipeline`), which training may not import (tests/test_architecture.py). So this
 module runs the product's own offline scoring command, `scehr score`, in a child process on
 the dataset's split folders and reads its output rows: the rows a hospital's batch job gets,
-so `scehr evaluate` and `scehr score` can never disagree on a stay. It runs twice: as served
-(the abstentions and their reasons) and with `--allow-insufficient` (the risk every stay would
-get with the minimum lifted). The rows name the stay and hold the model's answer only: labels
-are read from the listfiles here.
+so `scehr evaluate` and `scehr score` can never disagree on a stay. It runs as served (the
+abstentions and their reasons), with `--allow-insufficient` (the risk every stay would get with
+the minimum lifted) and, on request, on a copy with only the recorded sex flipped. The rows
+name the stay and hold the model's answer only: labels are read from the listfiles here.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from scehr.training.data.layout import task_dir
+from scehr.training.data.layout import DEMOGRAPHICS_FILE, TIMESERIES_SUFFIX, task_dir
 from scehr.training.data.reader import labels, resolve_split
 
 #: The splits `scehr evaluate --split all` reads, in order.
@@ -104,18 +106,46 @@ def _class0(row: dict[str, Any] | None, label: str) -> dict[str, Any] | None:
     return row["results"].get(label)
 
 
+def sex_flipped_folder(folder: Path, out: Path) -> Path:
+    """`folder` (a benchmark split folder) with only the recorded sex flipped: its
+    demographics.csv with sex_male 1 <-> 0 (unknown stays unknown), its time series linked."""
+    out.mkdir(parents=True)
+    shutil.copyfile(folder / "listfile.csv", out / "listfile.csv")
+    for f in folder.glob(f"*{TIMESERIES_SUFFIX}"):
+        (out / f.name).symlink_to(f.resolve())
+    demo = folder / DEMOGRAPHICS_FILE
+    if demo.is_file():
+        with open(demo, newline="") as fh:
+            reader = csv.DictReader(fh)
+            fields, rows = list(reader.fieldnames or []), list(reader)
+        for r in rows:
+            sex = (r.get("sex_male") or "").strip()
+            if sex in ("0", "1", "0.0", "1.0"):
+                r["sex_male"] = str(1.0 - float(sex))
+        with open(out / DEMOGRAPHICS_FILE, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+    return out
+
+
 def served_scores(model: Path, data: Path, task: str, label: str,
-                  splits: tuple[str, ...] = ALL_SPLITS) -> tuple[ServedScores, ServedScores]:
-    """The stays of `splits` of `data` as served, and with the data minimum lifted."""
+                  splits: tuple[str, ...] = ALL_SPLITS, *, sex_flip: bool = False
+                  ) -> dict[str, ServedScores]:
+    """The stays of `splits` of `data`: "served" (as served), "lifted" (the data minimum
+    lifted) and, with `sex_flip`, "sex_flipped" (lifted, only the recorded sex flipped)."""
     tables = _split_tables(data, task, splits)
-    rows: dict[str, dict[str, dict[str, Any]]] = {"served": {}, "lifted": {}}
+    kinds = ("served", "lifted", "sex_flipped") if sex_flip else ("served", "lifted")
+    rows: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in kinds}
     with tempfile.TemporaryDirectory(prefix="scehr-evaluate-") as tmp:
-        for folder in dict.fromkeys(f for _, f, _, _ in tables):
-            for kind in rows:
-                out = Path(tmp) / f"{kind}-{len(rows[kind])}.jsonl"
-                score_folder(model, folder, out, allow_insufficient=kind == "lifted")
+        for n, folder in enumerate(dict.fromkeys(f for _, f, _, _ in tables)):
+            for kind in kinds:
+                source = (sex_flipped_folder(folder, Path(tmp) / f"flipped-{n}")
+                          if kind == "sex_flipped" else folder)
+                out = Path(tmp) / f"{kind}-{n}.jsonl"
+                score_folder(model, source, out, allow_insufficient=kind != "served")
                 rows[kind].update(read_rows(out))
-    return tuple(_assemble(tables, rows[k], label) for k in ("served", "lifted"))  # type: ignore[return-value]
+    return {k: _assemble(tables, rows[k], label) for k in kinds}
 
 
 def _assemble(tables: list[tuple[str, Path, list[str], np.ndarray]],

@@ -28,17 +28,18 @@ import json
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from scehr.schemas.featureset import FeatureSet
 from scehr.schemas.manifest import ClassCard, Manifest, load_manifest
 from scehr.schemas.tasks import task_spec
 from scehr.training import fairness
-from scehr.training.bootstrap import bootstrap_ci
+from scehr.training.risk_figures import Metric, figure_ci, risk_figures
 from scehr.training.served_scores import ALL_SPLITS, ServedScores, served_scores
 
 #: `--split` choices: every split of the dataset, or one.
@@ -46,21 +47,10 @@ SPLIT_CHOICES = ("all", *ALL_SPLITS)
 #: Risk groups of the reliability diagram (equal-count), and the fewest stays per group.
 RELIABILITY_GROUPS = 10
 MIN_GROUP = 30
-#: A CI resting on fewer valid resamples than this share of them gets a note.
-MIN_VALID_SHARE = 0.95
 #: The folder of a site model that holds its report against its parent (`scehr recalibrate`).
 REPORT_FOLDER = "report"
 #: What the report calls each model it holds, in the order shown.
 ROLES = ("model", "compare")
-Metric = Callable[[np.ndarray, np.ndarray], float]
-
-
-def _risk_metrics() -> dict[str, Metric]:
-    """The discrimination and calibration metrics of an external validation (one list for
-    `scehr evaluate` and `scehr recalibrate`: `scehr.training.external.RISK_METRICS`)."""
-    from scehr.training.external import RISK_METRICS
-
-    return RISK_METRICS
 
 
 @dataclass
@@ -71,6 +61,7 @@ class Evaluated:
     manifest: Manifest
     served: ServedScores  # as served: abstentions below the data minimum
     lifted: ServedScores  # with the minimum lifted
+    sex_flipped: ServedScores | None = None  # lifted, only the recorded sex flipped
 
     @property
     def card(self) -> ClassCard:
@@ -103,37 +94,6 @@ def _among(outcome: bool) -> Metric:
         m = (y > 0.5) == outcome
         return float(np.mean(hit[m])) if m.any() else float("nan")
     return share
-
-
-def _ci(fn: Metric, y: np.ndarray, v: np.ndarray, n_boot: int, seed: int) -> dict[str, Any]:
-    """`bootstrap_ci` with a note when too few resamples could be evaluated."""
-    ci = bootstrap_ci(fn, y, np.asarray(v, dtype=np.float64), n_boot=n_boot, seed=seed)
-    if ci["value"] is not None and ci["n_valid"] < MIN_VALID_SHARE * n_boot:
-        ci["note"] = (f"only {ci['n_valid']} of {n_boot} resamples could be evaluated (the "
-                      "others had too few events or separated outcomes): a rough interval")
-    return ci
-
-
-def _not_estimable(warning: str, n_boot: int) -> dict[str, Any]:
-    return {"value": None, "low": None, "high": None, "n_boot": n_boot, "n_valid": 0,
-            "warning": warning}
-
-
-def risk_figures(y: np.ndarray, risk: np.ndarray, n_boot: int, seed: int) -> dict[str, Any]:
-    """Discrimination and calibration of `risk` with CIs; a calibration slope or intercept
-    that cannot be estimated carries a `warning` and no value."""
-    out: dict[str, Any] = {"n": len(y), "events": int(y.sum()),
-                           "mean_risk": float(risk.mean()) if len(y) else None,
-                           "observed_rate": float(y.mean()) if len(y) else None}
-    if not len(y):
-        return out
-    fit = fairness.calibration_fit(y, risk)
-    warnings = {"calibration_slope": fit.slope_warning,
-                "calibration_intercept": fit.intercept_warning}
-    for name, fn in _risk_metrics().items():
-        why = warnings.get(name)
-        out[name] = _not_estimable(why, n_boot) if why else _ci(fn, y, risk, n_boot, seed)
-    return out
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -181,9 +141,9 @@ def coverage_figures(s: ServedScores, card: ClassCard, n_boot: int, seed: int
                         else None})
     validation = u.validation.coverage if u.validation is not None else None
     return {"level": u.level, "validation_coverage": validation,
-            "overall": _ci(_mean, s.y, hit, n_boot, seed),
-            "with_outcome": _ci(_among(True), s.y, hit, n_boot, seed),
-            "without_outcome": _ci(_among(False), s.y, hit, n_boot, seed),
+            "overall": figure_ci(_mean, s.y, hit, n_boot, seed),
+            "with_outcome": figure_ci(_among(True), s.y, hit, n_boot, seed),
+            "without_outcome": figure_ci(_among(False), s.y, hit, n_boot, seed),
             "single_outcome_share": float((s.in_set[:, 0] != s.in_set[:, 1]).mean()),
             "by_decile": deciles}
 
@@ -205,9 +165,9 @@ def point_rows(s: ServedScores, card: ClassCard, n_boot: int, seed: int
             "name": name, "threshold": threshold, "rule": rule,
             "default": name == (card.default_operating_point or "default"),
             "alerts": int(alerts.sum()),
-            "alert_rate": _ci(_mean, s.y, a, n_boot, seed),
-            "sensitivity": _ci(_sensitivity, s.y, a, n_boot, seed),
-            "ppv": _ci(_ppv, s.y, a, n_boot, seed),
+            "alert_rate": figure_ci(_mean, s.y, a, n_boot, seed),
+            "sensitivity": figure_ci(_sensitivity, s.y, a, n_boot, seed),
+            "ppv": figure_ci(_ppv, s.y, a, n_boot, seed),
             "validation": None if val is None else {
                 "alert_rate": val.alert_rate, "sensitivity": val.sensitivity, "ppv": val.ppv}})
     return rows
@@ -241,7 +201,7 @@ def abstention(ev: Evaluated, n_boot: int, seed: int) -> dict[str, Any]:
         else minimum.model_dump(exclude={"validation", "test"}),
         "n": len(s.y), "abstained": int(gone.sum()), "scored": int(scored.sum()),
         "errors": int(s.errors.sum()),
-        "rate": _ci(_mean, s.y, gone.astype(np.float64), n_boot, seed) if len(s.y) else None,
+        "rate": figure_ci(_mean, s.y, gone.astype(np.float64), n_boot, seed) if len(s.y) else None,
         "outcome_rate_scored": float(s.y[scored].mean()) if scored.any() else None,
         "outcome_rate_abstained": float(s.y[gone].mean()) if gone.any() else None,
         "reasons": [{"reason": k, "stays": c} for k, c in kinds.most_common()],
@@ -297,41 +257,38 @@ def training_data_warning(manifest: Manifest, data: Path, n_test: int) -> str | 
 
 def site_checks(ev: Evaluated, data: Path, splits: tuple[str, ...]) -> dict[str, Any]:
     """What needs the stays' static inputs or channels, read by training's reader (the same
-    files): the fairness audit on the scored stays (groups on the served risk and alert; the
-    sex flip re-runs the exported graph), the channels the site never records, and the largest
-    difference between that read's risk and the served one (a check of the two readers)."""
-    from scehr.training.external import ExportedModel, Scored, default_alerts
+    files): the channels the site never records, the channels the model never saw in training,
+    and the fairness audit of the scored stays (groups on the served risk and alert; the sex
+    flip from `scehr score` on the same stays with only the recorded sex flipped)."""
+    from scehr.training.data.splits import load_split
 
-    model = ExportedModel(ev.folder)
-    arrays = {s: model.load(data, s) for s in splits}
+    fs = FeatureSet.from_dict(ev.manifest.feature_set)
+    arrays = {s: load_split(data, ev.manifest.task, s, fs) for s in splits}
     n_all = sum(len(a) for a in arrays.values())
     cov = sum(a.coverage * len(a) for a in arrays.values()) / max(n_all, 1)
     out: dict[str, Any] = {
-        "neutralised_channels": [model.fs.variable_ids[c] for c in model.neutral],
-        "never_observed": [v for v, c in zip(model.fs.variable_ids, np.atleast_1d(cov),
-                                             strict=True) if c == 0],
+        "neutralised_channels": [v for v in fs.variable_ids
+                                 if ev.manifest.coverage.get(v, 1.0) <= 0.0],
+        "never_observed": [v for v, c in zip(fs.variable_ids, np.atleast_1d(cov), strict=True)
+                           if c == 0],
         "test_stays": len(arrays["test"]) if "test" in arrays else None}
-    served = ev.served.take(ev.served.status == "ok")
-    wanted = set(served.stays.tolist())
-    parts, names = [], []
-    for a in arrays.values():
-        rows = np.flatnonzero([str(n) in wanted for n in a.stays])
-        if len(rows):
-            parts.append(model.score(a.subset(rows)))
-            names += [str(n) for n in a.stays[rows]]
-    if not parts:
+    static = {str(n): row for a in arrays.values()
+              for n, row in zip(a.stays, a.static_raw, strict=True)}
+    ok = ev.served.status == "ok"
+    keep = ok & np.array([n in static for n in ev.served.stays], dtype=bool)
+    if not keep.any():
         return out
-    own = Scored.concat(parts)
-    where = {name: k for k, name in enumerate(served.stays.tolist())}
-    s = served.take(np.array([where[n] for n in names]))
+    s = ev.served.take(keep)
+    static_raw = np.stack([static[n] for n in s.stays])
     out["fairness"] = {
-        "data": f"the {len(s.y)} scored stays", "alert_rule": default_alerts(
-            ev.card, s.score, s.risk)[1],
-        "groups": fairness.group_table(s.y, s.risk, s.alert, own.static_raw),
-        "sex_flip": fairness.sex_flip(own.risk, own.flipped_risk, model.default_alerts(own)[0],
-                                      model.default_alerts(own, flipped=True)[0],
-                                      own.static_raw)}
-    out["reader_check_max_abs_risk_difference"] = float(np.max(np.abs(own.risk - s.risk)))
+        "data": f"the {len(s.y)} scored stays",
+        "alert_rule": "the served alert at the model's default operating point "
+                      f"({ev.card.default_operating_point or 'its default threshold'})",
+        "groups": fairness.group_table(s.y, s.risk, s.alert, static_raw)}
+    if ev.sex_flipped is not None:
+        f = ev.sex_flipped.take(keep)
+        out["fairness"]["sex_flip"] = fairness.sex_flip(s.risk, f.risk, s.alert, f.alert,
+                                                        static_raw)
     return out
 
 
@@ -339,21 +296,22 @@ def site_checks(ev: Evaluated, data: Path, splits: tuple[str, ...]) -> dict[str,
 
 
 def _evaluated(folder: Path, data: Path, splits: tuple[str, ...],
-               stays: Collection[str] | None) -> Evaluated:
+               stays: Collection[str] | None, sex_flip: bool = False) -> Evaluated:
     m = load_manifest(Path(folder) / "manifest.json")
     if not task_spec(m.task).binary:
         raise ValueError(f"scehr evaluate reports on a binary task; {folder} is {m.task!r}")
     print(f"scehr evaluate: scoring {data} with {m.task} {m.version} through scehr score "
           "(the service's offline path), as served and with the data minimum lifted",
           file=sys.stderr, flush=True)
-    served, lifted = served_scores(Path(folder), Path(data), m.task, m.classes[0].label, splits)
+    got = served_scores(Path(folder), Path(data), m.task, m.classes[0].label, splits,
+                        sex_flip=sex_flip)
     if stays is not None:
         wanted = set(stays)
-        keep = np.array([s in wanted for s in served.stays], dtype=bool)
+        keep = np.array([s in wanted for s in got["served"].stays], dtype=bool)
         if not keep.any():
             raise ValueError(f"none of the {len(wanted)} stays asked for is in {data}")
-        served, lifted = served.take(keep), lifted.take(keep)
-    return Evaluated(Path(folder), m, served, lifted)
+        got = {k: v.take(keep) for k, v in got.items()}
+    return Evaluated(Path(folder), m, got["served"], got["lifted"], got.get("sex_flipped"))
 
 
 def _warnings(report: dict[str, Any], evs: list[Evaluated]) -> list[str]:
@@ -393,7 +351,7 @@ def _build(folder: Path, data: Path, compare: Path | None, split: str,
     if split not in SPLIT_CHOICES:
         raise ValueError(f"--split {split!r}: expected one of {', '.join(SPLIT_CHOICES)}")
     splits = ALL_SPLITS if split == "all" else (split,)
-    evs = [_evaluated(folder, data, splits, stays)]
+    evs = [_evaluated(folder, data, splits, stays, sex_flip=True)]
     if compare is not None:
         evs.append(_evaluated(compare, data, splits, stays))
     checks = site_checks(evs[0], Path(data), splits)

@@ -127,7 +127,7 @@ def test_the_default_points_alerts_are_the_served_ones(setup: dict[str, Any]) ->
 
     m = load_manifest(setup["folder"] / "manifest.json")
     card = m.classes[0]
-    served, _ = served_scores(setup["folder"], setup["site"], m.task, card.label)
+    served = served_scores(setup["folder"], setup["site"], m.task, card.label)["served"]
     default = next(p for p in card.named_points if p.name == card.default_operating_point)
     ok = served.status == "ok"
     np.testing.assert_array_equal(served.alert[ok], served.risk[ok] >= default.threshold)
@@ -150,6 +150,9 @@ def test_report_json_and_a_self_contained_html_with_every_figure(
                     "Operating points"):
         assert heading in page
     assert "scehr evaluate x --data y" in page
+    fair = saved["site"]["fairness"]
+    assert fair["groups"]["all"]["n"] == saved["models"]["model"]["abstention"]["scored"]
+    assert fair["sex_flip"]["n"] > 0  # scehr score again, with only the recorded sex flipped
 
 
 def test_the_training_data_is_flagged_and_the_split_can_be_chosen(setup: dict[str, Any]

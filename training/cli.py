@@ -549,7 +549,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --data: the stays to report on")
     p.add_argument("--n-boot", type=_positive_int, default=1000,
                    help="bootstrap resamples for the CIs")
-    p.add_argument("--json", action="store_true", help="print the test CIs as JSON")
+    p.add_argument("--json", action="store_true", help="print the test CIs (with --data: the "
+                   "whole report) as JSON")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("recalibrate", help="refit an exported model's calibration on a site's "

@@ -55,7 +55,7 @@ def run_rows(run_dir: Path, n_boot: int) -> dict[str, Any]:
     return {"name": run_dir.name, "stays": preds["test"]["stays"],
             "val_auroc": auroc(preds["val"]["y"][:, 0], preds["val"]["probability"][:, 0]),
             "y": preds["test"]["y"][:, 0],
-            "p": risk["test"] if risk is not None else preds["test"]["probability"][:, 0],
+            "p": risk["test"][:, 0] if risk is not None else preds["test"]["probability"][:, 0],
             "challenge": ch.get("risk", ch["uncalibrated_probability"]),
             "scored_on": "risk" if "risk" in ch else "probability"}
 

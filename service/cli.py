@@ -63,6 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "all cores this process may use)")
     sc.add_argument("--strict", action="store_true",
                     help="values outside the cleaning ranges are errors, as ?strict=true")
+    sc.add_argument("--allow-insufficient", action="store_true",
+                    help="score a stay below the model's data minimum anyway (its row warns "
+                    "below_data_minimum), as ?allow_insufficient=true; by default such a stay "
+                    "gets status insufficient_data and no risk")
     sc.add_argument("--quiet", action="store_true", help="no progress bar")
     sc.set_defaults(func=_score)
 
@@ -228,7 +232,8 @@ def _score_run(args: argparse.Namespace) -> int:
         summary = score(args.model, args.input, args.out, model_dir=_model_dir(args),
                         version=args.version, shard=parse_shard(args.shard),
                         chunk_size=args.chunk_size, device=args.device, threads=args.threads,
-                        strict=args.strict, progress=not args.quiet)
+                        strict=args.strict, allow_insufficient=args.allow_insufficient,
+                        progress=not args.quiet)
     except ModelLoadError as e:
         print(f"scehr score: {e}", file=sys.stderr)
         return 1

@@ -63,6 +63,8 @@ CLASS_FIELDS: dict[str, Callable[[ClassResult], Any]] = {
 }
 
 LISTFILE = "listfile.csv"
+#: The notice code of a stay below the data minimum that was scored on request.
+BELOW_MINIMUM = "below_data_minimum"
 DEMOGRAPHICS = "demographics.csv"
 ID_COLUMNS = ("stay_id", "id", "stay")
 STAY_COLUMNS = ("end_hours", "age", "sex", "admission_time")
@@ -430,28 +432,48 @@ class Output:
 
 @dataclass
 class Summary:
+    """What a run wrote: a stay is scored (a risk), abstained (below the model's data minimum:
+    `insufficient_data`, no risk) or an error row; `below_minimum` counts the scored stays
+    that were below the minimum, scored on request (`--allow-insufficient`)."""
+
     read: int = 0
     already_done: int = 0
     duplicates: int = 0
     scored: int = 0
+    abstained: int = 0
     errors: int = 0
+    below_minimum: int = 0
     seconds: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def written(self) -> int:
-        return self.scored + self.errors
+        return self.scored + self.abstained + self.errors
+
+    def count(self, row: dict[str, Any]) -> None:
+        """Count one written row by its status."""
+        if row["status"] == "insufficient_data":
+            self.abstained += 1
+        elif row["status"] == "error":
+            self.errors += 1
+        else:
+            self.scored += 1
+            self.below_minimum += BELOW_MINIMUM in row["warnings"]
 
     def line(self) -> str:
         rate = self.written / self.seconds if self.seconds > 0 else 0.0
-        return (f"{self.read} stays read: {self.scored} scored, {self.errors} with errors, "
-                f"{self.already_done} already in the output, {self.duplicates} repeated ids "
-                f"(error rows); {self.seconds:.1f} s, "
+        on_request = (f" ({self.below_minimum} of them below the data minimum, scored on "
+                      "request)" if self.below_minimum else "")
+        return (f"{self.read} stays read: {self.scored} scored{on_request}, {self.abstained} "
+                f"abstained (below the model's data minimum: insufficient_data, no risk), "
+                f"{self.errors} with errors, {self.already_done} already in the output, "
+                f"{self.duplicates} repeated ids (error rows); {self.seconds:.1f} s, "
                 f"{rate:.0f} stays/s")
 
 
 def score_chunk(model: Any, raws: list[Raw], max_batch_size: int, max_observations: int,
-                strict: bool = False) -> list[Prediction | list[Problem]]:
+                strict: bool = False, allow_insufficient: bool = False
+                ) -> list[Prediction | list[Problem]]:
     """The batch route's path for a list of raw payloads: one result per input, in order."""
     parsed: list[StayPayload | list[Problem]] = []
     for raw in raws:
@@ -465,7 +487,7 @@ def score_chunk(model: Any, raws: list[Raw], max_batch_size: int, max_observatio
     valid = [k for k, p in enumerate(parsed) if isinstance(p, StayPayload)]
     scored = score_offline(model, [parsed[k] for k in valid],  # type: ignore[misc]
                            strict=strict, max_observations=max_observations,
-                           max_rows=max_batch_size)
+                           max_rows=max_batch_size, allow_insufficient=allow_insufficient)
     results: list[Prediction | list[Problem]] = list(parsed)  # type: ignore[arg-type]
     for k, res in zip(valid, scored, strict=True):
         results[k] = res.prediction if res.prediction is not None else res.problems
@@ -490,8 +512,11 @@ def resolve_model(model_or_task: str, model_dir: Path, version: str | None) -> t
 def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Path,
           version: str | None = None, shard: tuple[int, int] = (0, 1), chunk_size: int = 256,
           device: str = "auto", threads: int | None = None, strict: bool = False,
-          progress: bool = True, log: TextIO = sys.stderr) -> Summary:
-    """Score every stay of `input_path` into `out_path`; resumes what is already there."""
+          allow_insufficient: bool = False, progress: bool = True, log: TextIO = sys.stderr
+          ) -> Summary:
+    """Score every stay of `input_path` into `out_path`; resumes what is already there.
+    `allow_insufficient`: a stay below the model's data minimum gets a risk anyway (its row
+    warns `below_data_minimum`), as the API's `allow_insufficient=true`."""
     from tqdm import tqdm
 
     from scehr.service.registry import load_model
@@ -532,17 +557,15 @@ def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Pa
             summary.already_done += len(chunk) - sum(todo)
             if any(todo):
                 results = score_chunk(model, [r for _, r in chunk], model.max_batch_size,
-                                      settings.max_observations, strict)
+                                      settings.max_observations, strict, allow_insufficient)
                 rows = []
                 for (sid, _), res, new in zip(chunk, results, todo, strict=True):
                     if not new:
                         continue
-                    if isinstance(res, Prediction):
-                        rows.append((sid, prediction_row(res)))
-                        summary.scored += 1
-                    else:
-                        rows.append((sid, error_row(res, m.name, m.version)))
-                        summary.errors += 1
+                    row = (prediction_row(res) if isinstance(res, Prediction)
+                           else error_row(res, m.name, m.version))
+                    rows.append((sid, row))
+                    summary.count(row)
                 output.write(rows)
             bar.update(summary.read - bar.n)
     finally:

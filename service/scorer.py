@@ -166,11 +166,16 @@ def answers(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, options: Sc
 
 
 def score_offline(model: LoadedModel, stays: list[StayPayload], *, strict: bool = False,
-                  max_observations: int, max_rows: int | None = None) -> list[StayResult]:
+                  max_observations: int, max_rows: int | None = None,
+                  allow_insufficient: bool = False) -> list[StayResult]:
     """The scorer's path without a server (`scehr score`): the same preparation and answers,
     the model run in chunks on this thread; no load shedding, deadline, monitoring or audit log
-    (the output file holds each prediction's audit record)."""
-    spec, options = model.spec, ScoreOptions(strict=strict)
+    (the output file holds each prediction's audit record). `allow_insufficient` scores a
+    stay below the model's data minimum anyway, as the API's `allow_insufficient=true`."""
+    spec = model.spec
+    choice = (replace(spec.points.default_choice(), allow_insufficient=True)
+              if allow_insufficient else None)
+    options = ScoreOptions(strict=strict, choice=choice)
     prep = prepared(spec, stays, options, max_observations)
     preds: dict[int, Prediction] = {}
     if prep.inputs is not None:

@@ -141,10 +141,17 @@ def test_a_newcomer_follows_the_guide_from_fhir_to_a_served_site_model(tmp_path:
     says_only = "the Bundle\nholds only the `RiskAssessment`" in GUIDE.read_text()
     assert says_only == ([e["resource"]["resourceType"] for e in fhir["entry"]]
                          == ["RiskAssessment"])
-    report = json.loads((root / "site-report.json").read_text())
-    assert report["shipped_all_stays"]["n"] > 500 and report["warnings"] == []
+    report = json.loads((root / "site-report" / "report.json").read_text())
+    abstention = report["models"]["model"]["abstention"]
+    assert abstention["n"] > 500 and report["warnings"] == []
+    assert 0 < abstention["abstained"] < abstention["n"]  # below the model's data minimum
+    assert report["models"]["model"]["scored"]["coverage"]["with_outcome"]["value"] is not None
+    page = (root / "site-report" / "report.html").read_text()
+    assert page.count("src='data:image/png;base64,") == len(report["plots"]) >= 6
     assert "auroc" in out("scehr evaluate") and "Event 1 = min(" in out("scehr evaluate")
+    assert "abstain below the data minimum" in out("scehr evaluate")
     site = root / "site-models" / "mortality" / f"{version}-site"
+    assert (site / "report" / "report.html").is_file()  # the site model against its parent
     assert (site / "model.onnx").read_bytes() == (REPO / "models" / "mortality" / version /
                                                  "model.onnx").read_bytes()
     # the site model shows the site's held-out figures as the site's, the parent's as its own

@@ -293,53 +293,111 @@ CHALLENGE_NOTE = (
     "    the winners reached 17.88. Plain H is the undivided statistic.")
 
 
-#: The blocks of an external evaluation, in the order printed.
-_EXTERNAL_BLOCKS = {"shipped_all_stays": "shipped, all stays",
-                    "shipped_test": "shipped, site test",
-                    "shipped_test_val_threshold": "shipped, site test (val threshold)",
-                    "recalibrated_test": "recalibrated, site test"}
-
-
 def _evaluate_exported(args: argparse.Namespace) -> int:
-    """External validation of an exported model folder on a converted dataset."""
-    from scehr.training.bootstrap import format_ci
-    from scehr.training.data.writer import write_json
-    from scehr.training.external import RISK_METRICS, evaluate_external
+    """External validation of an exported model folder on a converted dataset, scored the way
+    the service serves it; the report is written to --out."""
+    from scehr.training.site_report import write_report
 
     if not args.data:
         raise ValueError(f"{args.run_dir} is an exported model: give the dataset to score it "
                          "on with --data DIR (a converted, benchmark-layout folder)")
-    out = evaluate_external(Path(args.run_dir), Path(args.data), n_boot=args.n_boot)
-    for warning in out["warnings"]:
+    model = Path(args.run_dir)
+    out = Path(args.out) if args.out else Path(f"evaluation-{model.parent.name}-{model.name}")
+    if out.suffix == ".json":
+        raise ValueError(f"--out {out}: the report is a folder (report.json, report.html and "
+                         "its figures); give a folder name")
+    command = shlex.join(["scehr", *getattr(args, "argv", [])])
+    report = write_report(model, Path(args.data), out, compare=args.compare and
+                          Path(args.compare), split=args.split, n_boot=args.n_boot,
+                          command=command)
+    for warning in report["warnings"]:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
-    if args.out:
-        write_json(Path(args.out), out)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(report, indent=2))
         return 0
-    names = [*RISK_METRICS, "event1"]
-    header = ["METRIC", *_EXTERNAL_BLOCKS.values()]
-    rows = [["stays (deaths)", *(f"{out[b]['n']} ({out[b]['deaths']})" for b in _EXTERNAL_BLOCKS)]]
-    rows += [[n, *(format_ci(out[b][n], 2 if n.startswith("event2") else 3)
-                   for b in _EXTERNAL_BLOCKS)] for n in names]
-    print_table(header, rows)
-    for b, label in _EXTERNAL_BLOCKS.items():
-        print(f"alerts, {label}: {out[b]['alert_rule']}")
-    print(f"recalibration: {out['recalibration']['method']} "
-          f"({out['recalibration']['fitted_on']})")
-    print(CHALLENGE_NOTE)
-    if out["neutralised_channels"]:
-        print("never seen in training, treated as not observed: "
-              + ", ".join(out["neutralised_channels"]))
-    missing = [v for v, c in out["coverage_on_site_test"].items() if c == 0]
-    if missing:
-        print("never observed on this site: " + ", ".join(missing))
+    for line in report_lines(report):
+        print(line)
+    print(f"report: {out / 'report.html'} (figures inline; report.json holds every figure)")
     return 0
+
+
+#: The discrimination and calibration rows of `scehr evaluate`'s table, with their digits.
+_REPORT_ROWS = {"auroc": 3, "auprc": 3, "ece": 3, "calibration_slope": 3,
+                "calibration_intercept": 3, "event1_best_threshold": 3,
+                "event2_h_normalized": 2, "event2_h": 2}
+
+
+def _ci_text(ci: dict | None, digits: int = 3, percent: bool = False) -> str:
+    from scehr.training.bootstrap import format_ci
+
+    if not ci:
+        return "n/a"
+    if ci.get("warning"):
+        return "not estimable (see warnings)"
+    if percent and ci.get("value") is not None:
+        return format_ci({k: (100 * v if isinstance(v, float) and k in ("value", "low", "high")
+                              else v) for k, v in ci.items()}, 1) + " %"
+    return format_ci(ci, digits)
+
+
+def report_lines(report: dict) -> list[str]:
+    """`scehr evaluate`'s console summary of a report (scehr.training.site_report)."""
+    d = report["data"]
+    lines = [f"stays: {d['stays']} of {d['folder']} (split: {d['split']}), "
+             f"{d['events']} with the outcome"]
+    cols = [(role, pop) for role in report["models"] for pop in ("scored", "all")]
+    for b in report["models"].values():
+        a, v = b["abstention"], b["model"]["version"]
+        if a["data_minimum"] is None:
+            lines.append(f"{v}: no data minimum: every stay is scored")
+            continue
+        ref = a.get("rate_on_the_models_test_set")
+        lines.append(f"{v}: {a['abstained']} of {a['n']} stays abstain below the data minimum "
+                     f"({_ci_text(a['rate'], percent=True)})"
+                     + (f"; {100 * ref:.1f} % on the model's own test set" if ref is not None
+                        else ""))
+        lines += [f"  {r['stays']:>5}  {r['reason']}" for r in a["reasons"]]
+    header = ["METRIC", *(f"{report['models'][r]['model']['version']} "
+                          + ("scored" if p == "scored" else "all (minimum lifted)")
+                          for r, p in cols)]
+    rows = [["stays (with outcome)", *(f"{report['models'][r][p]['metrics']['n']} "
+                                        f"({report['models'][r][p]['metrics']['events']})"
+                                        for r, p in cols)]]
+    rows += [[k, *(_ci_text(report["models"][r][p]["metrics"].get(k), digits)
+                   for r, p in cols)] for k, digits in _REPORT_ROWS.items()]
+    covered = [(r, p) for r, p in cols if report["models"][r][p]["coverage"]]
+    for key in ("overall", "with_outcome", "without_outcome"):
+        if covered:
+            rows.append([f"coverage {key.replace('_', ' ')}", *(
+                _ci_text(report["models"][r][p]["coverage"][key], percent=True)
+                if report["models"][r][p]["coverage"] else "no interval" for r, p in cols)])
+    lines += table_lines(header, rows)
+    for b in report["models"].values():
+        v = b["model"]["version"]
+        every = {p["name"]: p for p in b["all"]["operating_points"]}
+        for p in b["scored"]["operating_points"]:
+            rate, se, ppv = (_ci_text(p[k], percent=True)
+                             for k in ("alert_rate", "sensitivity", "ppv"))
+            lifted = _ci_text(every[p["name"]]["alert_rate"], percent=True)
+            lines.append(f"{v} {p['name']}{' (default)' if p['default'] else ''}: alert rate "
+                         f"{rate}, sensitivity {se}, PPV {ppv} (all stays: alert rate "
+                         f"{lifted})")
+        lines += [f"{v} {w['name']}: withheld: {w['reason']}"
+                  for w in b["model"]["withheld_points"]]
+    lines.append(CHALLENGE_NOTE)
+    site = report.get("site", {})
+    if site.get("neutralised_channels"):
+        lines.append("never seen in training, treated as not observed: "
+                     + ", ".join(site["neutralised_channels"]))
+    if site.get("never_observed"):
+        lines.append("never observed on this site: " + ", ".join(site["never_observed"]))
+    return lines
 
 
 def cmd_recalibrate(args: argparse.Namespace) -> int:
     from scehr.training.bootstrap import format_ci
     from scehr.training.site_model import recalibrate
+    from scehr.training.site_report import REPORT_FOLDER
 
     def ci(i: object) -> str:
         return format_ci(i.model_dump()) if hasattr(i, "model_dump") else "n/a"
@@ -364,6 +422,9 @@ def cmd_recalibrate(args: argparse.Namespace) -> int:
     print_table(["HELD-OUT (95% CI)", "parent", "site model"], rows)
     for line in index:
         print(line)
+    report = out / REPORT_FOLDER / "report.html"
+    if report.is_file():
+        print(f"report against {args.model_dir}: {report}")
     return 0
 
 
@@ -379,12 +440,17 @@ def cmd_robustness(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_table(header: list[str], rows: list[list[str]]) -> None:
+def table_lines(header: list[str], rows: list[list[str]]) -> list[str]:
     """Left-aligned columns, two spaces apart (the human-readable default; --json for tools)."""
     cells = [header, *rows]
     widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
-    for r in cells:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in cells]
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    for line in table_lines(header, rows):
+        print(line)
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
@@ -490,12 +556,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "an exported model on another dataset (--data)")
     p.add_argument("run_dir", help="a run directory, or an exported model folder "
                    "(model.onnx + manifest.json, e.g. models/mortality/1.0.0)")
-    p.add_argument("--data", help="with a model folder: the converted dataset to score it on "
-                   "(external validation, before and after a site recalibration)")
-    p.add_argument("--out", help="with --data: also write the full report as JSON here")
+    p.add_argument("--data", help="with a model folder: the converted dataset to score it on, "
+                   "as the service serves it (external validation)")
+    p.add_argument("--out", help="with --data: the report folder (report.json, report.html "
+                   "and its figures; default: evaluation-<task>-<version>)")
+    p.add_argument("--compare", metavar="MODEL_DIR", help="with --data: also score this model "
+                   "(e.g. the site model `scehr recalibrate` wrote) on the same stays, beside "
+                   "the first")
+    p.add_argument("--split", choices=["all", "train", "val", "test"], default="all",
+                   help="with --data: the stays to report on")
     p.add_argument("--n-boot", type=_positive_int, default=1000,
                    help="bootstrap resamples for the CIs")
-    p.add_argument("--json", action="store_true", help="print the test CIs as JSON")
+    p.add_argument("--json", action="store_true", help="print the test CIs (with --data: the "
+                   "whole report) as JSON")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("recalibrate", help="refit an exported model's calibration map, "

@@ -102,7 +102,7 @@ def evaluate_run(
         out["matches_saved"] = (new is None and old_v is None) or (
             new is not None and old_v is not None and abs(new - old_v) < 1e-9)
     if plots:
-        _plots(run_dir, cfg, test, out["test_ci"])
+        _plots(run_dir, cfg, preds, out["test_ci"])
     from scehr.training.data.writer import write_json
 
     write_json(run_dir / "evaluation.json", out)
@@ -110,26 +110,48 @@ def evaluate_run(
 
 
 def served_risk(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray]]
-                ) -> dict[str, np.ndarray] | None:
-    """Class 0's risk the service would show on each split of a run ("method": the map), with
-    the calibration map fitted exactly as `scehr export` fits it (calibration split, chosen on
-    validation); None when the run has no calibration split."""
+                ) -> dict[str, Any] | None:
+    """The risk the service would show on each split of a run, [N, C] per split ("method":
+    class 0's map, "methods": every class's), with each class's calibration map fitted exactly
+    as `scehr export` fits it (calibration split, chosen on validation); None when the run has
+    no calibration split."""
     from scehr.training.losses import calibration_input
     from scehr.training.serving_assets import fit_calibration
 
-    def column(split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def column(split: str, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         d = preds[split]
-        lg = d["anchor_logits"].reshape(len(d["y"]), -1, 2)[:, 0]
-        return d["y"].reshape(-1), d["probability"].reshape(-1), lg[:, 0] - lg[:, 1]
+        n = len(d["y"])
+        lg = d["anchor_logits"].reshape(n, -1, 2)[:, c]
+        return (d["y"].reshape(n, -1)[:, c], d["probability"].reshape(n, -1)[:, c],
+                lg[:, 0] - lg[:, 1])
 
     if "calib" not in preds or not len(preds["calib"]["y"]):
         return None
-    calib = fit_calibration(column("calib"), column("val"), "calibration split",
-                            calibration_input(cfg.loss))
-    out: dict[str, Any] = {"method": calib.method}
+    kind = calibration_input(cfg.loss)
+    n_classes = preds["val"]["probability"].reshape(len(preds["val"]["y"]), -1).shape[1]
+    maps = [fit_calibration(column("calib", c), column("val", c), "calibration split", kind)
+            for c in range(n_classes)]
+    out: dict[str, Any] = {"method": maps[0].method, "methods": [m.method for m in maps]}
     for split in ("val", "test"):
-        _, p, m = column(split)
-        out[split] = calib.apply(p, m)
+        out[split] = np.stack([m.apply(*column(split, c)[1:]) for c, m in enumerate(maps)],
+                              axis=1)
+    return out
+
+
+def reliability_models(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray]], name: str
+                       ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """What calibration.png shows of the test split: first the served risk (each class's map,
+    fitted as export fits it), then the model's own probability (the ONNX `score`, not served)
+    where a map changes it."""
+    test = preds["test"]
+    risk = served_risk(cfg, preds)
+    if risk is None:
+        return {f"{name}: served risk (no calibration split: the model's probability)":
+                (test["y"], test["probability"])}
+    maps = sorted(set(risk["methods"]))
+    out = {f"{name}: served risk ({', '.join(maps)} map)": (test["y"], risk["test"])}
+    if maps != ["none"]:
+        out[f"{name}: model probability (score; not served)"] = (test["y"], test["probability"])
     return out
 
 
@@ -146,13 +168,14 @@ def challenge2012_scores(cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray
     risk = served_risk(cfg, preds)
     if risk is not None:
         out["calibration"] = risk["method"]
-        out["risk"] = challenge_scores(yv, risk["val"], yt, risk["test"], n_boot=n_boot,
-                                       seed=seed)
+        out["risk"] = challenge_scores(yv, risk["val"][:, 0], yt, risk["test"][:, 0],
+                                       n_boot=n_boot, seed=seed)
     return out
 
 
-def _plots(run_dir: Path, cfg: TrainConfig, test: dict[str, np.ndarray],
+def _plots(run_dir: Path, cfg: TrainConfig, preds: dict[str, dict[str, np.ndarray]],
            ci: dict[str, Any]) -> None:
+    test = preds["test"]
     name = f"{cfg.encoder}+{cfg.loss}" + (f"+SCR(λ={cfg.lam:g})" if cfg.lam else "")
     models = {name: (test["y"], test["probability"])}
     roc_key = task_spec(cfg.task).headline_metric
@@ -160,4 +183,5 @@ def _plots(run_dir: Path, cfg: TrainConfig, test: dict[str, np.ndarray],
                     title=f"{cfg.task}: test ROC")
     plot_pr_curves(run_dir / "pr.png", models, cis={name: ci["auprc"]} if "auprc" in ci
                    else None, title=f"{cfg.task}: test precision-recall")
-    plot_reliability(run_dir / "calibration.png", models, title=f"{cfg.task}: reliability")
+    plot_reliability(run_dir / "calibration.png", reliability_models(cfg, preds, name),
+                     title=f"{cfg.task}: reliability of the test split")

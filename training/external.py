@@ -1,22 +1,17 @@
-"""External validation: score an exported model (ONNX + manifest) on any converted dataset,
-before and after a site recalibration (`scehr.training.site_model` writes a site model).
+"""An exported model (ONNX + manifest) scored on any converted dataset: `ExportedModel`.
 
 The stays are read with the model's own feature set and normalised with its manifest, and the
 ONNX graph is run with ONNX Runtime, so the figures are those of the exported artifact (the
 service's tensors), not of a checkpoint. A channel the model never saw in training is treated
-as not observed, as the service does. The site's data are used as its converter split them (by
-patient): the recalibration map is fitted on the site's train split, chosen on its val split
-(the existing rule of `scehr.training.export.fit_calibration`), and both maps are scored on its test
-split, which neither saw. Figures on all the site's stays are given for the shipped model.
+as not observed, as the service does. The site model (`scehr.training.site_model`), the
+robustness study and the benchmarks build on it; `scehr evaluate` scores through the service's
+own code instead (`scehr.training.site_report`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -28,15 +23,11 @@ from scehr.schemas.contract import (
     OUTPUT_PROBABILITY,
 )
 from scehr.schemas.featureset import FeatureSet
-from scehr.schemas.manifest import Calibration, ClassCard, Manifest, load_manifest
+from scehr.schemas.manifest import ClassCard, Manifest, load_manifest
 from scehr.schemas.tasks import task_spec
 from scehr.schemas.tensorize import Normalizer, Observations, StaticImputer, discretize
 from scehr.training import fairness
-from scehr.training.bootstrap import bootstrap_ci
-from scehr.training.calibration import expected_calibration_error
-from scehr.training.challenge2012 import event1, event1_threshold, hosmer_lemeshow
 from scehr.training.data.splits import SplitArrays, load_split
-from scehr.training.metrics import auprc, auroc
 
 SPLITS = ("train", "val", "test")
 BATCH = 256
@@ -169,114 +160,3 @@ def neutralise(x: np.ndarray, lengths: np.ndarray, fs: FeatureSet, channels: lis
         cols = fs.channel_columns[c]
         out[..., cols] = np.where(valid[..., None], empty[0, 0, cols], 0.0)
     return out
-
-
-def calibration_slope(y: np.ndarray, r: np.ndarray) -> float:
-    return fairness.calibration_slope_intercept(y, r)[0]
-
-
-def calibration_intercept(y: np.ndarray, r: np.ndarray) -> float:
-    return fairness.calibration_slope_intercept(y, r)[1]
-
-
-def _event1_best(y: np.ndarray, r: np.ndarray) -> float:
-    return event1_threshold(y, r)[1] if y.min() != y.max() else float("nan")
-
-
-def _plain_h(y: np.ndarray, r: np.ndarray) -> float:
-    return hosmer_lemeshow(y, r, normalized=False)
-
-
-RISK_METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
-    "auroc": auroc, "auprc": auprc, "ece": expected_calibration_error,
-    "calibration_slope": calibration_slope, "calibration_intercept": calibration_intercept,
-    "event1_best_threshold": _event1_best, "event2_h_normalized": hosmer_lemeshow,
-    "event2_h": _plain_h,
-}
-
-
-def risk_metrics(y: np.ndarray, risk: np.ndarray, alerts: np.ndarray, alert_rule: str,
-                 n_boot: int, seed: int) -> dict[str, Any]:
-    """Discrimination and calibration of `risk` with 95% bootstrap CIs; Event 1 of `alerts`."""
-    out: dict[str, Any] = {"n": len(y), "deaths": int(y.sum()), "alert_rule": alert_rule,
-                           "mean_risk": float(risk.mean()), "observed_rate": float(y.mean())}
-    for name, fn in RISK_METRICS.items():
-        out[name] = bootstrap_ci(fn, y, risk, n_boot=n_boot, seed=seed)
-    out["event1"] = bootstrap_ci(event1, y, alerts.astype(np.float64), n_boot=n_boot, seed=seed)
-    out["alert_rate"] = float(alerts.mean())
-    return out
-
-
-def fit_site_calibration(model: ExportedModel, fit: Scored, choose: Scored, where: str
-                         ) -> Calibration:
-    """The export's calibration rule (temperature / Platt / isotonic / none, best validation
-    Brier), fitted on the site's stays `fit` and chosen on `choose`."""
-    from scehr.training.losses import calibration_input
-    from scehr.training.serving_assets import fit_calibration
-
-    kind = calibration_input(model.manifest.loss.name)
-    return fit_calibration((fit.y, fit.probability, fit.margin),
-                           (choose.y, choose.probability, choose.margin), where, kind)
-
-
-def training_data_warning(manifest: Manifest, data: Path, n_test: int) -> str | None:
-    """A warning when `data` is the dataset the model was trained on: its provenance.json names
-    the manifest's dataset and its test split has the manifest's test size. Then "all stays"
-    and the site's train and val splits hold the model's own training stays: the figures are
-    not an external validation, and only the test split was kept out of training."""
-    try:
-        source = json.loads((Path(data) / "provenance.json").read_text()).get("source")
-    except (OSError, ValueError):
-        return None
-    test = manifest.provenance.splits.get("test")
-    sources = manifest.provenance.dataset.split(" + ")
-    if source and source in sources[1:]:  # an extra source of multi-source training
-        return (f"{data} is one of the datasets this model was trained on ({source}): its "
-                "train and val splits were training stays, so the figures on all stays are "
-                "optimistic; only its test split was kept out of training")
-    if not source or source != sources[0] or test is None or test.n != n_test:
-        return None
-    return (f"{data} is the dataset this model was trained on ({source}): the figures on all "
-            "stays include its training stays (optimistic), so this is not an external "
-            "validation; only the test split was kept out of training")
-
-
-def evaluate_external(folder: Path, data: Path, n_boot: int = 1000, seed: int = 0
-                      ) -> dict[str, Any]:
-    """The model as shipped on all the site's stays, then shipped vs site-recalibrated on the
-    site's test split (the map fitted on its train split and chosen on its val split)."""
-    model = ExportedModel(folder)
-    scored = {s: model.score(model.load(data, s)) for s in SPLITS}
-    every = Scored.concat([scored[s] for s in SPLITS])
-    alerts, rule = model.default_alerts(every)
-    flipped_alerts, _ = model.default_alerts(every, flipped=True)
-    val, test = scored["val"], scored["test"]
-    cal = fit_site_calibration(model, scored["train"], val,
-                               f"{Path(data).name} train split; chosen on its val split")
-
-    def at_val_event1(risk_val: np.ndarray, risk_test: np.ndarray
-                      ) -> tuple[np.ndarray, str]:
-        t, _ = event1_threshold(val.y, risk_val)
-        return risk_test >= t, f"risk >= {t:.4f} (Event 1 threshold chosen on the site's val)"
-
-    after = cal.apply(test.probability, test.margin)
-    warning = training_data_warning(model.manifest, data, len(test.y))
-    return {
-        "model": str(folder), "model_version": model.manifest.version, "data": str(data),
-        "warnings": [warning] if warning else [],
-        "neutralised_channels": [model.fs.variable_ids[c] for c in model.neutral],
-        "coverage_on_site_test": {v: float(c) for v, c in zip(
-            model.fs.variable_ids, model.load(data, "test").coverage, strict=True)},
-        "shipped_all_stays": risk_metrics(every.y, every.risk, alerts, rule, n_boot, seed),
-        "shipped_test": risk_metrics(test.y, test.risk, *model.default_alerts(test), n_boot, seed),
-        "shipped_test_val_threshold": risk_metrics(
-            test.y, test.risk, *at_val_event1(val.risk, test.risk), n_boot, seed),
-        "recalibration": {"method": cal.method, "fitted_on": cal.fitted_on},
-        "recalibrated_test": risk_metrics(
-            test.y, after, *at_val_event1(cal.apply(val.probability, val.margin), after),
-            n_boot, seed),
-        "fairness_all_stays": fairness.audit(
-            every.y, every.risk, alerts, every.static_raw, every.flipped_risk, flipped_alerts,
-            where=f"all {len(every.y)} stays of {Path(data).name}", alert_rule=rule),
-    }
-

@@ -42,39 +42,104 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.log(p) - np.log1p(-p)
 
 
-def _logistic_fit(x: np.ndarray, y: np.ndarray, offset: np.ndarray, with_slope: bool
-                  ) -> np.ndarray:
-    """Unpenalised maximum-likelihood (a[, b]) of logit P(y=1) = a [+ b·x] + offset (Newton).
+#: Stays of each outcome a calibration slope or intercept needs: with fewer, a handful of stays
+#: (or their separation by the risk) decides the logistic fit, and its number means nothing.
+MIN_CALIBRATION_EVENTS = 10
+#: The largest |slope| or |intercept| reported. The served risk is clipped to [1e-4, 1 - 1e-4]
+#: (logit within ±9.2), so a coefficient beyond 10 is a fit running off to infinity (the risk
+#: separates the outcomes, or nearly), not a calibration.
+MAX_LOGIT_COEFFICIENT = 10.0
 
-    Written out rather than scikit-learn's solver: the bootstrap refits it thousands of times
-    and two parameters need no more than a few Newton steps."""
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationFit:
+    """Calibration slope and intercept, NaN where they cannot be estimated, with the reason."""
+
+    slope: float
+    intercept: float
+    slope_warning: str | None = None
+    intercept_warning: str | None = None
+
+
+def _nll(design: np.ndarray, beta: np.ndarray, y: np.ndarray, offset: np.ndarray) -> float:
+    z = design @ beta + offset
+    return float(np.sum(np.logaddexp(0.0, z) - y * z))
+
+
+def _logistic_fit(x: np.ndarray, y: np.ndarray, offset: np.ndarray, with_slope: bool
+                  ) -> tuple[np.ndarray, bool]:
+    """Unpenalised maximum-likelihood (a[, b]) of logit P(y=1) = a [+ b·x] + offset, and
+    whether it converged.
+
+    Newton's method with step halving (a step never lowers the likelihood): plain Newton from 0
+    overshoots when the intercept is far from 0 and runs off to ±1e9. Written out rather than
+    scikit-learn's solver: the bootstrap refits it thousands of times."""
     design = np.column_stack([np.ones_like(x), x]) if with_slope else np.ones((len(x), 1))
     beta = np.zeros(design.shape[1])
-    for _ in range(50):
+    loss = _nll(design, beta, y, offset)
+    for _ in range(100):
         p = 1.0 / (1.0 + np.exp(-np.clip(design @ beta + offset, -35, 35)))
         w = p * (1 - p)
         hess = design.T @ (design * w[:, None]) + 1e-9 * np.eye(len(beta))
         step = np.linalg.solve(hess, design.T @ (y - p))
-        beta += step
-        if np.max(np.abs(step)) < 1e-10:
-            break
-    return beta
+        t = 1.0
+        while t > 1e-6 and _nll(design, beta + t * step, y, offset) > loss + 1e-12:
+            t /= 2
+        beta = beta + t * step
+        loss = _nll(design, beta, y, offset)
+        if np.max(np.abs(t * step)) < 1e-9:
+            return beta, True
+    return beta, False
 
 
-def calibration_slope_intercept(y: np.ndarray, risk: np.ndarray) -> tuple[float, float]:
-    """(slope, intercept) of the logistic recalibration of `risk` (Cox 1958; Van Calster 2019).
+def _too_few(y: np.ndarray) -> str | None:
+    events = int(y.sum())
+    others = len(y) - events
+    if min(events, others) >= MIN_CALIBRATION_EVENTS:
+        return None
+    return (f"cannot be estimated: {events} stays with the outcome and {others} without; a "
+            f"logistic calibration fit needs at least {MIN_CALIBRATION_EVENTS} of each")
+
+
+def _runaway(value: float, converged: bool) -> str | None:
+    if not converged:
+        return ("cannot be estimated: the logistic fit does not converge (the risk separates "
+                "the outcomes, or nearly)")
+    if abs(value) > MAX_LOGIT_COEFFICIENT:
+        return (f"cannot be estimated: the logistic fit runs off to {value:.3g}, beyond "
+                f"±{MAX_LOGIT_COEFFICIENT:g} (the risk separates the outcomes, or nearly)")
+    return None
+
+
+def calibration_fit(y: np.ndarray, risk: np.ndarray) -> CalibrationFit:
+    """(slope, intercept) of the logistic recalibration of `risk` (Cox 1958; Van Calster 2019),
+    each NaN with a warning where it cannot be estimated: fewer than MIN_CALIBRATION_EVENTS
+    stays of either outcome, a fit that does not converge, or one beyond MAX_LOGIT_COEFFICIENT.
 
     Slope: b in logit P(y=1) = a + b·logit(risk) (1 is ideal; < 1 means too extreme risks).
     Intercept: calibration-in-the-large, a in logit P(y=1) = a + logit(risk) with the slope
-    fixed at 1 (0 is ideal; > 0 means the risk underestimates). NaN without both outcomes.
+    fixed at 1 (0 is ideal; > 0 means the risk underestimates).
     """
     yy = np.asarray(y, dtype=np.float64).ravel()
     lg = _logit(risk).ravel()
-    if yy.min(initial=0) == yy.max(initial=0):
-        return float("nan"), float("nan")
-    slope = _logistic_fit(lg, yy, np.zeros_like(lg), with_slope=True)[1]
-    intercept = _logistic_fit(lg, yy, lg, with_slope=False)[0]
-    return float(slope), float(intercept)
+    why = _too_few(yy)
+    if why is not None:
+        return CalibrationFit(float("nan"), float("nan"), why, why)
+    (_, slope), ok_s = _logistic_fit(lg, yy, np.zeros_like(lg), with_slope=True)
+    (intercept,), ok_i = _logistic_fit(lg, yy, lg, with_slope=False)
+    ws, wi = _runaway(float(slope), ok_s), _runaway(float(intercept), ok_i)
+    return CalibrationFit(float("nan") if ws else float(slope),
+                          float("nan") if wi else float(intercept), ws, wi)
+
+
+def calibration_slope_intercept(y: np.ndarray, risk: np.ndarray) -> tuple[float, float]:
+    """`calibration_fit`'s (slope, intercept), NaN where it cannot be estimated."""
+    fit = calibration_fit(y, risk)
+    return fit.slope, fit.intercept
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
 
 
 def group_table(y: np.ndarray, risk: np.ndarray, alerts: np.ndarray, static_raw: np.ndarray
@@ -86,11 +151,12 @@ def group_table(y: np.ndarray, risk: np.ndarray, alerts: np.ndarray, static_raw:
     out: dict[str, dict[str, Any]] = {}
     for name, m in groups(static_raw).items():
         both = m.sum() > 1 and 0 < yy[m].sum() < m.sum()
-        slope, intercept = calibration_slope_intercept(yy[m], rr[m]) if both else (None, None)
+        slope, intercept = calibration_slope_intercept(yy[m], rr[m]) if both else (
+            float("nan"), float("nan"))
         out[name] = {
             "n": int(m.sum()), "deaths": int(yy[m].sum()),
             "auroc": float(auroc(yy[m], rr[m])) if both else None,
-            "calibration_slope": slope, "calibration_intercept": intercept,
+            "calibration_slope": _finite(slope), "calibration_intercept": _finite(intercept),
             "alert_rate": float(aa[m].mean()) if m.any() else None,
         }
     return out

@@ -18,6 +18,7 @@ from scehr.schemas.tasks import task_spec
 from scehr.training.bootstrap import bootstrap_ci, bootstrap_metrics
 from scehr.training.config import TrainConfig
 from scehr.training.data.writer import write_json
+from scehr.training.evaluate import reliability_models
 from scehr.training.fit import (
     RESUME_FILE,
     FitResult,
@@ -157,7 +158,8 @@ def make_plots(run_dir: Path, cfg: TrainConfig, res: FitResult,
     models = {name: (test["y"], test["probability"])}
     plot_roc_curves(run_dir / "roc.png", models, title=f"{cfg.task}: test ROC")
     plot_pr_curves(run_dir / "pr.png", models, title=f"{cfg.task}: test precision-recall")
-    plot_reliability(run_dir / "calibration.png", models, title=f"{cfg.task}: reliability")
+    plot_reliability(run_dir / "calibration.png", reliability_models(cfg, preds, name),
+                     title=f"{cfg.task}: reliability of the test split")
     plot_learning_curves(run_dir / "learning_curves.png", res.history,
                          best_epoch=res.best_epoch, title=f"{cfg.task}: learning curves")
     if cfg.tsne and task_spec(cfg.task).binary:

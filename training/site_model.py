@@ -46,6 +46,7 @@ from scehr.schemas.site import (
     SiteSplit,
 )
 from scehr.schemas.sufficiency import shortfalls, summarize
+from scehr.schemas.tasks import task_spec
 from scehr.schemas.uncertainty import LEVELS
 from scehr.training.bootstrap import bootstrap_ci
 from scehr.training.calibration import brier, expected_calibration_error, named_point_rules
@@ -399,6 +400,7 @@ def recalibrate(folder: Path, data: Path, out: Path, version: str | None = None,
     the index says changed)."""
     from scehr.training.export import manifest_json
     from scehr.training.model_card import write_model_card
+    from scehr.training.site_report import REPORT_FOLDER, write_report
 
     model = ExportedModel(folder)
     version = version or out.name
@@ -413,6 +415,13 @@ def recalibrate(folder: Path, data: Path, out: Path, version: str | None = None,
     write_split(out / SPLIT_FILE, stays, fitted.held_out)
     write_model_card(out, new, f"scehr recalibrate {folder} --data {data} --out {out} "
                      f"--seed {seed}", [new.notes[-1]])
+    if task_spec(new.task).binary:  # the report beside the parent, on the held-out stays
+        held = [str(n).split("/", 1)[1] for n in stays.names[fitted.held_out]]
+        write_report(folder, data, out / REPORT_FOLDER, compare=out, stays=held,
+                     n_boot=n_boot, seed=seed, command=f"scehr recalibrate {folder} --data "
+                     f"{data} --out {out} --seed {seed}",
+                     title=f"{new.task} {version} (site) against {model.manifest.version} on "
+                     "the site's held-out part")
     index = add_model(out.parent.parent, entry_for(out, out.parent.parent, new),
                       set_default=False)
     return out, fitted.record, index

@@ -1,5 +1,6 @@
 """External validation of an exported model on another dataset (tiny synthetic model and
-sites); the site model `scehr recalibrate` writes is tested in test_site_model.py."""
+sites); the site model `scehr recalibrate` writes is tested in test_site_model.py, the
+evaluation report (`scehr evaluate`) in test_site_report.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from scehr.training.config import TrainConfig
 from scehr.training.data.synthetic import write_synthetic
 from scehr.training.export import export_run
-from scehr.training.external import ExportedModel, evaluate_external
+from scehr.training.external import ExportedModel
 from scehr.training.run import train_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,36 +45,6 @@ def test_onnx_scoring_reproduces_the_runs_own_test_predictions(setup: tuple) -> 
         np.testing.assert_array_equal(scored.y, saved["test_y"][:, 0])
 
 
-def test_external_report_before_and_after_recalibration(setup: tuple) -> None:
-    root, _, site = setup
-    out = evaluate_external(root / "models" / "mortality" / "0.1.0", site, n_boot=20)
-    every, test = out["shipped_all_stays"], out["recalibrated_test"]
-    assert every["n"] == 420 and out["shipped_test"]["n"] == test["n"] == 120
-    for block in ("shipped_all_stays", "shipped_test", "recalibrated_test"):
-        for k in ("auroc", "auprc", "ece", "calibration_slope", "calibration_intercept",
-                  "event1", "event2_h_normalized"):
-            ci = out[block][k]
-            assert ci["value"] is not None and ci["low"] <= ci["high"], (block, k)
-            if k in ("auroc", "auprc"):  # ECE, H and Event 1 are biased under resampling:
-                # their percentile interval need not hold the point value (20 resamples)
-                assert ci["low"] <= ci["value"] <= ci["high"], (block, k)
-    # a monotone recalibration of the same scores keeps the ranking
-    if out["recalibration"]["method"] == "temperature":
-        assert test["auroc"]["value"] == pytest.approx(out["shipped_test"]["auroc"]["value"])
-    assert "train split" in out["recalibration"]["fitted_on"]
-    assert out["fairness_all_stays"]["groups"]["all"]["n"] == 420
-    assert out["fairness_all_stays"]["sex_flip"]["n"] > 0
-
-
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def test_evaluating_on_the_training_data_warns_and_another_site_does_not(setup: tuple) -> None:
-    """The home dataset (the model's own training data) is flagged; another site is not."""
-    root, home, site = setup
-    folder = root / "models" / "mortality" / "0.1.0"
-    assert evaluate_external(folder, site, n_boot=5)["warnings"] == []
-    warnings = evaluate_external(folder, home, n_boot=5)["warnings"]
-    assert len(warnings) == 1 and "trained on" in warnings[0] and "not an external" in warnings[0]

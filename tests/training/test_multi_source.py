@@ -14,9 +14,9 @@ from scehr.training.config import TrainConfig
 from scehr.training.data.splits import concat_splits, load_split
 from scehr.training.data.synthetic import write_synthetic
 from scehr.training.export import export_run
-from scehr.training.external import evaluate_external
 from scehr.training.fit import prepare
 from scehr.training.run import train_run
+from scehr.training.site_report import evaluate_external
 
 
 @pytest.fixture(scope="module")
@@ -78,4 +78,5 @@ def test_the_export_names_every_source_and_evaluation_warns_on_a_training_site(
     report = evaluate_external(out, site, n_boot=5)
     assert any("was trained on" in w and "only its test split" in w
                for w in report["warnings"])
-    assert report["shipped_test"]["n"] == len(load_split(site, "mortality", "test"))
+    test = evaluate_external(out, site, split="test", n_boot=5)
+    assert test["data"]["stays"] == len(load_split(site, "mortality", "test"))

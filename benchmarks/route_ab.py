@@ -102,10 +102,12 @@ async def run(args: argparse.Namespace, apps: dict[str, Any]) -> dict[str, dict[
                 await asyncio.sleep(0.1)
         for name, (url, body_path, media) in ROUTES.items():
             body = body_path.read_bytes()
-            headers = {"content-type": media}
-            for c in clients.values():  # warm-up
+            headers = {v: {"content-type": media} for v in clients}
+            if args.new_response_version:  # the shape the old revision answers in
+                headers["new"]["x-scehr-response-version"] = args.new_response_version
+            for v, c in clients.items():  # warm-up
                 for _ in range(20):
-                    assert (await c.post(url, content=body, headers=headers)).status_code == 200
+                    assert (await c.post(url, content=body, headers=headers[v])).status_code == 200
             gc.collect()
             for p in range(args.passes):
                 for i in range(args.requests):
@@ -113,7 +115,7 @@ async def run(args: argparse.Namespace, apps: dict[str, Any]) -> dict[str, dict[
                     answers = {}
                     for v in order:
                         p0, t0 = time.process_time(), time.thread_time()
-                        r = await clients[v].post(url, content=body, headers=headers)
+                        r = await clients[v].post(url, content=body, headers=headers[v])
                         t1, p1 = time.thread_time(), time.process_time()
                         assert r.status_code == 200, r.text[:300]
                         times[name][f"{v} process"].append(p1 - p0)
@@ -131,6 +133,10 @@ def main() -> None:
     ap.add_argument("--before", required=True, help="git revision of the 'before' code")
     ap.add_argument("--requests", type=int, default=300, help="requests per route and pass")
     ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--new-response-version", default=None, metavar="V",
+                    help="ask this checkout for response version V (X-Scehr-Response-Version), "
+                    "e.g. 1.1 against a revision from before response 1.2, so that the answers "
+                    "can be compared byte for byte")
     args = ap.parse_args()
     models = REPO / "models"
     src, tmp = checkout(args.before), Path(tempfile.mkdtemp(prefix="scehr-route-ab-"))

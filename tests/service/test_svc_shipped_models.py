@@ -67,3 +67,18 @@ def test_the_default_mortality_points_mean_their_names() -> None:
     assert test_alerts == sorted(test_alerts, reverse=True) and len(test_alerts) == 3
     assert card.levels is not None
     assert (card.levels.warning, card.levels.critical) == ("high_sensitivity", "high_ppv")
+
+
+@pytest.mark.parametrize("task", sorted(INDEX["defaults"]))
+def test_every_default_class_orders_its_points(task: str) -> None:
+    """In every class of every default model, the served points' thresholds and validation
+    PPV rise in the names' order, and `critical` is the most specific served point."""
+    m = load_manifest(MODELS / task / INDEX["defaults"][task] / "manifest.json")
+    order = ("high_sensitivity", "balanced", "high_ppv")
+    for card in m.classes:
+        points = sorted(card.named_points, key=lambda p: order.index(p.name))
+        assert [p.threshold for p in points] == sorted(p.threshold for p in points), card.label
+        ppv = [p.validation.ppv for p in points]
+        assert ppv == sorted(ppv), card.label
+        if card.levels is not None and card.levels.critical is not None:
+            assert card.levels.critical == points[-1].name, card.label

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -69,12 +70,15 @@ class ServedScores:
 
 def score_folder(model: Path, folder: Path, out: Path, *, allow_insufficient: bool) -> None:
     """`scehr score MODEL FOLDER --out OUT` in a child process (this interpreter's `scehr`);
-    its summary line goes to stderr, a failure is raised with its message."""
+    its summary line goes to stderr, a failure is raised with its message. A legacy model
+    (served only on request) is scored too: evaluating it is asking for it, and the report
+    says what it lacks (no interval, no data minimum)."""
     cmd = [sys.executable, "-m", "scehr.cli", "score", str(model), str(folder), "--out",
            str(out), "--device", "cpu", "--quiet"]
     if allow_insufficient:
         cmd.append("--allow-insufficient")
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    env = {**os.environ, "SCEHR_ALLOW_LEGACY_MODELS": "true"}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in res.stderr.splitlines():
         if line.startswith("scehr score: ") and " stays read: " in line:
             print(line.split(" -> ")[0], file=sys.stderr, flush=True)

@@ -44,7 +44,8 @@ def _inputs(m: LoadedModel, rows: int, rng: np.random.Generator) -> ModelInputs:
 @pytest.mark.parametrize(("task", "version", "path"), SHIPPED)
 def test_one_thread_session_gives_the_same_bits(task: str, version: str, path: str) -> None:
     m = load_model(MODELS / path, task, Settings(model_dir=MODELS, device="cpu",
-                                                 intra_op_threads=2))
+                                                 intra_op_threads=2,
+                                                 allow_legacy_models=True))
     assert m.light is not None
     rng = np.random.default_rng(7)
     for rows in (1, 2, 3, 4, 5, 8, 16, 32):
@@ -77,7 +78,8 @@ class _Spy:
 def test_runs_up_to_light_rows_take_the_one_thread_session() -> None:
     task, _, path = SHIPPED[-1]
     m = load_model(MODELS / path, task, Settings(model_dir=MODELS, device="cpu",
-                                                 intra_op_threads=2))
+                                                 intra_op_threads=2,
+                                                 allow_legacy_models=True))
     assert m.light is not None
     rng = np.random.default_rng(3)
     sizes = (1, 3, LIGHT_ROWS, LIGHT_ROWS + 1, 32)

@@ -220,6 +220,7 @@ def reissue(folder: Path, out: Path, *, minimum: DataMinimum | None,
     version = out.name
     refuse_existing(out.parent.parent, m.task, version, out)
     metrics = m.metrics
+    refit = held is not None and not points  # the uncertainty map and the test figures
     if held is not None and recalibrate:
         cards = recalibrated_cards(m, *held)
     elif held is not None and points:
@@ -233,7 +234,7 @@ def reissue(folder: Path, out: Path, *, minimum: DataMinimum | None,
     if uncertainty is not None:
         cards = [card.model_copy(update={"uncertainty": u})
                  for card, u in zip(cards, uncertainty, strict=True)]
-    if held is not None and not points:
+    if refit:
         print("scoring the test split's served risk (bootstrap CIs) ...", flush=True)
         metrics = reissued_metrics(m, cards, held[0])
     what = ("the same ONNX graph; each class's calibration map refitted on the held-out "
@@ -251,9 +252,9 @@ def reissue(folder: Path, out: Path, *, minimum: DataMinimum | None,
             + ("; the data minimum of the sufficiency study" if minimum else "")
             + ("; the uncertainty map (Venn-Abers interval and conformal outcome set) fitted "
                "on the held-out calibration split"
-               if uncertainty is not None or held is not None else "")
+               if uncertainty is not None or refit else "")
             + ("; test figures computed on the served risk, the score's beside them"
-               if held is not None else ""))
+               if refit else ""))
     new = m.model_copy(update={
         "contract_version": CONTRACT_VERSION, "version": version, "classes": cards,
         "data_minimum": minimum if minimum is not None else m.data_minimum,

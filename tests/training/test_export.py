@@ -134,6 +134,8 @@ def test_reissue_chooses_the_points_again_in_order_on_the_same_graph_and_maps(
                          "--data", str(data)]) == 0
     old, new = (load_manifest(f / "manifest.json") for f in (folder, out))
     assert new.onnx.sha256 == old.onnx.sha256 and "chosen again" in new.notes[-1]
+    # the note says what was done: neither the uncertainty map nor the figures were refitted
+    assert "uncertainty map" not in new.notes[-1] and "served risk" not in new.notes[-1]
     yv, rv = served_risks(old, held_out_outputs(folder, run / "config.json", data))["val"]
     for c, (was, card) in enumerate(zip(old.classes, new.classes, strict=True)):
         # the fields (the maps' private caches fill as the maps are applied)

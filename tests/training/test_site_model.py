@@ -19,31 +19,12 @@ import pytest
 from scehr.cli import main as scehr
 from scehr.schemas.manifest import Manifest, load_manifest, sha256_file
 from scehr.service.settings import Settings
-from scehr.training.config import TrainConfig
 from scehr.training.data.synthetic import write_synthetic
-from scehr.training.export import export_run
-from scehr.training.run import train_run
 from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.service.conftest import serve
 
 REPO = Path(__file__).resolve().parents[2]
 POINTS = {"high_sensitivity", "balanced", "high_ppv"}
-
-
-@pytest.fixture(scope="module")
-def home_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny exported mortality model, trained on a synthetic home dataset."""
-    root = tmp_path_factory.mktemp("site")
-    home = write_synthetic(root / "home", "mortality", n_train=300, n_test=100, prevalence=0.3,
-                           seed=1)
-    cfg = TrainConfig(task="mortality", data=str(home), out=str(root / "run"), encoder="lstm",
-                      encoder_hparams={"units": 4, "depth": 1, "bidirectional": False,
-                                       "dropout": 0.0, "static": True},
-                      loss="cbce", lam=0.01, batch_size=32, epochs=2, seed=0, threads=1,
-                      n_boot=20, tsne=False, progress=False)
-    train_run(cfg)
-    export_run(root / "run", root / "models" / "mortality" / "0.1.0")
-    return root / "models" / "mortality" / "0.1.0"
 
 
 def recalibrate(model: Path, data: Path, out: Path, *extra: str,

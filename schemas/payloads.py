@@ -532,5 +532,10 @@ class MonitoringSummary(BaseModel):
     variables: list[VariableDrift]
     risk: list[RiskDrift]
     alerts: list[AlertDrift]
+    answered: int = Field(0, description="Of the last `window_size` stays answered, scored "
+                          "or abstained (below the data minimum), how many there are")
+    abstention_rate: float | None = Field(
+        None, description="Share of those answered stays that got no risk (below the "
+        "model's data minimum); they are not in the drift window")
     notes: list[str] = Field(default_factory=list)
     worker_pid: int

@@ -25,6 +25,7 @@ from scehr.service.media_types import body_routes, document
 from scehr.service.metrics import Metrics
 from scehr.service.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from scehr.service.monitoring import Monitoring
+from scehr.service.pages import routes as pages
 from scehr.service.registry import Registry
 from scehr.service.routes import admin, cds_hooks, fhir, health, models, oip, predict
 from scehr.service.scorer import Scorer
@@ -86,7 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     routers = [predict.router, *(closable_models if settings.open_models else []),
                health.router, *([health.metrics_router] if settings.open_metrics else []),
                fhir.router, cds_hooks.router, oip.router,
-               *([admin.router] if settings.api_keys else [])]
+               *([admin.router] if settings.api_keys else []),
+               pages.router, *([pages.models_router] if settings.open_models else [])]
     for router in routers:
         app.include_router(router)
     openapi_components(app, StayPayload, CdsRequest)

@@ -97,6 +97,11 @@ class ModelMonitor:
         self._count = 0
         self._lock = threading.Lock()
         self._refreshed = 0.0
+        #: The last `window` answered stays: whether each abstained (a ring of its own: the
+        #: drift window holds scored stays only).
+        self._abstained = np.zeros(window, dtype=bool)
+        self._answers_next = 0
+        self._answers = 0
         #: Stays observed but not yet in the window (`observe`), and their rows.
         self._pending: list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]] = []
         self._pending_rows = 0
@@ -114,6 +119,19 @@ class ModelMonitor:
             if edges is not None:
                 out[:, c] = bin_index(risk[:, c], edges)
         return out
+
+    def answered(self, abstained: np.ndarray) -> None:
+        """Count answered stays (True: below the data minimum, no risk), the oldest leaving
+        once `size` are held."""
+        abstained = np.asarray(abstained, dtype=bool)[-self.size:]
+        n = abstained.shape[0]
+        if n == 0:
+            return
+        with self._lock:
+            idx = (self._answers_next + np.arange(n)) % self.size
+            self._abstained[idx] = abstained
+            self._answers_next = int((self._answers_next + n) % self.size)
+            self._answers = min(self.size, self._answers + n)
 
     def observe(self, observed: np.ndarray, values: np.ndarray | None, risk: np.ndarray,
                 alerts: np.ndarray) -> None:
@@ -178,6 +196,8 @@ class ModelMonitor:
             obs, vals = self._sum_observed.copy(), self._sum_values.copy()
             risk_sum, rbins = self._sum_risk.copy(), self._sum_risk_bins.copy()
             alerts = self._sum_alerts.copy()
+            answers = self._answers
+            abstained = int(self._abstained[:answers].sum())
 
         def rate(x: float) -> float | None:
             return x / n if n else None
@@ -223,7 +243,9 @@ class ModelMonitor:
         return MonitoringSummary(
             task=ref.task, model_version=ref.version, window_size=self.size, stays=n,
             min_stays_for_psi=MIN_STAYS_FOR_PSI, variables=variables, risk=risks,
-            alerts=rows, notes=notes, worker_pid=os.getpid())
+            alerts=rows, answered=answers,
+            abstention_rate=abstained / answers if answers else None, notes=notes,
+            worker_pid=os.getpid())
 
     def refresh_gauges(self) -> MonitoringSummary:
         s = self.summary()

@@ -318,6 +318,7 @@ class Scorer:
         # a stay below the data minimum got no risk: counted, and left out of the served
         # population that drift monitoring compares with validation
         kept = np.array([preds[i].status == "scored" for i in prep.ok], dtype=bool)
+        self.monitoring.for_spec(spec, gauges=default).answered(~kept)
         if not kept.all():
             self.metrics.warnings.labels(spec.task, "insufficient_data").inc(
                 int((~kept).sum()))

@@ -34,7 +34,8 @@ from scehr.service.settings import Settings
 #: Seconds between refreshes of the monitoring page.
 REFRESH_SECONDS = 15
 #: The static files served, by name: nothing else under /ui/static/ exists.
-STATIC_FILES = {"pages.css": "text/css", "stay.js": "text/javascript"}
+STATIC_FILES = {"pages.css": "text/css", "stay.js": "text/javascript",
+                "favicon.svg": "image/svg+xml"}
 
 router = APIRouter(include_in_schema=False)  # the stay page, its scoring route, static files
 models_router = APIRouter(include_in_schema=False)  # closable: SCEHR_OPEN_MODELS=false

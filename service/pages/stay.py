@@ -129,9 +129,9 @@ def draw_panel(p: Panel, k: int, hours: float) -> Markup:
     if hi <= lo:
         lo, hi = lo - 1.0, hi + 1.0
     pad = (hi - lo) * 0.08
-    ax = Axes(0.0, hours, lo - pad, hi + pad, width=230, height=120, left=40, right=6,
-              top=6, bottom=24, x_ticks=nice_ticks(0, hours, 4),
-              y_ticks=nice_ticks(lo, hi, 3), x_label="hours")
+    ax = Axes(0.0, hours, lo - pad, hi + pad, width=230, height=110, left=40, right=8,
+              top=6, bottom=20, x_ticks=nice_ticks(0, hours, 4),
+              y_ticks=nice_ticks(lo, hi, 3))
     marks = [Mark(x, y, f"clipped to {y:g} at {x:g} h", PALETTE[1], "triangle")
              for x, y in p.clipped]
     marks += [Mark(x, lo - pad, f"value removed at {x:g} h", PALETTE[1], "cross")

@@ -98,9 +98,28 @@ def abstained_stay() -> dict[str, Any]:
         {"variable": "heart_rate", "time": t, "value": 88 + t} for t in (1.0, 2.0, 3.0)]}
 
 
+def with_cleaned_values() -> dict[str, Any]:
+    """The example stay with one heart rate beyond the outlier bound (removed) and one
+    between it and the valid bound (clipped), so that the series show both marks."""
+    stay = json.loads((EXAMPLES / "mortality_stay.json").read_text())
+    rates = [o for o in stay["observations"] if o["variable"] == "heart_rate"]
+    rates[3]["value"], rates[7]["value"] = 400, 370
+    return stay
+
+
+def shrink(path: Path) -> None:
+    """Store a screenshot with an adaptive palette (a fraction of the bytes, same look)."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        img.convert("RGB").convert("P", palette=Image.Palette.ADAPTIVE, colors=64).save(
+            path, optimize=True)
+
+
 def screenshots(out: Path) -> list[Path]:
     """The four pages as docs/ shows them: the default mortality model's facts, the example
-    stay's risk, an abstained stay, and monitoring after those."""
+    stay's risk (with two heart rates the cleaning rules change), an abstained stay, and
+    monitoring after those."""
     exe = chromium_path()
     if exe is None:
         raise SystemExit("no chromium binary: apt-get install chromium (or set SCEHR_CHROMIUM)")
@@ -113,7 +132,7 @@ def screenshots(out: Path) -> list[Path]:
         shots.append(out / "pages-facts.png")
         page.screenshot(path=shots[-1], full_page=True)
         page.goto(f"{base}/ui/stay")
-        score_in_page(page, (EXAMPLES / "mortality_stay.json").read_text())
+        score_in_page(page, json.dumps(with_cleaned_values(), indent=1))
         shots.append(out / "pages-stay.png")
         page.screenshot(path=shots[-1], full_page=True)
         page.goto(f"{base}/ui/stay")
@@ -123,6 +142,8 @@ def screenshots(out: Path) -> list[Path]:
         page.goto(f"{base}/ui/monitoring")
         shots.append(out / "pages-monitoring.png")
         page.screenshot(path=shots[-1], full_page=True)
+    for path in shots:
+        shrink(path)
     return shots
 
 

@@ -64,7 +64,7 @@
       });
       var body = await answer.text();
       if (answer.ok) {
-        status.textContent = "Scored.";
+        status.textContent = "Answered.";
         result.innerHTML = body;
         var title = document.getElementById("result-title");
         if (title) { title.focus(); }

@@ -280,3 +280,16 @@ async def test_the_abstention_rate_covers_the_last_window_of_answers() -> None:
         summary = (await c.get("/models/mortality/monitoring")).json()
     assert summary["answered"] == 10 and summary["abstention_rate"] == pytest.approx(0.6)
     assert summary["stays"] == 4
+
+
+async def test_a_phenotype_answer_stays_under_the_page_weight() -> None:
+    """25 classes, each with its risk scale and contributions, and the stay's series."""
+    settings = Settings(model_dir=default_model_dir(), device="cpu", tasks="phenotypes")
+    stay = json.loads((EXAMPLES / "phenotypes_stay.json").read_text())
+    async with serve(settings) as c:
+        page = await c.get("/ui/stay")
+        answer = await c.post("/ui/stay/phenotypes", json=stay)
+        static = [await c.get(f"/ui/static/{n}") for n in ("pages.css", "stay.js")]
+    assert answer.status_code == 200 and answer.text.count('class="class-result"') == 25
+    total = len(page.content) + len(answer.content) + sum(len(s.content) for s in static)
+    assert total <= MAX_PAGE_BYTES, total

@@ -234,6 +234,8 @@ async def test_keys_and_openness_follow_the_api() -> None:
     async with serve(shipped(api_keys="s3cret", open_models=False, open_metrics=False)) as c:
         no_key = await c.post("/ui/stay/mortality", json=example_stay())
         api_no_key = await c.post("/predict/mortality", json=example_stay())
+        unparsed = await c.post("/ui/stay/mortality", content=b"{not json",
+                                headers={"content-type": "application/json"})
         with_key = await c.post("/ui/stay/mortality", json=example_stay(),
                                 headers={"X-API-Key": "s3cret"})
         form = (await c.get("/ui/stay")).text
@@ -241,6 +243,7 @@ async def test_keys_and_openness_follow_the_api() -> None:
                   ("/ui/models/mortality/1.3.2", "/ui/monitoring")]
         root = await c.get("/ui/", follow_redirects=True)
     assert no_key.status_code == api_no_key.status_code == 401
+    assert unparsed.status_code == 401  # the key is checked before the body is read
     assert with_key.status_code == 200 and "risk-value" in with_key.text
     assert 'id="key"' in form and 'href="/ui/monitoring"' not in form
     assert closed == [404, 404] and root.url.path == "/ui/stay"

@@ -17,7 +17,7 @@ from typing import Any
 from markupsafe import Markup
 
 from scehr.schemas.manifest import ClassCard, Manifest
-from scehr.schemas.site import site_record
+from scehr.schemas.site import PARENT_KEY, site_record
 from scehr.schemas.tasks import task_spec
 from scehr.service.pages.svg import PALETTE, Axes, Mark, Series, line_chart, nice_ticks
 
@@ -77,18 +77,25 @@ def _ci(raw: Any) -> tuple[float | None, float | None, float | None]:
     return (raw if isinstance(raw, int | float) else None), None, None
 
 
-def performance(m: Manifest) -> list[Figure]:
-    """The test metrics with their bootstrap CIs (`metrics.test_ci`), then the other scalar
-    test figures (`metrics.test`) without one."""
+def own_metrics(m: Manifest) -> dict[str, Any]:
+    """The test figures the model card leads with: a site model's parent's own (kept in
+    `metrics.parent`, its site figures apart in `metrics.site`), else the model's."""
+    parent = m.metrics.get(PARENT_KEY)
+    return parent if isinstance(parent, dict) else m.metrics
+
+
+def performance(metrics: dict[str, Any]) -> list[Figure]:
+    """The test metrics with their bootstrap CIs (`test_ci`), then the other scalar test
+    figures (`test`) without one."""
     out = []
-    cis = m.metrics.get("test_ci") or {}
+    cis = metrics.get("test_ci") or {}
     for name, raw in cis.items():
         value, low, high = _ci(raw)
         note = ""
         if isinstance(raw, dict) and raw.get("n_boot"):
             note = f"{raw.get('n_valid', raw['n_boot'])} of {raw['n_boot']} resamples"
         out.append(Figure(name, value, low, high, note))
-    test = m.metrics.get("test") or {}
+    test = metrics.get("test") or {}
     for name, raw in test.items():
         if name not in cis and isinstance(raw, int | float) and not isinstance(raw, bool):
             out.append(Figure(name, float(raw)))
@@ -105,10 +112,10 @@ def logistic_curve(slope: float, intercept: float, n: int = 41) -> list[tuple[fl
     return pts
 
 
-def calibration_plot(m: Manifest) -> Markup | None:
+def calibration_plot(metrics: dict[str, Any]) -> Markup | None:
     """The calibration of the served risk per group, from the fairness audit's calibration
-    slope and intercept on the test split (`metrics.fairness.groups`)."""
-    groups = ((m.metrics.get("fairness") or {}).get("groups") or {})
+    slope and intercept on the test split (`fairness.groups`)."""
+    groups = ((metrics.get("fairness") or {}).get("groups") or {})
     usable = {g: r for g, r in groups.items() if r.get("calibration_slope") is not None
               and r.get("calibration_intercept") is not None}
     if not usable:
@@ -122,7 +129,7 @@ def calibration_plot(m: Manifest) -> Markup | None:
     ticks = [0, 0.25, 0.5, 0.75, 1.0]
     ax = Axes(0, 1, 0, 1, width=460, height=320, x_ticks=ticks, y_ticks=ticks,
               x_label="risk shown", y_label="observed outcome rate (fitted)")
-    data = (m.metrics.get("fairness") or {}).get("data", "the test split")
+    data = (metrics.get("fairness") or {}).get("data", "the test split")
     return line_chart("calibration", "Calibration of the risk, by group",
                       f"Logistic calibration lines on {data}: " + "; ".join(
                           s.name for s in series[1:]) + ". The dashed diagonal is perfect "
@@ -193,17 +200,18 @@ def limitations(m: Manifest) -> list[str]:
 def build_facts(m: Manifest, sha256: str, default: bool) -> Facts:
     """The facts of a manifest, as the template shows them."""
     cards = m.classes[:MAX_CLASSES]
-    fairness = m.metrics.get("fairness")
+    metrics = own_metrics(m)
+    fairness = metrics.get("fairness")
     return Facts(
         manifest=m, sha256=sha256, default=default,
         description=task_spec(m.task).description,
-        performance=performance(m),
-        val_figures={k: v for k, v in (m.metrics.get("val") or {}).items()
+        performance=performance(metrics),
+        val_figures={k: v for k, v in (metrics.get("val") or {}).items()
                      if isinstance(v, int | float) and not isinstance(v, bool)},
-        test_figures=m.metrics.get("test") or {},
-        site=site_record(m.metrics), calibration_plot=calibration_plot(m),
+        test_figures=metrics.get("test") or {},
+        site=site_record(m.metrics), calibration_plot=calibration_plot(metrics),
         fairness=fairness if isinstance(fairness, dict) else None,
-        subgroups=m.metrics.get("subgroups"),
+        subgroups=metrics.get("subgroups"),
         classes=[class_facts(c, k) for k, c in enumerate(cards)],
         hidden_classes=len(m.classes) - len(cards), minimum=m.data_minimum,
         limitations=limitations(m),

@@ -135,15 +135,22 @@ def test_a_site_model_shows_the_site_figures() -> None:
                                      "holdout_fraction": 0.3, "file": "split.csv",
                                      "fit": part, "held_out": part}},
             "changes": ["calibration map refitted"]}
-    m.metrics = {**m.metrics, "site": site, "parent": m.metrics["test_ci"]}
+    own = m.metrics
+    m.metrics = {"site": site, "parent": own}  # as scehr recalibrate writes them
     html = render("facts.html", f=build_facts(m, "x" * 64, True), base="",
                   open_models=True, open_docs=True, contract="1.4")
     assert float(attr(html, "data-metric", "site-auroc", "data-value")) == 0.812
     assert "0.790 [0.770, 0.810]" in html and "calibration map refitted" in html
-    plain = render("facts.html", f=build_facts(m.model_copy(update={"metrics": {
-        k: v for k, v in m.metrics.items() if k not in ("site", "parent")}}), "x", True),
-        base="", open_models=True, open_docs=True, contract="1.4")
+    # the parent's own test figures, said to be the parent's
+    assert float(attr(html, "data-metric", "auroc", "data-value")) == \
+        own["test_ci"]["auroc"]["value"]
+    assert "The parent model's own test figures" in html
+    assert 'data-group="all"' in html  # the parent's fairness audit
+    plain = render("facts.html", f=build_facts(m.model_copy(update={"metrics": own}), "x",
+                                               True),
+                   base="", open_models=True, open_docs=True, contract="1.4")
     assert "not a site model" in plain and "site-auroc" not in plain
+    assert "parent model's own" not in plain
 
 
 async def test_the_stay_route_answers_the_api_risk_json_and_fhir() -> None:

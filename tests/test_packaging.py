@@ -45,6 +45,9 @@ def test_every_package_folder_is_installed_under_scehr(wheel: Path) -> None:
     assert "scehr/cli.py" in names
     assert "scehr/schemas/resources/feature_sets.json" in names
     assert "scehr/schemas/manifest.schema.json" in names
+    pages = REPO / "service" / "pages"
+    for f in [*(pages / "templates").glob("*.html"), *(pages / "static").iterdir()]:
+        assert f"scehr/{f.relative_to(REPO).as_posix()}" in names, f  # the pages under /ui/
 
 
 def test_the_command_and_the_modules_come_from_the_namespace() -> None:

@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost last: request context, then the body-size limit (it also bounds the body that
     # load shedding reads), then keys, media types, load shedding and the body deadline.
     routes = [r for rt in routers for r in rt.routes]
+    app.state.routes = routes  # the routes as declared (the pages read the scoring ones)
     app.add_middleware(LoadSheddingMiddleware, shedder=shedder, metrics=metrics,
                        timeout_s=settings.request_timeout_s,
                        api_keys=[k.get_secret_value() for k in settings.api_keys],

@@ -9,12 +9,15 @@ as Prometheus' `histogram_quantile` does.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from markupsafe import Markup
 from prometheus_client.parser import text_string_to_metric_families
 
 from scehr.schemas.payloads import MonitoringSummary
+from scehr.service.auth import route_needs_key
 from scehr.service.metrics import Metrics
 from scehr.service.pages.svg import bar_chart
 
@@ -52,8 +55,15 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
     return lower
 
 
-def latencies(metrics: Metrics, tasks: list[str]) -> list[Latency]:
-    """Per task: percentiles of its 2xx scoring requests (every scoring route together)."""
+def scoring_endpoints(routes: Iterable[Any]) -> frozenset[str]:
+    """The templates of the scoring routes: those that declare the API key, less admin."""
+    return frozenset(r.path for r in routes
+                     if route_needs_key(r) and not r.path.startswith("/admin/"))
+
+
+def latencies(metrics: Metrics, tasks: list[str], endpoints: frozenset[str]) -> list[Latency]:
+    """Per task: percentiles of its 2xx requests to `endpoints` (the scoring routes,
+    together)."""
     text = metrics.render()[0].decode()
     per_task: dict[str, dict[float, float]] = {t: {} for t in tasks}
     for family in text_string_to_metric_families(text):
@@ -62,6 +72,7 @@ def latencies(metrics: Metrics, tasks: list[str]) -> list[Latency]:
         for s in family.samples:
             task = s.labels.get("model")
             if (not s.name.endswith("_bucket") or task not in per_task
+                    or s.labels.get("endpoint") not in endpoints
                     or not s.labels.get("status", "").startswith("2")):
                 continue
             bound = float(s.labels["le"])

@@ -25,6 +25,7 @@ from scehr.service.pages.monitor_view import (
     drift_chart,
     latencies,
     observation_chart,
+    scoring_endpoints,
 )
 from scehr.service.pages.render import SECURITY_HEADERS, STATIC, page, render
 from scehr.service.pages.stay import PageStay
@@ -125,7 +126,9 @@ async def monitoring_page(request: Request, registry: RegistryDep, settings: Set
                           monitoring: MonitoringDep, metrics: MetricsDep) -> Response:
     """This worker's monitor of every loaded version, and latency (with open metrics)."""
     rows = _monitor_rows(registry, monitoring)
-    latency = latencies(metrics, sorted(registry.handles)) if settings.open_metrics else None
+    latency = (latencies(metrics, sorted(registry.handles),
+                         scoring_endpoints(request.app.state.routes))
+               if settings.open_metrics else None)
     return page(render("monitoring.html", rows=rows, latency=latency, quantiles=QUANTILES,
                        refresh=REFRESH_SECONDS, pid=os.getpid(),
                        now=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),

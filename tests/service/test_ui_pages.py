@@ -306,3 +306,13 @@ async def test_a_phenotype_answer_stays_under_the_page_weight() -> None:
     assert answer.status_code == 200 and answer.text.count('class="class-result"') == 25
     total = len(page.content) + len(answer.content) + sum(len(s.content) for s in static)
     assert total <= MAX_PAGE_BYTES, total
+
+
+async def test_the_form_sends_nothing_without_its_script() -> None:
+    """Without the script a browser would submit the form itself: its fields have no name, so
+    such a submission carries no stay (and never in a URL: the method is POST)."""
+    async with serve(shipped(api_keys="k")) as c:
+        html = (await c.get("/ui/stay")).text
+    form = re.search(r"<form[^>]*>.*?</form>", html, re.S).group(0)
+    assert 'method="post"' in form and " name=" not in form
+    assert all(f'id="{i}"' in form for i in ("task", "file", "stay", "key", "score"))

@@ -97,10 +97,12 @@ def _tables() -> dict[str, tuple[list[str], list[list[str]]]]:
             "OUTPUTEVENTS": out}
 
 
-def write_raw(folder: Path, *, lower_gz: bool) -> Path:
-    """The fixture as the official files (upper case, .csv) or the demo's (lower case, .gz)."""
+def write_raw(folder: Path, *, lower_gz: bool,
+              tables: dict[str, tuple[list[str], list[list[str]]]] | None = None) -> Path:
+    """The fixture (or `tables`, changed from it) as the official files (upper case, .csv) or
+    the demo's (lower case, .gz)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, (head, rows) in _tables().items():
+    for name, (head, rows) in (tables or _tables()).items():
         if lower_gz:
             with gzip.open(folder / f"{name}.csv.gz", "wt", newline="") as f:
                 csv.writer(f, lineterminator="\n").writerows([[h.lower() for h in head], *rows])
@@ -208,13 +210,9 @@ def test_hourly_tasks_with_a_death_in_the_stay(tmp_path: Path) -> None:
     rows = [list(r) for r in rows]
     rows[0][head.index("DEATHTIME")] = "2150-01-04 12:00:00"
     tables["ADMISSIONS"] = (head, rows)
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    for name, (h, r) in tables.items():
-        with open(raw / f"{name}.csv", "w", newline="") as f:
-            csv.writer(f, lineterminator="\n").writerows([h, *r])
     out = tmp_path / "out"
-    extract(raw, out, memory_limit="512MB", threads=1, progress=QUIET)
+    extract(write_raw(tmp_path / "raw", lower_gz=False, tables=tables), out,
+            memory_limit="512MB", threads=1, progress=QUIET)
     assert _listfile(out, "decompensation") == [(float(t), "1" if t > 36 else "0")
                                                 for t in range(5, 61)]
     assert _listfile(out, "length-of-stay") == [(float(t), f"{72.0 - t:.6f}")

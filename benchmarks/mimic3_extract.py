@@ -2,15 +2,16 @@
 
 Builds a scaled-up copy of the MIMIC-III demo in a temporary folder (the demo repeated COPIES
 times, every subject, admission and ICU stay id shifted by k * 1,000,000 in copy k; upper-case
-headers, plain CSV as the official files), runs the reference pipeline (its seven scripts, in a
-Python environment with its pinned pandas) and ours on it, each under /usr/bin/time -v, and
+headers, plain CSV as the official files), runs the reference pipeline (its scripts for the
+root folder and the four tasks, `REFERENCE_STEPS`, in a Python environment with its pinned
+pandas) and ours on it, each under /usr/bin/time -v, and
 prints wall time, CPU time, peak resident memory, the load average, and whether the outputs
 agree (`scehr.training.data.mimic3.compare`).
 
     python benchmarks/mimic3_extract.py --copies 14 \
         --reference-dir /tmp/mimic3-benchmarks --reference-python /tmp/m3b-venv/bin/python
 
-The reference checkout is github.com/YerevaNN/mimic3-benchmarks (any commit with the seven
+The reference checkout is github.com/YerevaNN/mimic3-benchmarks (any commit with these
 scripts; ea0314c was measured); its environment needs pandas 1.x, numpy, pyyaml, tqdm (the
 pins of its requirements.txt install on Python 3.7). Without --reference-dir only ours runs;
 `--reference-wall S` then prints the speed-up against a reference wall time measured before (the
@@ -48,8 +49,12 @@ REFERENCE_STEPS = (
     "mimic3benchmark.scripts.split_train_and_test {out}/root/",
     "mimic3benchmark.scripts.create_in_hospital_mortality {out}/root/ "
     "{out}/in-hospital-mortality/",
+    "mimic3benchmark.scripts.create_decompensation {out}/root/ {out}/decompensation/",
+    "mimic3benchmark.scripts.create_length_of_stay {out}/root/ {out}/length-of-stay/",
     "mimic3benchmark.scripts.create_phenotyping {out}/root/ {out}/phenotyping/",
     "mimic3models.split_train_val {out}/in-hospital-mortality",
+    "mimic3models.split_train_val {out}/decompensation",
+    "mimic3models.split_train_val {out}/length-of-stay",
     "mimic3models.split_train_val {out}/phenotyping",
 )
 
@@ -131,7 +136,7 @@ def main() -> int:
     print(f"CHARTEVENTS rows: {chart:,}", flush=True)
     load0 = os.getloadavg()
     results = {}
-    scehr = f"{sys.executable} {ROOT / 'scehr_cli.py'}"
+    scehr = f"{sys.executable} -m scehr.cli"
     ours = tmp / "ours"
     shutil.rmtree(ours, ignore_errors=True)
     results[OURS] = timed(

@@ -1,14 +1,17 @@
 """Fingerprints of mimic3-benchmarks' output on the MIMIC-III demo, and the check against them.
 
-The reference output (679 files, 40 MB, demo patient data) is not stored: only a sha256 per
+The reference output (915 files, 44 MB, demo patient data) is not stored: only a sha256 per
 file (`mimic3_demo_reference.json`), so the suite can tell byte for byte whether our extraction
 equals it without copying any data into the repository. Where the reference's row order is an
 accident the sha256 of its sorted rows is stored too; where its `Age` is 1 ulp off (pandas 1.2's
 float parser) the sha256 with that field blanked and the ulp step from our value.
 
 Made with github.com/YerevaNN/mimic3-benchmarks at ea0314c7cbd369f62e2237ace6f683740f867e3a
-(MIT License, Copyright (c) 2017 YerevaNN), its seven scripts run on the demo (headers
-upper-cased, files gunzipped) with its pinned pandas 1.2.5 and numpy 1.16.5 on Python 3.7:
+(MIT License, Copyright (c) 2017 YerevaNN), its scripts for the root folder and the four tasks
+(`REFERENCE_STEPS` in benchmarks/mimic3_extract.py) run on the demo (headers upper-cased, files
+gunzipped) with its pinned pandas 1.2.5 and numpy 1.16.5 on Python 3.7 (`python
+benchmarks/mimic3_extract.py --copies 1 --reference-dir ... --reference-python ... --workdir W`
+leaves the reference's output in W/reference and ours in W/ours):
 
     python tests/oracles/mimic3_reference.py REFERENCE_DATA_DIR OUR_OUTPUT_DIR > \
         tests/oracles/mimic3_demo_reference.json

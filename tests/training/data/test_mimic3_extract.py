@@ -1,5 +1,6 @@
 """`scehr data extract-mimic3`: the benchmark's rules on a small raw fixture, and equality with
-mimic3-benchmarks' own output on the MIMIC-III demo (fingerprints in tests/oracles).
+mimic3-benchmarks' own output on the MIMIC-III demo (fingerprints in tests/oracles): root and
+the four tasks (in-hospital mortality, decompensation, length of stay, phenotyping).
 
 Both need ../shared/data (the benchmark's resource files; the demo) and skip without it.
 """
@@ -96,10 +97,12 @@ def _tables() -> dict[str, tuple[list[str], list[list[str]]]]:
             "OUTPUTEVENTS": out}
 
 
-def write_raw(folder: Path, *, lower_gz: bool) -> Path:
-    """The fixture as the official files (upper case, .csv) or the demo's (lower case, .gz)."""
+def write_raw(folder: Path, *, lower_gz: bool,
+              tables: dict[str, tuple[list[str], list[list[str]]]] | None = None) -> Path:
+    """The fixture (or `tables`, changed from it) as the official files (upper case, .csv) or
+    the demo's (lower case, .gz)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, (head, rows) in _tables().items():
+    for name, (head, rows) in (tables or _tables()).items():
         if lower_gz:
             with gzip.open(folder / f"{name}.csv.gz", "wt", newline="") as f:
                 csv.writer(f, lineterminator="\n").writerows([[h.lower() for h in head], *rows])
@@ -171,6 +174,51 @@ def test_episode_labels_and_tasks(fixture_out: Path) -> None:
     assert ph.iloc[0, 2:].sum() == 2
 
 
+def _listfile(out: Path, task: str, split: str = "train") -> list[tuple[float, str]]:
+    """(period_length, y_true) rows of a listfile, by hour (train listfiles are shuffled)."""
+    lf = pd.read_csv(out / task / split / "listfile.csv", dtype=str)
+    assert set(lf.stay) == {"1_episode1_timeseries.csv"}
+    return sorted((float(t), y) for t, y in zip(lf.period_length, lf.y_true, strict=True))
+
+
+def test_hourly_tasks_without_a_death_time(fixture_out: Path) -> None:
+    """A sample each hour t of the 72 h stay with t > 4 h and after the first row (1 h);
+    decompensation is 0 throughout: the patient dies in hospital (date of death) but the
+    admission has no death time, which the reference's label needs; length of stay counts
+    down the hours left."""
+    decomp, los = _listfile(fixture_out, "decompensation"), _listfile(fixture_out,
+                                                                     "length-of-stay")
+    assert decomp == [(float(t), "0") for t in range(5, 73)]
+    assert los == [(float(t), f"{72.0 - t:.6f}") for t in range(5, 73)]
+    ts = (fixture_out / "phenotyping" / "train" / "1_episode1_timeseries.csv").read_bytes()
+    for task in ("decompensation", "length-of-stay"):
+        assert (fixture_out / task / "train" / "1_episode1_timeseries.csv").read_bytes() == ts
+        head, *rows = (fixture_out / task / "train" / "listfile.csv").read_text().splitlines()
+        split = [(fixture_out / task / f).read_text().splitlines() for f in
+                 ("train_listfile.csv", "val_listfile.csv")]
+        assert head == "stay,period_length,y_true" and split[0] == [head, *rows]
+        assert split[1] == [head]  # subject 1 is not in valset.csv
+    assert json.loads((fixture_out / "provenance.json").read_text())["tasks"][
+        "decompensation"] == {"train": 1, "train_samples": 68, "test": 0, "test_samples": 0}
+
+
+def test_hourly_tasks_with_a_death_in_the_stay(tmp_path: Path) -> None:
+    """Death 60 h after ICU admission (stay of 72 h): decompensation samples stop at 60 h and
+    are 1 in the last 24 h before death; length of stay still runs to the end of the stay."""
+    tables = _tables()
+    head, rows = tables["ADMISSIONS"]
+    rows = [list(r) for r in rows]
+    rows[0][head.index("DEATHTIME")] = "2150-01-04 12:00:00"
+    tables["ADMISSIONS"] = (head, rows)
+    out = tmp_path / "out"
+    extract(write_raw(tmp_path / "raw", lower_gz=False, tables=tables), out,
+            memory_limit="512MB", threads=1, progress=QUIET)
+    assert _listfile(out, "decompensation") == [(float(t), "1" if t > 36 else "0")
+                                                for t in range(5, 61)]
+    assert _listfile(out, "length-of-stay") == [(float(t), f"{72.0 - t:.6f}")
+                                                for t in range(5, 73)]
+
+
 def test_values_typed_after_validation_as_the_episode_step_reads_them(tmp_path: Path) -> None:
     """A subject whose only text value is in a row validation drops: its events.csv keeps
     the source text ("86", typed before validation), its timeseries has the number as the
@@ -238,15 +286,40 @@ def demo_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_demo_extraction_equals_mimic3_benchmarks(demo_out: Path) -> None:
-    """Every file of the reference's output on the demo, byte for byte, but two documented
-    exceptions (docs/mimic.md): row order where the reference's is arbitrary, and Age 1 ulp
-    off in the reference's episode files."""
+    """Every file of the reference's output on the demo (915: root and the four tasks), byte
+    for byte, but two documented exceptions (docs/mimic.md): row order where the reference's
+    is arbitrary, and Age 1 ulp off in the reference's episode files."""
     res = check(demo_out, json.loads(MANIFEST.read_text()))
     print({k: len(v) for k, v in res.items()})
     assert res["different"] == [] and res["only_ours"] == [] and res["only_reference"] == []
-    assert len(res["identical"]) == 666
+    assert len(res["identical"]) == 898
     assert {p.rsplit("/", 1)[-1] for p in res["reordered"]} <= ORDER_FREE
+    assert len(res["reordered"]) == 11
     assert len(res["age_ulp"]) == 6
+
+
+def test_demo_hourly_tasks_equal_mimic3_benchmarks(demo_out: Path) -> None:
+    """decompensation/ and length-of-stay/: every timeseries file and the sorted test listfile
+    byte-identical to the reference's; its train listfile (and the train/val split of it)
+    holds the same rows, shuffled from the file system's order of the subject folders."""
+    res = check(demo_out, json.loads(MANIFEST.read_text()))
+    for task in ("decompensation", "length-of-stay"):
+        mine = {k: [p for p in v if p.startswith(f"{task}/")] for k, v in res.items()}
+        print(task, {k: len(v) for k, v in mine.items()})
+        assert mine["reordered"] == [f"{task}/{f}" for f in
+                                     ("train/listfile.csv", "train_listfile.csv",
+                                      "val_listfile.csv")]
+        assert len(mine["identical"]) == 115  # 113 stays' files, the test listfile twice
+        assert f"{task}/test/listfile.csv" in mine["identical"]
+        assert not (mine["different"] or mine["only_ours"] or mine["only_reference"]
+                    or mine["age_ulp"])
+
+
+def test_demo_diagnosis_tables_in_the_reference_row_order(demo_out: Path) -> None:
+    """all_diagnoses.csv and diagnosis_counts.csv byte-identical: rows in pandas 1.x's
+    inner-merge order (grouped by key in order of first appearance), as the reference."""
+    res = check(demo_out, json.loads(MANIFEST.read_text()))
+    assert {"root/all_diagnoses.csv", "root/diagnosis_counts.csv"} <= set(res["identical"])
 
 
 def test_reference_age_differs_from_its_own_all_stays(demo_out: Path) -> None:

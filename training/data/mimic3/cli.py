@@ -13,9 +13,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "extract-mimic3",
         help="raw MIMIC-III tables -> mimic3-benchmarks layout (root, in-hospital-mortality, "
-             "phenotyping)",
+             "decompensation, length-of-stay, phenotyping)",
         description="Raw MIMIC-III v1.4 tables (CSV or CSV.gz, upper- or lower-case headers) -> "
-                    "OUT/root, OUT/in-hospital-mortality, OUT/phenotyping, as mimic3-benchmarks' "
+                    "OUT/root, OUT/in-hospital-mortality, OUT/decompensation, "
+                    "OUT/length-of-stay, OUT/phenotyping, as mimic3-benchmarks' "
                     "scripts write them. The scan of the event tables is kept in "
                     "OUT/.mimic3-work and reused by a rerun; delete it to rescan.")
     _extract_args(p, "folder with PATIENTS, ADMISSIONS, ICUSTAYS, DIAGNOSES_ICD, "
@@ -25,8 +26,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "extract-mimic4",
         help="MIMIC-IV v2+ (hosp/, icu/) -> the same layout (ICD-9 phenotypes only)",
-        description="MIMIC-IV v2+ tables (hosp/ and icu/ modules, CSV or CSV.gz) -> OUT/root, "
-                    "OUT/in-hospital-mortality, OUT/phenotyping with extract-mimic3's rules. "
+        description="MIMIC-IV v2+ tables (hosp/ and icu/ modules, CSV or CSV.gz) -> OUT/root "
+                    "and the four task folders with extract-mimic3's rules. "
                     "Phenotype labels use ICD-9 codes only; stays of admissions coded in "
                     "ICD-10 are left out of phenotyping (docs/mimic.md).")
     _extract_args(p, "MIMIC-IV root folder (holding hosp/ and icu/)")

@@ -3,9 +3,9 @@
 Files must be byte-identical, with two documented exceptions (docs/mimic.md):
 
 - row order, where the reference's order is an accident: its train listfiles are shuffled (and
-  its phenotyping test listfile left) in the order the file system lists the subject folders,
-  and its `all_diagnoses.csv` / `diagnosis_counts.csv` rows come in pandas 1.x's merge order;
-  those files must hold the same rows, and ours are sorted;
+  its phenotyping test listfile left) in the order the file system lists the subject and
+  episode files; those files must hold the same rows (ours: shuffled from sorted order with
+  the reference's seed, the phenotyping test listfile sorted);
 - `Age` in `episode*.csv`, where the reference re-reads `stays.csv` with pandas 1.2's default
   float parser, which is not correctly rounded: it may be 1 ulp off the value the reference
   itself wrote to `all_stays.csv`; ours is that value.
@@ -17,8 +17,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ORDER_FREE = {"listfile.csv", "train_listfile.csv", "val_listfile.csv", "test_listfile.csv",
-              "all_diagnoses.csv", "diagnosis_counts.csv"}
+ORDER_FREE = {"listfile.csv", "train_listfile.csv", "val_listfile.csv", "test_listfile.csv"}
 SKIP_PARTS = {".mimic3-work", "provenance.json"}
 
 

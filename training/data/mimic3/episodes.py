@@ -1,8 +1,10 @@
-"""Episode files (`episode{i}.csv`, `episode{i}_timeseries.csv`) and the two task folders.
+"""Episode files (`episode{i}.csv`, `episode{i}_timeseries.csv`) and the four task folders.
 
 The reference's `extract_episodes_from_subjects` (label file per ICU stay),
 `create_in_hospital_mortality` (stays of >= 48 h, rows of the first 48 h),
-`create_phenotyping` (rows within the stay, the 25 benchmark CCS groups) and `split_train_val`.
+`create_decompensation` and `create_length_of_stay` (rows within the stay, hourly samples:
+`hourly`), `create_phenotyping` (rows within the stay, the 25 benchmark CCS groups) and
+`split_train_val`.
 Rows arrive as bytes made by DuckDB, one subject and stay at a time: memory holds one stay.
 """
 
@@ -18,12 +20,15 @@ import pandas as pd
 
 from scehr.training.data.mimic3 import events as ev
 from scehr.training.data.mimic3.filewriter import FileWriter
+from scehr.training.data.mimic3.hourly import HOURLY_TASKS, HourlyTasks
 from scehr.training.data.phenotypes import benchmark_groups, code_to_group
 
 IHM_HOURS = 48.0
 EPS = 1e-6
 #: The reference's seed for shuffling the train listfiles.
 LISTFILE_SEED = 49297
+#: The task folders, as the reference names them.
+TASK_DIRS = ("in-hospital-mortality", *HOURLY_TASKS, "phenotyping")
 ETHNICITY = {"ASIAN": 1, "BLACK": 2, "CARIBBEAN ISLAND": 2, "HISPANIC": 3, "SOUTH AMERICAN": 3,
              "WHITE": 4, "MIDDLE EASTERN": 4, "PORTUGUESE": 4, "AMERICAN INDIAN": 0,
              "NATIVE HAWAIIAN": 0, "UNABLE TO OBTAIN": 0, "PATIENT DECLINED TO ANSWER": 0,
@@ -98,14 +103,16 @@ class TaskWriter:
         self.no_phenotypes = no_phenotypes or set()  # admissions (MIMIC-IV coded in ICD-10)
         self.ihm: dict[str, list[str]] = {"train": [], "test": []}
         self.ph: dict[str, list[tuple[str, float, list[int]]]] = {"train": [], "test": []}
-        for d in ("in-hospital-mortality", "phenotyping"):
+        self.hourly = HourlyTasks(out, LISTFILE_SEED)
+        for d in TASK_DIRS:
             for split in ("train", "test"):
                 (out / d / split).mkdir(parents=True, exist_ok=True)
 
     def add(self, sid: int, icu: str, stay: Any, file: str, head: bytes, hours: np.ndarray,
             rows: bytes, starts: np.ndarray) -> None:
         """One episode: rows with -eps < hours < 48 + eps (mortality, stays of >= 48 h) or
-        < LOS + eps (phenotyping); hours ascend, so each is one slice of `rows`."""
+        < LOS + eps (decompensation, length of stay, phenotyping); hours ascend, so each is one
+        slice of `rows`."""
         if stay.LOS is None or stay.LOS != stay.LOS:
             return
         los = 24.0 * float(stay.LOS)
@@ -119,9 +126,14 @@ class TaskWriter:
                                  rows[starts[lo]:starts[hi]])
                 self.ihm[split].append(f"{name},{int(stay.MORTALITY):d}")
         hi = int(np.searchsorted(hours, los + EPS, side="left"))
-        if hi > lo and int(stay.HADM_ID) not in self.no_phenotypes:
-            self.files.write(self.out / "phenotyping" / split / name, head,
-                             rows[starts[lo]:starts[hi]])
+        if hi == lo:
+            return  # no row within the stay
+        within = rows[starts[lo]:starts[hi]]
+        for task in HOURLY_TASKS:
+            self.files.write(self.out / task / split / name, head, within)
+        self.hourly.add(split, name, los, float(hours[lo]), stay)
+        if int(stay.HADM_ID) not in self.no_phenotypes:
+            self.files.write(self.out / "phenotyping" / split / name, head, within)
             have = self.pheno.get(int(icu), set())
             self.ph[split].append((name, los, [int(g in have) for g in self.groups]))
 
@@ -148,7 +160,7 @@ class TaskWriter:
                    [x for x in train if x[:x.find("_")] in val_set])
             shutil.copy(tdir / "test" / "listfile.csv", tdir / "test_listfile.csv")
             summary[task] = {k: len(v) for k, v in rows.items()}
-        return summary
+        return summary | self.hourly.finish(val_set)
 
 
 def write_episodes(con: Any, cohort: Any, variables: list[str], subject_dirs: dict[int, Path],

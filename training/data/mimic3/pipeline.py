@@ -1,4 +1,4 @@
-"""`extract`: raw MIMIC-III -> `OUT/root`, `OUT/in-hospital-mortality`, `OUT/phenotyping`.
+"""`extract`: raw MIMIC-III -> `OUT/root` and the four task folders (`episodes.TASK_DIRS`).
 
 Steps are idempotent: each run rewrites its outputs from scratch, and the one expensive step,
 the scan of the event tables, is kept in `OUT/.mimic3-work/` (one parquet file per table,
@@ -23,7 +23,7 @@ import pandas as pd
 
 from scehr.training.data.mimic3 import events as ev
 from scehr.training.data.mimic3 import mimic4
-from scehr.training.data.mimic3.episodes import TaskWriter, write_episodes
+from scehr.training.data.mimic3.episodes import TASK_DIRS, TaskWriter, write_episodes
 from scehr.training.data.mimic3.filewriter import FileWriter
 from scehr.training.data.mimic3.mimic4 import table_file, write_mimic3_view
 from scehr.training.data.mimic3.sources import Resources, read_subject_set, table_path
@@ -54,7 +54,7 @@ def extract(mimic_dir: Path, out: Path, *, resources: Resources | None = None,
     mimic_dir, out = Path(mimic_dir), Path(out)
     root = out / "root"
     work = out / WORK_DIR
-    for d in (root, out / "in-hospital-mortality", out / "phenotyping"):
+    for d in (root, *(out / t for t in TASK_DIRS)):
         shutil.rmtree(d, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
 

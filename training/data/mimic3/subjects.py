@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from scehr.training.data.mimic3.filewriter import FileWriter
@@ -32,7 +33,8 @@ TIME_COLUMNS = ["INTIME", "OUTTIME", "ADMITTIME", "DISCHTIME", "DEATHTIME", "DOB
 
 @dataclass
 class Cohort:
-    """Stays (one row per kept ICU stay) and their diagnoses with HCUP CCS groups."""
+    """Stays (one row per kept ICU stay) and their diagnoses with HCUP CCS groups (in the row
+    order of the reference's all_diagnoses.csv)."""
 
     stays: pd.DataFrame
     diagnoses: pd.DataFrame
@@ -105,15 +107,15 @@ def read_cohort(mimic_dir: Path, definitions: dict[str, Any]) -> Cohort:
 
 def _diagnoses(mimic_dir: Path, stays: pd.DataFrame, definitions: dict[str, Any]
                ) -> pd.DataFrame:
+    """The kept stays' coded diagnoses, in the row order of the reference's all_diagnoses.csv."""
     codes = read_small(mimic_dir, "D_ICD_DIAGNOSES", ["ICD9_CODE", "SHORT_TITLE", "LONG_TITLE"])
     dx = read_small(mimic_dir, "DIAGNOSES_ICD", ["SUBJECT_ID", "HADM_ID", "SEQ_NUM", "ICD9_CODE"])
-    dx = dx[dx.ICD9_CODE.notna()].merge(codes, on="ICD9_CODE")
+    dx = merge_in_pandas1_order(dx[dx.ICD9_CODE.notna()], codes, ["ICD9_CODE"])
     for c in ("SUBJECT_ID", "HADM_ID", "SEQ_NUM"):
         dx[c] = dx[c].astype(int)
-    dx = dx.merge(stays[["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID"]].drop_duplicates(),
-                  on=["SUBJECT_ID", "HADM_ID"])
-    dx = dx.sort_values(["SUBJECT_ID", "ICUSTAY_ID", "SEQ_NUM"], kind="stable")
-    dx = dx[DIAGNOSIS_COLUMNS].reset_index(drop=True)
+    dx = merge_in_pandas1_order(dx, stays[["SUBJECT_ID", "HADM_ID", "ICUSTAY_ID"]]
+                                .drop_duplicates(), ["SUBJECT_ID", "HADM_ID"])
+    dx = dx[DIAGNOSIS_COLUMNS]
     group = {code: (name, int(bool(d["use_in_benchmark"])))
              for name, d in definitions.items() for code in d["codes"]}
     dx["HCUP_CCS_2015"] = [group[c][0] if c in group else None for c in dx.ICD9_CODE]
@@ -122,8 +124,24 @@ def _diagnoses(mimic_dir: Path, stays: pd.DataFrame, definitions: dict[str, Any]
     return dx
 
 
+def merge_in_pandas1_order(left: pd.DataFrame, right: pd.DataFrame, on: list[str]
+                           ) -> pd.DataFrame:
+    """An inner merge with the rows in the order pandas 1.x gives them, which the reference's
+    `all_diagnoses.csv` and `diagnosis_counts.csv` have (pandas >= 2.2 keeps left's order):
+    grouped by key in order of the key's first appearance in `left`; within a key, left's rows
+    in order, each with right's matching rows in order."""
+    lpos, rpos, group = "_left_row", "_right_row", "_key_rank"
+    first = left.groupby(on, sort=False, dropna=False).ngroup().to_numpy()
+    merged = left.assign(**{lpos: np.arange(len(left))}).merge(
+        right.assign(**{rpos: np.arange(len(right))}), on=on)
+    merged[group] = first[merged[lpos].to_numpy()]
+    merged = merged.sort_values([group, lpos, rpos], kind="stable")
+    return merged.drop(columns=[lpos, rpos, group]).reset_index(drop=True)
+
+
 def diagnosis_counts(dx: pd.DataFrame) -> pd.DataFrame:
-    """`diagnosis_counts.csv`: each code with its titles and the number of stays coded with it."""
+    """`diagnosis_counts.csv`: each code with its titles and the number of stays coded with it,
+    in order of the code's first row in `dx` (as the reference)."""
     codes = dx[["ICD9_CODE", "SHORT_TITLE", "LONG_TITLE"]].drop_duplicates("ICD9_CODE")
     count = dx.groupby("ICD9_CODE").ICUSTAY_ID.count()
     codes = codes.assign(COUNT=codes.ICD9_CODE.map(count).fillna(0).astype(int))
@@ -165,7 +183,8 @@ def write_subject_tables(cohort: Cohort, subject_dirs: dict[int, Path],
                          files: FileWriter) -> None:
     """`stays.csv` (by admission time) and `diagnoses.csv` (by stay, sequence) per subject;
     a subject with no coded diagnosis gets the header alone, as in the reference."""
-    stays, dx = cohort.stays, cohort.diagnoses  # both sorted by subject, then as written
+    stays = cohort.stays  # sorted by subject, then as written
+    dx = cohort.diagnoses.sort_values(["SUBJECT_ID", "ICUSTAY_ID", "SEQ_NUM"], kind="stable")
     stay_rows, dx_rows = _rows_by_subject(stays), _rows_by_subject(dx)
     stay_head, dx_head = ",".join(stays.columns) + "\n", ",".join(dx.columns) + "\n"
     files.mkdirs(list(subject_dirs.values()))

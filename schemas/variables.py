@@ -175,7 +175,9 @@ MMHG = (_unit("mmHg", "mm[Hg]", "mm hg"),)
 #: Zero or less is a recording artefact (a disconnected line, an empty field), never a value.
 ABOVE_ZERO = Plausible(0.0, low_open=True)
 PER_MIN = (_unit("/min", "bpm", "beats/min", "breaths/min", "min-1", "{beats}/min",
-                 "{breaths}/min", "insp/min"),)
+                 "{breaths}/min"),)
+#: Breaths also as MIMIC-III charts them ("insp/min").
+BREATHS_PER_MIN = (_unit(*PER_MIN[0].spellings, "insp/min"),)
 
 _EYE = ("To Pain", "3 To speech", "1 No Response", "4 Spontaneously", "None", "To Speech",
         "Spontaneously", "2 To pain")
@@ -257,7 +259,8 @@ VARIABLES: tuple[Variable, ...] = (
              (_unit("%", "percent"),), ranges=Ranges(0, 0, 100, 150), loinc="59408-5",
              other_loinc=("2708-6",), plausible=ABOVE_ZERO,
              description="SpO2 or SaO2 in percent (the benchmark merges both)"),
-    Variable("respiratory_rate", "Respiratory rate", "continuous", "19", "/min", PER_MIN,
+    Variable("respiratory_rate", "Respiratory rate", "continuous", "19", "/min",
+             BREATHS_PER_MIN,
              ranges=Ranges(0, 0, 300, 330), loinc="9279-1", aliases=("RespRate",),
              plausible=ABOVE_ZERO),
     Variable("systolic_bp", "Systolic blood pressure", "continuous", "118.0", "mmHg", MMHG,

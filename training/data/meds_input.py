@@ -155,38 +155,48 @@ class CodeMapper:
                        if isinstance(u, str) and u.strip().upper() not in NO_UNIT}
 
     def resolve(self, code: str) -> tuple[str, str | None] | None:
-        """(variable id, unit or None) of a code, or None if no rule maps it."""
+        """(variable id, unit or None) of a code, or None if no rule maps it.
+
+        The unit is codes.parquet's, else the code's part after the stem that named the
+        variable (`LAB//<itemid>//<unit>`, `LOINC/<code>//<unit>`), else the declared one."""
         parts = code.split("//")
-        found = None
+        found, stem = None, len(parts)
         for k in range(len(parts), 0, -1):  # the code, then shorter `//` stems of it
-            found = self._declared.get("//".join(parts[:k]))
+            found, stem = self._declared.get("//".join(parts[:k])), k
             if found:
                 break
         item = found is None and self.item_map is not None and len(parts) > 1 \
             and _ITEM.match(parts[1]) is not None
         if item:
-            found = self._items.get(parts[1])
+            found, stem = self._items.get(parts[1]), 2
             if found is None:
                 return None  # a MIMIC item the benchmark does not read
         if found is None:
-            var = self._by_loinc(code)
-            found = None if var is None else (var, None)
-        if found is None:
-            return None
+            by_loinc = self._by_loinc(code)
+            if by_loinc is None:
+                return None
+            found, stem = (by_loinc[0], None), by_loinc[1]
         unit = self._units.get(code)
-        if unit is None and len(parts) > 2 and parts[-1].strip().upper() not in NO_UNIT:
+        if unit is None and len(parts) > stem and parts[-1].strip().upper() not in NO_UNIT:
             unit = parts[-1]
         unit = unit if unit is not None else found[1]
         return found[0], item_unit_as_read(found[0], unit) if item else unit
 
-    def _by_loinc(self, code: str) -> str | None:
+    def _by_loinc(self, code: str) -> tuple[str, int] | None:
+        """The variable of a LOINC code (`LOINC/<code>` or `LOINC//<code>`), the code's own
+        or a parent's, and the number of the code's parts that name it (the rest: a unit)."""
         parents = self._parents.get(code)
-        for c in [code, *([] if parents is None else list(parents))]:
-            system, sep, value = c.partition("/")
-            if sep and system.upper() == "LOINC":
-                var = by_loinc(value.lstrip("/"), self._loinc)
-                if var is not None:
-                    return var.id
+        own = len(code.split("//"))
+        for n, c in enumerate([code, *([] if parents is None else list(parents))]):
+            parts = c.split("//")
+            head, value = parts[0].upper(), None
+            if head == "LOINC" and len(parts) > 1:
+                value, stem = parts[1], 2
+            elif head.startswith("LOINC/"):
+                value, stem = parts[0][len("LOINC/"):], 1
+            var = None if value is None else by_loinc(value, self._loinc)
+            if var is not None:
+                return var.id, stem if n == 0 else min(own, 2)
         return None
 
 
@@ -325,7 +335,7 @@ def _is_number(text: Any) -> bool:
 def _all_numeric_subjects(data: pd.DataFrame) -> set[int]:
     """Subjects every one of whose events' text is a number (or absent)."""
     text = data.text_value
-    bad = text.notna() & ~text.map(_is_number, na_action="ignore").fillna(True).astype(bool)
+    bad = text.notna() & ~text.fillna("0").str.match(_NUMBER.pattern)
     return set(data.subject_id.unique().tolist()) - set(data.subject_id[bad].tolist())
 
 

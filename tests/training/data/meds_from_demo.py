@@ -4,7 +4,7 @@ it, so the MEDS input is tested on what such an ETL hands over, not on already c
 One event per CHARTEVENTS, LABEVENTS and OUTPUTEVENTS row, coded `LAB//<itemid>//<unit>` (chart
 and lab rows, as the MIMIC-IV ETL codes both) or `OUTPUT//<itemid>//<unit>`, `UNK` where the row
 has no unit; `numeric_value` is VALUENUM (float32, as MEDS stores it), `text_value` the source
-text. MEDS_BIRTH, MEDS_DEATH, a static `GENDER//<g>`, hospital and ICU admission and discharge
+text. MEDS_BIRTH, MEDS_DEATH (date of death, and the time of an in-hospital death), a static `GENDER//<g>`, hospital and ICU admission and discharge
 events and ICD-9 diagnoses at discharge. `metadata/codes.parquet` describes every code, with the
 lab items' LOINC codes as `LOINC/<code>` in `parent_codes`; `metadata/dataset.json` and
 `metadata/subject_splits.parquet` (any split names) complete it; data shards sit under
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 
 import meds
@@ -38,8 +39,10 @@ def _unit(uom: pd.Series) -> pd.Series:
     return uom.fillna("UNK").where(uom.fillna("").str.len() > 0, "UNK")
 
 
+@cache
 def _events(mimic_dir: Path) -> pd.DataFrame:
-    """Every event of the demo, in table order, before sorting."""
+    """Every event of the demo, in table order, before sorting (read once per session; never
+    modified)."""
     parts = []
     pat = _table(mimic_dir, "PATIENTS")
     parts.append(pd.DataFrame({"subject_id": pat.subject_id, "time": pd.NaT,
@@ -58,6 +61,10 @@ def _events(mimic_dir: Path) -> pd.DataFrame:
         "subject_id": adm.subject_id, "time": pd.to_datetime(adm.dischtime),
         "code": "HOSPITAL_DISCHARGE//" + adm.discharge_location.fillna("UNK"),
         "hadm_id": adm.hadm_id}))
+    died = adm[adm.deathtime.notna()]  # in hospital: at its time, as MIMIC-IV's ETL writes it
+    parts.append(pd.DataFrame({"subject_id": died.subject_id,
+                               "time": pd.to_datetime(died.deathtime), "code": meds.death_code,
+                               "hadm_id": died.hadm_id}))
     icu = _table(mimic_dir, "ICUSTAYS")
     for col, what, unit in (("intime", "ICU_ADMISSION", "first_careunit"),
                             ("outtime", "ICU_DISCHARGE", "last_careunit")):

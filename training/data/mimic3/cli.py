@@ -48,8 +48,19 @@ def register(sub: Any) -> None:
     p.add_argument("labels", type=Path, help="label table (parquet, meds LabelSchema)")
     p.add_argument("out", type=Path, help="output folder")
     p.add_argument("--code-map", type=Path, default=None,
-                   help="CSV code,variable (variable id or benchmark name); default: the "
-                        "catalog's LOINC codes as LOINC/<code>")
+                   help="CSV code,variable[,unit] (variable id or benchmark name; a row may "
+                        "name a code's `//` stem, e.g. LAB//211); comes before the rules below")
+    p.add_argument("--items", choices=["auto", "mimic", "none"], default="auto",
+                   help="map MIMIC item ids in codes (LAB//<itemid>//<unit>) by the benchmark's "
+                        "item map; auto: when metadata/dataset.json names a MIMIC dataset. "
+                        "Other codes map by LOINC: the code's own or its parent_codes in "
+                        "metadata/codes.parquet")
+    p.add_argument("--resources", type=Path, default=None,
+                   help="mimic3-benchmarks checkout or copy of its resource files, for the item "
+                        "map (default: mimic3-benchmarks-resources in SCEHR_DATA_DIR)")
+    p.add_argument("--split-map", default=None,
+                   help="MEDS split name -> train|val|test, e.g. "
+                        "train=train,tuning=val,held_out=test (the default)")
     p.set_defaults(func=_meds)
 
 
@@ -93,12 +104,20 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _meds(args: argparse.Namespace) -> int:
-    from scehr.training.data.meds_input import convert_meds, read_code_map
+    from scehr.training.data.meds_input import convert_meds, parse_split_map, read_code_map
+    from scehr.training.data.mimic3.sources import Resources
 
     cmap = read_code_map(args.code_map) if args.code_map else None
-    counts = convert_meds(args.meds_dir, args.labels, args.out, code_map=cmap)
-    ignored = counts["codes_ignored"]
+    items = Resources.from_dir(args.resources).itemid_map if args.resources else None
+    counts = convert_meds(args.meds_dir, args.labels, args.out, code_map=cmap,
+                          items=args.items, item_map=items,
+                          split_map=parse_split_map(args.split_map) if args.split_map else None)
+    refused = counts["values_refused"]
     print(f"{counts['labels']} stays, {counts['events_used']} events in their windows; "
-          f"{sum(ignored.values())} events of {len(ignored)} codes not in the code map ignored")
+          f"{counts['codes_mapped']} codes mapped, {counts['events_ignored']} events of "
+          f"{counts['codes_ignored']} other codes ignored")
+    print(f"values refused by the rules: {sum(refused.values())} ("
+          + (", ".join(f"{k} {v}" for k, v in sorted(refused.items())) or "none") + "); "
+          f"same-time values not kept: {counts['same_time_values_dropped']}")
     print(f"wrote {args.out}")
     return 0

@@ -236,13 +236,13 @@ def convert_meds(meds_dir: Path, labels: Path, out: Path, *,
                  items: str = "auto", item_map: Path | None = None,
                  split_map: Mapping[str, str] | None = None,
                  fs: FeatureSet | None = None) -> dict[str, Any]:
-    """Write `out/in-hospital-mortality/` from a MEDS dataset and a label table.
+    """Write `out/in-hospital-mortality/` from a MEDS dataset and a label table (or a folder
+    of them, as ACES writes per shard).
 
     `items`: "mimic" maps MIMIC item ids by `item_map` (default: the benchmark's, see
     `Resources`), "none" does not, "auto" does when `dataset.json` names a MIMIC dataset.
     `split_map`: MEDS split name -> train|val|test (default train/tuning/held_out).
     """
-    import meds
 
     fs = fs or FEATURE_SETS["benchmark76-48h"]
     metadata = read_dataset_metadata(meds_dir)
@@ -264,8 +264,7 @@ def convert_meds(meds_dir: Path, labels: Path, out: Path, *,
             "codes; e.g. " + ", ".join(map(repr, codes[:5])) + "): declare them with "
             "--code-map, give LOINC parent codes in metadata/codes.parquet, or --items mimic "
             "for MIMIC item ids")
-    lab = _validated(pq.read_table(labels), meds.LabelSchema, str(labels)).to_pandas()
-    lab = _with_splits(lab, meds_dir, split_map or DEFAULT_SPLITS)
+    lab = _with_splits(read_labels(labels), meds_dir, split_map or DEFAULT_SPLITS)
     mapped = data.code.isin(resolved)
     counts: dict[str, Any] = {"labels": len(lab), "events_used": 0,
                               "codes_mapped": len(resolved),
@@ -283,6 +282,7 @@ def convert_meds(meds_dir: Path, labels: Path, out: Path, *,
         write_timeseries(out / TASK_DIRS["mortality"] / part, list(rows.stay), obs, fs,
                          progress=False)
         table = pd.DataFrame({"stay": rows.stay, "y_true": rows.boolean_value.astype(int)})
+        write_stay_labels(out / TASK_DIRS["mortality"] / part, rows)
         if part == "train":
             train, val = table, (rows.split == "val").to_numpy()
         else:
@@ -295,6 +295,52 @@ def convert_meds(meds_dir: Path, labels: Path, out: Path, *,
                                                  "etl_name", "etl_version")},
         "mimic_items": use_items, "feature_set": {"name": fs.name}, **counts})
     return counts
+
+
+#: Label columns ACES writes with no value for a binary task; `meds.LabelSchema` refuses an
+#: optional column full of nulls, so they are dropped before the check.
+ACES_EMPTY = ("integer_value", "float_value", "categorical_value")
+
+
+def _without_empty(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    return table.drop_columns([c for c in columns if c in table.column_names
+                               and table[c].null_count == len(table)])
+
+
+def read_labels(path: Path) -> pd.DataFrame:
+    """A MEDS label table, or a folder of them (ACES writes one per data shard), checked
+    against `meds.LabelSchema`; only rows with a boolean label (ACES' other columns are
+    allowed and ignored)."""
+    import meds
+
+    path = Path(path)
+    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+    if not files:
+        raise FileNotFoundError(f"no label table (*.parquet) under {path}")
+    lab = pd.concat([_validated(_without_empty(pq.read_table(f), ACES_EMPTY),
+                                meds.LabelSchema, str(f)).to_pandas() for f in files],
+                    ignore_index=True)
+    missing = lab.boolean_value.isna()
+    if missing.all():
+        raise ValueError(f"{path}: no row has a boolean_value (the tasks here are binary)")
+    return lab[~missing][["subject_id", "prediction_time", "boolean_value"]]
+
+
+#: Beside each split folder's listfile: which MEDS label row each stay file is.
+STAY_LABELS = "meds_labels.parquet"
+
+
+def write_stay_labels(split_dir: Path, rows: pd.DataFrame) -> None:
+    """`split_dir/meds_labels.parquet`: stay, subject_id, prediction_time, boolean_value, so
+    that scores of the stays can be written back as MEDS predictions."""
+    import meds
+
+    split_dir.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(rows[["subject_id", "prediction_time", "boolean_value"]],
+                                 preserve_index=False)
+    table = meds.LabelSchema.align(table)
+    table = table.append_column("stay", pa.array(rows.stay.tolist(), pa.string()))
+    pq.write_table(table, split_dir / STAY_LABELS)
 
 
 def _item_map(path: Path | None) -> pd.DataFrame:

@@ -4,12 +4,12 @@ it, so the MEDS input is tested on what such an ETL hands over, not on already c
 One event per CHARTEVENTS, LABEVENTS and OUTPUTEVENTS row, coded `LAB//<itemid>//<unit>` (chart
 and lab rows, as the MIMIC-IV ETL codes both) or `OUTPUT//<itemid>//<unit>`, `UNK` where the row
 has no unit; `numeric_value` is VALUENUM (float32, as MEDS stores it), `text_value` the source
-text. MEDS_BIRTH, MEDS_DEATH (date of death, and the time of an in-hospital death), a static `GENDER//<g>`, hospital and ICU admission and discharge
-events and ICD-9 diagnoses at discharge. `metadata/codes.parquet` describes every code, with the
-lab items' LOINC codes as `LOINC/<code>` in `parent_codes`; `metadata/dataset.json` and
-`metadata/subject_splits.parquet` (any split names) complete it; data shards sit under
-`data/<split>/`. The rows of one subject and time are in table order, or shuffled (`seed`):
-MEDS leaves that order undefined.
+text. MEDS_BIRTH, MEDS_DEATH (at the date of death, and at the time of an in-hospital death), a
+static `GENDER//<g>`, hospital and ICU admission and discharge events and ICD-9 diagnoses at
+discharge. `metadata/codes.parquet` describes every code, with the lab items' LOINC codes as
+`LOINC/<code>` in `parent_codes`; `metadata/dataset.json` and `metadata/subject_splits.parquet`
+(any split names) complete it; data shards sit under `data/<split>/`. The rows of one subject
+and time are in table order, or shuffled (`seed`): MEDS leaves that order undefined.
 """
 
 from __future__ import annotations

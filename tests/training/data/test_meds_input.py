@@ -281,3 +281,73 @@ def test_split_names_map(tmp_path: Path) -> None:
     assert listing.stay.tolist() == ["1_episode1_timeseries.csv"]
     with pytest.raises(ValueError, match="NAME=train"):
         parse_split_map("fold_3=holdout")
+
+
+# ---------------------------------------------------------------- the ecosystem's formats
+
+
+def _aces_cohort(tmp_path: Path) -> tuple[Path, Path]:
+    """Six subjects with vital signs every 2 hours, all held out, and their labels as ACES
+    writes them: one parquet per data shard, with its integer, float and categorical columns."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for sid in range(1, 7):
+        for h in range(0, 48, 2):
+            for code, mean in (("LOINC/8867-4", 80 + 5 * sid), ("LOINC/8480-6", 120 - 5 * sid),
+                               ("LOINC/8462-4", 60.0), ("LOINC/8478-0", 80.0),
+                               ("LOINC/9279-1", 18.0), ("LOINC/59408-5", 97.0),
+                               ("LOINC/8310-5//Cel", 37.0), ("LOINC/2345-7//mg/dL", 120.0)):
+                rows.append((sid, T0 + pd.Timedelta(hours=h), code, mean + rng.normal(), None))
+            rows.append((sid, T0 + pd.Timedelta(hours=h), "LOINC/9269-2", None, "15"))
+    src = tmp_path / "meds"
+    (src / "data" / "held_out").mkdir(parents=True)
+    (src / "metadata").mkdir()
+    ev = pd.DataFrame(rows, columns=["subject_id", "time", "code", "numeric_value",
+                                     "text_value"])
+    pq.write_table(meds.DataSchema.align(pa.Table.from_pandas(ev, preserve_index=False)),
+                   src / "data" / "held_out" / "0.parquet")
+    pq.write_table(meds.SubjectSplitSchema.align(pa.table({
+        "subject_id": list(range(1, 7)), "split": ["held_out"] * 6})),
+        src / meds.subject_splits_filepath)
+    labels = tmp_path / "aces"
+    for shard, sids in (("train", [1, 2, 3]), ("held_out", [4, 5, 6])):
+        (labels / shard).mkdir(parents=True)
+        pq.write_table(pa.table({
+            "subject_id": pa.array(sids, pa.int64()),
+            "prediction_time": pa.array([T0 + pd.Timedelta(hours=48)] * 3, pa.timestamp("us")),
+            "boolean_value": [s % 2 == 0 for s in sids],
+            "integer_value": pa.nulls(3, pa.int64()), "float_value": pa.nulls(3, pa.float32()),
+            "categorical_value": pa.nulls(3, pa.string())}), labels / shard / "0.parquet")
+    return src, labels
+
+
+def test_aces_labels_in_and_meds_evaluation_predictions_out(tmp_path: Path) -> None:
+    import polars as pl
+    from meds_evaluation.evaluate import evaluate_binary_classification
+    from meds_evaluation.schema import PredictionSchema
+
+    from scehr.cli import main
+
+    src, labels = _aces_cohort(tmp_path)
+    out = tmp_path / "out"
+    assert main(["data", "convert-meds", str(src), str(labels), str(out)]) == 0
+    split = out / "in-hospital-mortality" / "test"
+    assert len(pd.read_csv(split / "listfile.csv")) == 6
+    scores = tmp_path / "scores.csv"
+    assert main(["score", str(REPO / "models" / "mortality" / "1.1.1"), str(split), "--out",
+                 str(scores), "--quiet"]) == 0
+    preds = tmp_path / "predictions.parquet"
+    assert main(["data", "meds-predictions", str(scores), str(split), "--out",
+                 str(preds)]) == 0
+    table = pq.read_table(preds)
+    PredictionSchema.validate(table)
+    got = table.to_pandas().sort_values("subject_id")
+    assert got.subject_id.tolist() == list(range(1, 7))
+    assert got.boolean_value.tolist() == [s % 2 == 0 for s in range(1, 7)]
+    assert (got.prediction_time == T0 + pd.Timedelta(hours=48)).all()
+    risk = pd.read_csv(scores).set_index("id").filter(like=".risk").iloc[:, 0]
+    by_stay = pq.read_table(split / "meds_labels.parquet").to_pandas().set_index("subject_id")
+    np.testing.assert_allclose(got.predicted_boolean_probability,
+                               risk[by_stay.loc[got.subject_id, "stay"]].to_numpy(), rtol=1e-6)
+    metrics = evaluate_binary_classification(pl.read_parquet(preds))
+    assert 0.0 <= metrics["samples_equally_weighted"]["roc_auc_score"] <= 1.0

@@ -1,4 +1,4 @@
-"""`scehr data extract-mimic3`, `compare-mimic3` and `convert-meds`."""
+"""`scehr data extract-mimic3`, `compare-mimic3`, `convert-meds` and `meds-predictions`."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def register(sub: Any) -> None:
                        "stay: subject_id, prediction_time, boolean_value) -> "
                        "OUT/in-hospital-mortality, the 48 h before each prediction time.")
     p.add_argument("meds_dir", type=Path, help="MEDS dataset root")
-    p.add_argument("labels", type=Path, help="label table (parquet, meds LabelSchema)")
+    p.add_argument("labels", type=Path, help="label table (parquet, meds LabelSchema), or a "
+                   "folder of them (ACES output)")
     p.add_argument("out", type=Path, help="output folder")
     p.add_argument("--code-map", type=Path, default=None,
                    help="CSV code,variable[,unit] (variable id or benchmark name; a row may "
@@ -62,6 +63,22 @@ def register(sub: Any) -> None:
                    help="MEDS split name -> train|val|test, e.g. "
                         "train=train,tuning=val,held_out=test (the default)")
     p.set_defaults(func=_meds)
+
+    p = sub.add_parser("meds-predictions",
+                       help="scehr score output of a convert-meds split -> meds-evaluation "
+                            "predictions (parquet)",
+                       description="Joins the scores of a split folder written by convert-meds "
+                       "with its meds_labels.parquet: subject_id, prediction_time, "
+                       "boolean_value, predicted_boolean_value (the model's alert), "
+                       "predicted_boolean_probability (its risk), as MEDS-DEV's evaluation "
+                       "(meds-evaluation) reads them.")
+    p.add_argument("scores", type=Path, help="scehr score output (.csv or .jsonl)")
+    p.add_argument("split_dir", type=Path,
+                   help="the scored folder, e.g. OUT/in-hospital-mortality/test")
+    p.add_argument("--out", type=Path, required=True, help="predictions parquet to write")
+    p.add_argument("--label", default=None,
+                   help="which of the model's labels (needed only if it has several)")
+    p.set_defaults(func=_meds_predictions)
 
 
 def _extract_args(p: argparse.ArgumentParser, source_help: str) -> None:
@@ -120,4 +137,13 @@ def _meds(args: argparse.Namespace) -> int:
           + (", ".join(f"{k} {v}" for k, v in sorted(refused.items())) or "none") + "); "
           f"same-time values not kept: {counts['same_time_values_dropped']}")
     print(f"wrote {args.out}")
+    return 0
+
+
+def _meds_predictions(args: argparse.Namespace) -> int:
+    from scehr.training.data.meds_predictions import meds_predictions
+
+    c = meds_predictions(args.scores, args.split_dir, args.out, label=args.label)
+    print(f"{c['predictions']} predictions of {c['label']} for {c['stays']} stays "
+          f"({c['not_scored']} not scored); wrote {args.out}")
     return 0

@@ -351,3 +351,24 @@ def test_aces_labels_in_and_meds_evaluation_predictions_out(tmp_path: Path) -> N
                                risk[by_stay.loc[got.subject_id, "stay"]].to_numpy(), rtol=1e-6)
     metrics = evaluate_binary_classification(pl.read_parquet(preds))
     assert 0.0 <= metrics["samples_equally_weighted"]["roc_auc_score"] <= 1.0
+
+
+def test_the_meds_dev_recipe_commands_parse() -> None:
+    """Every scehr line of the MEDS-DEV recipe is a valid command line (placeholders filled)."""
+    import shlex
+
+    import yaml
+
+    from scehr.cli import build_parser
+
+    recipe = yaml.safe_load((REPO / "configs" / "meds-dev" / "scehr" / "model.yaml").read_text())
+    lines = [line for step in recipe["commands"]["supervised"].values()
+             for line in step.splitlines() if line.strip()]
+    assert len(lines) == 6
+    for line in lines:
+        argv = shlex.split(line.format(dataset_dir="meds", labels_dir="labels",
+                                       output_dir="out", model_initialization_dir="init"))
+        assert argv[0] == "scehr"
+        parser, _ = build_parser(argv[1])
+        args = parser.parse_args(argv[1:])
+        assert callable(args.func), line

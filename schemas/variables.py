@@ -171,6 +171,12 @@ def _unit(name: str, *spellings: str, f: Callable[[float], float] = identity) ->
     return Unit(name, (name, *spellings), f)
 
 
+def _inches_to_cm(v: float) -> float:
+    """Whole centimetres (half to even), as the benchmark converted its training data."""
+    cm = v * 2.54
+    return float(round(cm)) if math.isfinite(cm) else cm
+
+
 MMHG = (_unit("mmHg", "mm[Hg]", "mm hg"),)
 #: Zero or less is a recording artefact (a disconnected line, an empty field), never a value.
 ABOVE_ZERO = Plausible(0.0, low_open=True)
@@ -247,8 +253,7 @@ VARIABLES: tuple[Variable, ...] = (
              plausible=ABOVE_ZERO),
     Variable(
         "height", "Height", "continuous", "170.0", "cm",
-        # whole centimetres from inches, as the benchmark's data (round half to even)
-        (_unit("cm"), _unit("in", "inch", "[in_i]", f=lambda v: float(round(v * 2.54))),
+        (_unit("cm"), _unit("in", "inch", "[in_i]", f=_inches_to_cm),
          _unit("m", f=lambda v: v * 100.0)),
         unit_required=True, ranges=Ranges(0, 0, 240, 275), loinc="8302-2",
         plausible=ABOVE_ZERO,

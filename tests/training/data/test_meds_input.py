@@ -214,8 +214,9 @@ def _converted(tmp_path: Path, events: list[tuple[float, str, float | None, str 
     codes = kw.pop("codes", None)
     src, labels = _small(tmp_path, events, codes=codes)  # type: ignore[arg-type]
     convert_meds(src, labels, tmp_path / "out", **kw)  # type: ignore[arg-type]
-    o = read_timeseries([tmp_path / "out" / "in-hospital-mortality" / "train"
-                         / "1_episode1_timeseries.csv"], FS, progress=False)[0]
+    train = tmp_path / "out" / "in-hospital-mortality" / "train"
+    [stay] = pd.read_csv(train / "listfile.csv").stay
+    o = read_timeseries([train / stay], FS, progress=False)[0]
     out: dict[int, list[tuple[float, float]]] = {}
     for c, t, v in zip(o.channel.tolist(), o.time.tolist(), o.value.tolist(), strict=True):
         out.setdefault(c, []).append((t, v))
@@ -226,24 +227,36 @@ def test_units_are_converted_by_the_catalog(tmp_path: Path) -> None:
     got = _converted(tmp_path, [(1, "VITAL//TEMP//°F", 98.6, None),
                                 (2, "VENT//FIO2//%", 50.0, None),
                                 (3, "VITAL//WEIGHT//lb", 176.0, None)],
-                     code_map={"VITAL//TEMP": "temperature", "VENT//FIO2": "fio2",
-                               "VITAL//WEIGHT": "weight"})
+                     code_map={"VITAL//TEMP//°F": "temperature", "VENT//FIO2//%": "fio2",
+                               "VITAL//WEIGHT//lb": "weight"})
     assert got[CH["temperature"]] == [(1.0, pytest.approx(37.0))]
     assert got[CH["fio2"]] == [(2.0, 0.5)]
     assert got[CH["weight"]] == [(3.0, pytest.approx(176 * 0.453592))]
 
 
+#: Glucose by its LOINC code, its unit in codes.parquet.
+GLUCOSE = pd.DataFrame({"code": ["LOINC/2345-7"], "description": ["glucose"],
+                        "parent_codes": [None], "unit": ["mg/dL"]})
+
+
+def test_a_stem_in_the_code_map_covers_its_units(tmp_path: Path) -> None:
+    got = _converted(tmp_path, [(1, "VITAL//TEMP//°F", 98.6, None),
+                                (2, "VITAL//TEMP//Cel", 37.5, None)],
+                     code_map={"VITAL//TEMP": "temperature"})
+    assert got[CH["temperature"]] == [(1.0, pytest.approx(37.0)), (2.0, 37.5)]
+
+
 def test_same_time_values_keep_the_largest_in_any_order(tmp_path: Path) -> None:
-    events = [(1, "LOINC/2345-7//mg/dL", 140.0, "140"), (1, "LOINC/2345-7//mg/dL", 90.0, "90")]
-    first = _converted(tmp_path / "a", events)
-    again = _converted(tmp_path / "b", events[::-1])
+    events = [(1, "LOINC/2345-7", 140.0, "140"), (1, "LOINC/2345-7", 90.0, "90")]
+    first = _converted(tmp_path / "a", events, codes=GLUCOSE)
+    again = _converted(tmp_path / "b", events[::-1], codes=GLUCOSE)
     assert first[CH["glucose"]] == again[CH["glucose"]] == [(1.0, 140.0)]
 
 
 def test_an_event_without_a_value_never_blanks_one(tmp_path: Path) -> None:
-    got = _converted(tmp_path, [(1, "LOINC/2345-7//mg/dL", 79.0, "79"),
-                                (1, "LOINC/2345-7//mg/dL", None, "NEG"),
-                                (2, "LOINC/2345-7//mg/dL", None, None)])
+    got = _converted(tmp_path, [(1, "LOINC/2345-7", 79.0, "79"),
+                                (1, "LOINC/2345-7", None, "NEG"),
+                                (2, "LOINC/2345-7", None, None)], codes=GLUCOSE)
     assert got[CH["glucose"]] == [(1.0, 79.0)]
 
 

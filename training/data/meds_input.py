@@ -158,7 +158,8 @@ class CodeMapper:
         """(variable id, unit or None) of a code, or None if no rule maps it.
 
         The unit is codes.parquet's, else the code's part after the stem that named the
-        variable (`LAB//<itemid>//<unit>`, `LOINC/<code>//<unit>`), else the declared one."""
+        variable (`LAB//<itemid>//<unit>`, `LOINC/<code>//<unit>`; the last of three or more
+        parts for a code declared whole), else the declared one."""
         parts = code.split("//")
         found, stem = None, len(parts)
         for k in range(len(parts), 0, -1):  # the code, then shorter `//` stems of it
@@ -177,7 +178,10 @@ class CodeMapper:
                 return None
             found, stem = (by_loinc[0], None), by_loinc[1]
         unit = self._units.get(code)
-        if unit is None and len(parts) > stem and parts[-1].strip().upper() not in NO_UNIT:
+        # the part after the stem; a code declared whole names its unit last, as ETLs write
+        # `<kind>//<id>//<unit>`
+        if unit is None and (len(parts) > stem or len(parts) >= 3) \
+                and parts[-1].strip().upper() not in NO_UNIT:
             unit = parts[-1]
         unit = unit if unit is not None else found[1]
         return found[0], item_unit_as_read(found[0], unit) if item else unit

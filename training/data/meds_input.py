@@ -247,7 +247,8 @@ def convert_meds(meds_dir: Path, labels: Path, out: Path, *,
     `Resources`), "none" does not, "auto" does when `dataset.json` names a MIMIC dataset.
     `split_map`: MEDS split name -> train|val|test (default train/tuning/held_out).
     """
-
+    if items not in ("auto", "mimic", "none"):
+        raise ValueError(f"items: {items!r} is not auto, mimic or none")
     fs = fs or FEATURE_SETS["benchmark76-48h"]
     metadata = read_dataset_metadata(meds_dir)
     if isinstance(code_map, Mapping):
@@ -255,8 +256,6 @@ def convert_meds(meds_dir: Path, labels: Path, out: Path, *,
                                  "unit": ""})
     use_items = items == "mimic" or (items == "auto" and "mimic" in str(
         metadata.get("dataset_name", "")).lower())
-    if items not in ("auto", "mimic", "none"):
-        raise ValueError(f"items: {items!r} is not auto, mimic or none")
     mapper = CodeMapper(fs, code_map, _item_map(item_map) if use_items else None,
                         read_code_metadata(meds_dir))
     data = read_meds(meds_dir).to_pandas()
@@ -278,10 +277,9 @@ def convert_meds(meds_dir: Path, labels: Path, out: Path, *,
     numeric_subjects = _all_numeric_subjects(data)
     data = data[mapped]
     events = data.groupby("subject_id")
-    rule = {c: r for c, r in resolved.items()}
     for part in ("train", "test"):
         rows = lab[(lab.split == "test") == (part == "test")].reset_index(drop=True)
-        obs = _observations(rows, events, rule, numeric_subjects, fs, counts)
+        obs = _observations(rows, events, resolved, numeric_subjects, fs, counts)
         counts["events_used"] += len(obs)
         write_timeseries(out / TASK_DIRS["mortality"] / part, list(rows.stay), obs, fs,
                          progress=False)
@@ -383,7 +381,8 @@ def _is_number(text: Any) -> bool:
 
 
 def _all_numeric_subjects(data: pd.DataFrame) -> set[int]:
-    """Subjects every one of whose events' text is a number (or absent)."""
+    """Subjects every one of whose events' text is a number (or absent): the benchmark read
+    such a subject's values as numbers, any other's as text (`events.create_validated`)."""
     text = data.text_value
     bad = text.notna() & ~text.fillna("0").str.match(_NUMBER.pattern)
     return set(data.subject_id.unique().tolist()) - set(data.subject_id[bad].tolist())
@@ -405,18 +404,18 @@ def _observations(rows: pd.DataFrame, events: Any, rule: Mapping[str, tuple[str,
         hours = (ev.time - start).dt.total_seconds().to_numpy() / 60.0 / 60.0
         keep = (hours > -EPS) & (hours < WINDOW_HOURS + EPS)
         ev, hours = ev[keep], hours[keep]
-        variable, unit = zip(*map(rule.__getitem__, ev.code), strict=True) if len(ev) else ((),
-                                                                                           ())
+        pairs = [rule[c] for c in ev.code]
+        variable = [v for v, _ in pairs]
+        unit = [None if v in categorical else u for v, u in pairs]  # a category has none
         text = ev.text_value.tolist()
         value = [_value(v in categorical, s, n) for v, s, n in zip(
             variable, text, ev.numeric_value.tolist(), strict=True)]
-        unit = [None if v in categorical else u for v, u in zip(variable, unit, strict=True)]
-        read = read_columns(ObservationColumns(list(variable), unit, hours, value), fs)
+        read = read_columns(ObservationColumns(variable, unit, hours, value), fs)
         counts["values_refused"].update(p.rule for p in read.problems)
         src = np.array([text[k] if isinstance(text[k], str) else None for k in read.source],
                        dtype=object)
         pick = same_time_pick(read.channel, read.time, read.value, src,
-                              by_text if sid not in numeric_subjects else by_text & False)
+                              np.zeros_like(by_text) if sid in numeric_subjects else by_text)
         counts["same_time_values_dropped"] += len(read.channel) - len(pick)
         parts.append((np.full(len(pick), i), read.channel[pick], read.time[pick],
                       read.value[pick]))

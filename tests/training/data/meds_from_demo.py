@@ -10,10 +10,15 @@ discharge. `metadata/codes.parquet` describes every code, with the lab items' LO
 `LOINC/<code>` in `parent_codes`; `metadata/dataset.json` and `metadata/subject_splits.parquet`
 (any split names) complete it; data shards sit under `data/<split>/`. The rows of one subject
 and time are in table order, or shuffled (`seed`): MEDS leaves that order undefined.
+
+The labels are the mortality stays of an `extract-mimic3` run (`mortality_labels`): the cohort
+is not what the MEDS input is tested on. As a command (docs/meds.md):
+`python -m tests.training.data.meds_from_demo MIMIC_DIR MEDS_DIR --labels-from EXTRACTION`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Mapping
 from functools import cache
@@ -140,3 +145,53 @@ def write_meds_from_demo(mimic_dir: Path, dest: Path, splits: Mapping[int, str],
     meds.DatasetMetadataSchema.validate(metadata)
     (dest / meds.dataset_metadata_filepath).write_text(json.dumps(metadata, indent=2))
     return dest
+
+
+MEDS_SPLIT = {"train": "train", "val": "tuning", "test": "held_out"}
+
+
+def mortality_labels(extraction: Path) -> pd.DataFrame:
+    """The in-hospital-mortality stays of an `extract-mimic3` output as MEDS labels: subject_id,
+    prediction_time (in-time + 48 h), boolean_value, and the stay file and split (train, val,
+    test) they come from."""
+    intime = pd.read_csv(extraction / "root" / "all_stays.csv", parse_dates=["INTIME"]) \
+        .set_index("ICUSTAY_ID").INTIME
+    rows = []
+    for part in ("train", "val", "test"):
+        listing = pd.read_csv(extraction / "in-hospital-mortality" / f"{part}_listfile.csv")
+        for stay, y in zip(listing.stay, listing.y_true, strict=True):
+            sid, episode = stay.split("_")[:2]
+            ep = pd.read_csv(extraction / "root" / ("test" if part == "test" else "train") / sid
+                             / f"{episode}.csv")
+            rows.append((int(sid), intime[int(ep.Icustay[0])] + pd.Timedelta(hours=48),
+                         bool(y), stay, part))
+    return pd.DataFrame(rows, columns=["subject_id", "prediction_time", "boolean_value",
+                                       "stay", "split"])
+
+
+def write_labels(lab: pd.DataFrame, path: Path) -> Path:
+    """`lab`'s MEDS label columns as a label table."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(meds.LabelSchema.align(pa.Table.from_pandas(
+        lab[["subject_id", "prediction_time", "boolean_value"]], preserve_index=False)), path)
+    return path
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("mimic_dir", type=Path, help="the raw MIMIC-III demo tables")
+    p.add_argument("dest", type=Path, help="MEDS dataset to write")
+    p.add_argument("--labels-from", type=Path, required=True,
+                   help="extract-mimic3 output: its mortality stays become DEST-labels.parquet "
+                        "and their splits the MEDS splits (train, tuning, held_out)")
+    p.add_argument("--seed", type=int, default=None, help="shuffle same-time events")
+    args = p.parse_args()
+    lab = mortality_labels(args.labels_from)
+    write_meds_from_demo(args.mimic_dir, args.dest, {s: MEDS_SPLIT[p] for s, p in zip(
+        lab.subject_id, lab.split, strict=True)}, seed=args.seed)
+    labels = write_labels(lab, args.dest.with_name(args.dest.name + "-labels.parquet"))
+    print(f"wrote {args.dest} and {labels} ({len(lab)} stays)")
+
+
+if __name__ == "__main__":
+    main()

@@ -21,11 +21,15 @@ from scehr.training.data.meds_input import convert_meds, parse_split_map, read_m
 from scehr.training.data.reader import read_timeseries
 from scehr.training.data.splits import load_split
 from tests.conftest import REPO, SHARED_DATA, needs_shared_data
-from tests.training.data.meds_from_demo import write_meds_from_demo
+from tests.training.data.meds_from_demo import (
+    MEDS_SPLIT,
+    mortality_labels,
+    write_labels,
+    write_meds_from_demo,
+)
 
 FS = FEATURE_SETS["benchmark76-48h"]
 CH = {v.id: i for i, v in enumerate(FS.variables)}
-MEDS_SPLIT = {"train": "train", "val": "tuning", "test": "held_out"}
 OTHER_NAMES = {"train": "development", "val": "validation", "test": "testing"}
 
 
@@ -42,23 +46,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("meds-demo")
     direct = root / "direct"
     extract(SHARED_DATA / "mimic3-demo", direct, progress=lambda _s: None)
-    intime = pd.read_csv(direct / "root" / "all_stays.csv", parse_dates=["INTIME"]) \
-        .set_index("ICUSTAY_ID").INTIME
-    rows, split = [], {}
-    for part in ("train", "val", "test"):
-        listing = pd.read_csv(direct / "in-hospital-mortality" / f"{part}_listfile.csv")
-        for stay, y in zip(listing.stay, listing.y_true, strict=True):
-            sid, episode = stay.split("_")[:2]
-            ep = pd.read_csv(direct / "root" / ("test" if part == "test" else "train") / sid
-                             / f"{episode}.csv")
-            rows.append((int(sid), intime[int(ep.Icustay[0])] + pd.Timedelta(hours=48),
-                         bool(y), stay, part))
-            split[int(sid)] = part
-    lab = pd.DataFrame(rows, columns=["subject_id", "prediction_time", "boolean_value",
-                                      "stay", "split"])
-    labels = root / "labels.parquet"
-    pq.write_table(meds.LabelSchema.align(pa.Table.from_pandas(
-        lab[["subject_id", "prediction_time", "boolean_value"]], preserve_index=False)), labels)
+    lab = mortality_labels(direct)
+    labels = write_labels(lab, root / "labels.parquet")
+    split = dict(zip(lab.subject_id, lab.split, strict=True))
     plain = write_meds_from_demo(SHARED_DATA / "mimic3-demo", root / "meds",
                                  {s: MEDS_SPLIT[p] for s, p in split.items()})
     shuffled = write_meds_from_demo(SHARED_DATA / "mimic3-demo", root / "meds-shuffled",

@@ -407,6 +407,13 @@ def _read(cols: ObservationColumns, fs: FeatureSet) -> StayIngest:
     return out
 
 
+def read_columns(cols: ObservationColumns, fs: FeatureSet) -> StayIngest:
+    """The row rules only (variable, unit, time, value), each refused row named in
+    `problems` and left out: for a batch converter (MEDS) that keeps a stay whose rows a rule
+    refused, counts them, and leaves cleaning to the reader of what it writes."""
+    return _read(cols, fs)
+
+
 def _pair_ids(cols: ObservationColumns, t: _Tables) -> np.ndarray:
     """Each row's pair id, looked up once per run: a wide column's cells share one."""
     n = len(cols.value) if cols.runs is None else len(cols.runs)

@@ -171,11 +171,19 @@ def _unit(name: str, *spellings: str, f: Callable[[float], float] = identity) ->
     return Unit(name, (name, *spellings), f)
 
 
+def _inches_to_cm(v: float) -> float:
+    """Whole centimetres (half to even), as the benchmark converted its training data."""
+    cm = v * 2.54
+    return float(round(cm)) if math.isfinite(cm) else cm
+
+
 MMHG = (_unit("mmHg", "mm[Hg]", "mm hg"),)
 #: Zero or less is a recording artefact (a disconnected line, an empty field), never a value.
 ABOVE_ZERO = Plausible(0.0, low_open=True)
 PER_MIN = (_unit("/min", "bpm", "beats/min", "breaths/min", "min-1", "{beats}/min",
                  "{breaths}/min"),)
+#: Breaths also as MIMIC-III charts them ("insp/min").
+BREATHS_PER_MIN = (_unit(*PER_MIN[0].spellings, "insp/min"),)
 
 _EYE = ("To Pain", "3 To speech", "1 No Response", "4 Spontaneously", "None", "To Speech",
         "Spontaneously", "2 To pain")
@@ -202,7 +210,8 @@ VARIABLES: tuple[Variable, ...] = (
         "capillary_refill_rate", "Capillary refill rate", "categorical", "0.0",
         categories=("0.0", "1.0"),
         category_aliases={"0": "0.0", "1": "1.0", "normal": "0.0", "brisk": "0.0",
-                          "abnormal": "1.0", "delayed": "1.0"},
+                          "abnormal": "1.0", "delayed": "1.0", "normal <3 secs": "0.0",
+                          "abnormal >3 secs": "1.0"},
         ranges=Ranges(0, 0, 1, 1), loinc=None,
         description="0.0 = normal (< 3 s), 1.0 = abnormal (>= 3 s)",
     ),
@@ -244,7 +253,7 @@ VARIABLES: tuple[Variable, ...] = (
              plausible=ABOVE_ZERO),
     Variable(
         "height", "Height", "continuous", "170.0", "cm",
-        (_unit("cm"), _unit("in", "inch", "[in_i]", f=lambda v: v * 2.54),
+        (_unit("cm"), _unit("in", "inch", "[in_i]", f=_inches_to_cm),
          _unit("m", f=lambda v: v * 100.0)),
         unit_required=True, ranges=Ranges(0, 0, 240, 275), loinc="8302-2",
         plausible=ABOVE_ZERO,
@@ -255,7 +264,8 @@ VARIABLES: tuple[Variable, ...] = (
              (_unit("%", "percent"),), ranges=Ranges(0, 0, 100, 150), loinc="59408-5",
              other_loinc=("2708-6",), plausible=ABOVE_ZERO,
              description="SpO2 or SaO2 in percent (the benchmark merges both)"),
-    Variable("respiratory_rate", "Respiratory rate", "continuous", "19", "/min", PER_MIN,
+    Variable("respiratory_rate", "Respiratory rate", "continuous", "19", "/min",
+             BREATHS_PER_MIN,
              ranges=Ranges(0, 0, 300, 330), loinc="9279-1", aliases=("RespRate",),
              plausible=ABOVE_ZERO),
     Variable("systolic_bp", "Systolic blood pressure", "continuous", "118.0", "mmHg", MMHG,
@@ -263,19 +273,24 @@ VARIABLES: tuple[Variable, ...] = (
              other_loinc=("76215-3", "76534-7"), plausible=ABOVE_ZERO),
     Variable(
         "temperature", "Temperature", "continuous", "36.6", "Cel",
-        (_unit("Cel", "C", "°C", "degC", "celsius"),
-         _unit("[degF]", "F", "°F", "degF", "fahrenheit", f=lambda v: (v - 32.0) * 5.0 / 9.0)),
+        # "Deg. C" and "?C" (the degree sign lost in export) are MIMIC-III's spellings
+        (_unit("Cel", "C", "°C", "degC", "celsius", "Deg. C", "?C"),
+         _unit("[degF]", "F", "°F", "degF", "fahrenheit", "Deg. F", "?F",
+               f=lambda v: (v - 32.0) * 5.0 / 9.0)),
         unit_required=True, ranges=Ranges(14.2, 26, 45, 47), loinc="8310-5",
         aliases=("Temp",),
     ),
     Variable(
         "weight", "Weight", "continuous", "81.0", "kg",
-        (_unit("kg"), _unit("[lb_av]", "lb", "lbs", "pound", f=lambda v: v * 0.45359237),
+        # the benchmark's pound (0.453592 kg, 4e-7 short of the exact one), so that values
+        # sent in pounds or ounces equal the training data's
+        (_unit("kg"), _unit("[lb_av]", "lb", "lbs", "pound", f=lambda v: v * 0.453592),
+         _unit("[oz_av]", "oz", "ounce", f=lambda v: v / 16.0 * 0.453592),
          _unit("g", f=lambda v: v / 1000.0)),
         unit_required=True, ranges=Ranges(0, 0, 250, 250), loinc="29463-7",
         other_loinc=("3141-9",), plausible=ABOVE_ZERO,
     ),
-    Variable("ph", "pH", "continuous", "7.4", "pH", (_unit("pH", "[pH]", "1"),),
+    Variable("ph", "pH", "continuous", "7.4", "pH", (_unit("pH", "[pH]", "1", "units"),),
              ranges=Ranges(6.3, 6.3, 8.4, 10), loinc="11558-4",
              other_loinc=("2744-1",), plausible=Plausible(6.5, 8.0, scaled_by=100.0)),
 )

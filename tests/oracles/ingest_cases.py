@@ -68,7 +68,8 @@ def _value(rng: np.random.Generator, v: Variable, unit: Any, bad: float) -> floa
             x = _pick(rng, [-0.0, 0.0])
     if unit is not None and not unit.is_identity:  # send it in the other unit
         x = {"%": x * 100.0, "mmol/L": x / 18.0156, "in": x / 2.54, "m": x / 100.0,
-             "[degF]": x * 9.0 / 5.0 + 32.0, "[lb_av]": x / 0.45359237,
+             "[degF]": x * 9.0 / 5.0 + 32.0, "[lb_av]": x / 0.453592,
+             "[oz_av]": x * 16.0 / 0.453592,
              "g": x * 1000.0}[unit.name]
     return round(x, int(rng.integers(0, 4))) if rng.random() < 0.7 else x
 

@@ -50,8 +50,12 @@ def test_every_alias_maps_to_a_benchmark_string_with_the_same_score() -> None:
 
 def test_unit_conversions() -> None:
     assert BY_ID["temperature"].convert(98.6, "F") == pytest.approx(37.0)
-    assert BY_ID["weight"].convert(100, "lb") == pytest.approx(45.359237)
-    assert BY_ID["height"].convert(70, "in") == pytest.approx(177.8)
+    # the benchmark's conversions, which its training data went through
+    assert BY_ID["weight"].convert(100, "lb") == 100 * 0.453592
+    assert BY_ID["weight"].convert(32, "oz") == 32 / 16.0 * 0.453592
+    assert BY_ID["height"].convert(70, "in") == 178.0  # whole cm, half to even
+    assert BY_ID["height"].convert(62.5, "in") == 159.0
+    assert BY_ID["temperature"].convert(98.6, "?F") == BY_ID["temperature"].convert(98.6, "F")
     assert BY_ID["fio2"].convert(40, "%") == pytest.approx(0.40)
     assert BY_ID["glucose"].convert(5.5, "mmol/L") == pytest.approx(99.09, abs=0.01)
     assert BY_ID["heart_rate"].convert(80, None) == 80

@@ -1,4 +1,4 @@
-"""`scehr data extract-mimic3`, `compare-mimic3` and `convert-meds`."""
+"""`scehr data extract-mimic3`, `compare-mimic3`, `convert-meds` and `meds-predictions`."""
 
 from __future__ import annotations
 
@@ -46,12 +46,40 @@ def register(sub: Any) -> None:
                        "stay: subject_id, prediction_time, boolean_value) -> "
                        "OUT/in-hospital-mortality, the 48 h before each prediction time.")
     p.add_argument("meds_dir", type=Path, help="MEDS dataset root")
-    p.add_argument("labels", type=Path, help="label table (parquet, meds LabelSchema)")
+    p.add_argument("labels", type=Path, help="label table (parquet, meds LabelSchema), or a "
+                   "folder of them (ACES output)")
     p.add_argument("out", type=Path, help="output folder")
     p.add_argument("--code-map", type=Path, default=None,
-                   help="CSV code,variable (variable id or benchmark name); default: the "
-                        "catalog's LOINC codes as LOINC/<code>")
+                   help="CSV code,variable[,unit] (variable id or benchmark name; a row may "
+                        "name a code's `//` stem, e.g. LAB//211); comes before the rules below")
+    p.add_argument("--items", choices=["auto", "mimic", "none"], default="auto",
+                   help="map MIMIC item ids in codes (LAB//<itemid>//<unit>) by the benchmark's "
+                        "item map; auto: when metadata/dataset.json names a MIMIC dataset. "
+                        "Other codes map by LOINC: the code's own or its parent_codes in "
+                        "metadata/codes.parquet")
+    p.add_argument("--resources", type=Path, default=None,
+                   help="mimic3-benchmarks checkout or copy of its resource files, for the item "
+                        "map (default: mimic3-benchmarks-resources in SCEHR_DATA_DIR)")
+    p.add_argument("--split-map", default=None,
+                   help="MEDS split name -> train|val|test, e.g. "
+                        "train=train,tuning=val,held_out=test (the default)")
     p.set_defaults(func=_meds)
+
+    p = sub.add_parser("meds-predictions",
+                       help="scehr score output of a convert-meds split -> meds-evaluation "
+                            "predictions (parquet)",
+                       description="Joins the scores of a split folder written by convert-meds "
+                       "with its meds_labels.parquet: subject_id, prediction_time, "
+                       "boolean_value, predicted_boolean_value (the model's alert), "
+                       "predicted_boolean_probability (its risk), as MEDS-DEV's evaluation "
+                       "(meds-evaluation) reads them.")
+    p.add_argument("scores", type=Path, help="scehr score output (.csv or .jsonl)")
+    p.add_argument("split_dir", type=Path,
+                   help="the scored folder, e.g. OUT/in-hospital-mortality/test")
+    p.add_argument("--out", type=Path, required=True, help="predictions parquet to write")
+    p.add_argument("--label", default=None,
+                   help="which of the model's labels (needed only if it has several)")
+    p.set_defaults(func=_meds_predictions)
 
 
 def _extract_args(p: argparse.ArgumentParser, source_help: str) -> None:
@@ -94,12 +122,29 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _meds(args: argparse.Namespace) -> int:
-    from scehr.training.data.meds_input import convert_meds, read_code_map
+    from scehr.training.data.meds_input import convert_meds, parse_split_map, read_code_map
+    from scehr.training.data.mimic3.sources import Resources
 
     cmap = read_code_map(args.code_map) if args.code_map else None
-    counts = convert_meds(args.meds_dir, args.labels, args.out, code_map=cmap)
-    ignored = counts["codes_ignored"]
+    items = Resources.from_dir(args.resources).itemid_map if args.resources else None
+    counts = convert_meds(args.meds_dir, args.labels, args.out, code_map=cmap,
+                          items=args.items, item_map=items,
+                          split_map=parse_split_map(args.split_map) if args.split_map else None)
+    refused = counts["values_refused"]
     print(f"{counts['labels']} stays, {counts['events_used']} events in their windows; "
-          f"{sum(ignored.values())} events of {len(ignored)} codes not in the code map ignored")
+          f"{counts['codes_mapped']} codes mapped, {counts['events_ignored']} events of "
+          f"{counts['codes_ignored']} other codes ignored")
+    print(f"values refused by the rules: {sum(refused.values())} ("
+          + (", ".join(f"{k} {v}" for k, v in sorted(refused.items())) or "none") + "); "
+          f"same-time values not kept: {counts['same_time_values_dropped']}")
     print(f"wrote {args.out}")
+    return 0
+
+
+def _meds_predictions(args: argparse.Namespace) -> int:
+    from scehr.training.data.meds_predictions import meds_predictions
+
+    c = meds_predictions(args.scores, args.split_dir, args.out, label=args.label)
+    print(f"{c['predictions']} predictions of {c['label']} for {c['stays']} stays "
+          f"({c['not_scored']} not scored); wrote {args.out}")
     return 0

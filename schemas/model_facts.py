@@ -18,7 +18,9 @@ from scehr.schemas.tasks import task_spec
 INTENDED_USERS = ("clinical-informatics teams evaluating risk scores, and researchers "
                   "reproducing SCEHR")
 DECISION_ROLE = "Scores support review and triage; they are not diagnoses."
-RELEASE_STAGE = "Not for clinical use without local validation. A research artifact of scehr."
+NOT_FOR_CLINICAL_USE = "Not for clinical use without local validation."
+RESEARCH_ARTIFACT = "A research artifact of scehr."
+RELEASE_STAGE = f"{NOT_FOR_CLINICAL_USE} {RESEARCH_ARTIFACT}"
 DEVELOPER = "the scehr project (open-source software, MIT licence)"
 #: The limitations every card lists after the model's own.
 STANDARD_LIMITATIONS = (
@@ -66,10 +68,10 @@ def output_value(m: Manifest) -> str:
 
 def output_kind(m: Manifest) -> str:
     """HTI-1's type of output."""
+    what = task_spec(m.task).description.rstrip(".")
     if task_spec(m.task).binary:
-        return f"Prediction: the probability of {m.label_names[0]} ({task_spec(m.task).description})"
-    return (f"Classification as probabilities: one per label, {len(m.label_names)} labels "
-            f"({task_spec(m.task).description})")
+        return f"Prediction: the probability of {m.label_names[0]} ({what})"
+    return f"Classification as probabilities: one per label, {len(m.label_names)} labels ({what})"
 
 
 def intended_use(m: Manifest) -> str:
@@ -79,7 +81,8 @@ def intended_use(m: Manifest) -> str:
 
 def population(m: Manifest) -> str:
     """Who the model was made for: its training population, and the data a stay needs."""
-    text = f"ICU stays like those it was trained on: {m.provenance.description or m.provenance.dataset}"
+    text = ("ICU stays like those it was trained on: "
+            f"{m.provenance.description or m.provenance.dataset}")
     if m.data_minimum is not None:
         d = m.data_minimum
         text += (f" A stay is scored when it has at least {d.min_observations} observations of "
@@ -237,11 +240,12 @@ def bias_approach(m: Manifest) -> str:
 def monitoring() -> str:
     """What the service measures on the stays it scores."""
     return ("The service monitors, continuously over the last scored stays of each worker "
-            "(SCEHR_MONITOR_WINDOW), the input drift of each variable against the model's "
-            "training distribution (population-stability index), the drift of the served risk "
-            "against validation, and the alert and abstention rates (GET "
-            "/models/{task}/monitoring, Prometheus gauges). It sees no outcomes: validity on "
-            "local outcomes is measured by the site with `scehr evaluate`.")
+            "(SCEHR_MONITOR_WINDOW), each variable's observation rate and population-stability "
+            "index against the training data, the served risk's mean and stability index "
+            "against validation, and the alert rate at each operating point against "
+            "validation (GET /models/{task}/monitoring, Prometheus gauges). It sees no "
+            "outcomes: validity on local outcomes is measured by the site with `scehr "
+            "evaluate`.")
 
 
 def lineage(m: Manifest) -> list[str]:

@@ -458,3 +458,20 @@ def document_text(name: str, m: Manifest) -> str:
     """Document `name` of `m` as the text served and written (JSON indented, XML)."""
     doc = DOCUMENTS[name][0](m)
     return doc if isinstance(doc, str) else json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+#: The folder beside a model's manifest that export, re-issue and recalibrate write them in.
+FOLDER = "transparency"
+
+
+def write_documents(model_folder: Path, m: Manifest) -> list[Path]:
+    """Write every document of `m` into `model_folder/transparency/`, the texts the service
+    serves for it; returns the files written."""
+    out = model_folder / FOLDER
+    out.mkdir(exist_ok=True)
+    paths = []
+    for name, (_, _, file) in DOCUMENTS.items():
+        path = out / file
+        path.write_text(document_text(name, m))
+        paths.append(path)
+    return paths

@@ -43,6 +43,10 @@ def ci(x: Interval | dict[str, Any] | None, digits: int = 3) -> str:
     return f"{d['value']:.{digits}f} [{d['low']:.{digits}f}, {d['high']:.{digits}f}]"
 
 
+def num(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
 def output_value(m: Manifest) -> str:
     """What the model gives for a stay."""
     spec = task_spec(m.task)
@@ -181,7 +185,7 @@ def test_performance(m: Manifest) -> str | None:
     text = (f"On the held-out test split of {m.provenance.dataset} ({test.get('n', '?')} stays), "
             f"computed on {on}, 95% bootstrap CIs: "
             + "; ".join(f"{k} {ci(v)}" for k, v in ci_.items()) + ".")
-    if "ece" in test:
+    if test.get("ece") is not None:
         text += f" ECE (10 bins) {test['ece']:.4f}."
     return text
 
@@ -190,9 +194,10 @@ def fairness_test(m: Manifest) -> str | None:
     """The fairness audit (or subgroup AUROC) on the test split, when recorded."""
     a = m.metrics.get("fairness")
     if a:
-        rows = [f"{g}: AUROC {r['auroc']:.3f}, calibration slope {r['calibration_slope']:.2f}, "
-                f"intercept {r['calibration_intercept']:.2f}, alert rate {r['alert_rate']:.3f}"
-                for g, r in a["groups"].items() if r.get("auroc") is not None]
+        rows = [f"{g}: AUROC {num(r['auroc'])}, calibration slope "
+                f"{num(r['calibration_slope'], 2)}, intercept "
+                f"{num(r['calibration_intercept'], 2)}, alert rate {num(r['alert_rate'])}"
+                for g, r in a["groups"].items()]
         flip = a.get("sex_flip") or {}
         text = f"On {a['data']}, alerts at {a['alert_rule']}: " + "; ".join(rows) + "."
         if flip.get("n"):
@@ -203,8 +208,7 @@ def fairness_test(m: Manifest) -> str | None:
     sub = m.metrics.get("subgroups")
     if sub:
         return "Test AUROC by group: " + "; ".join(
-            f"{g} {r['auroc']:.3f} (n {r['n']})" for g, r in sub.items()
-            if r.get("auroc") is not None) + "."
+            f"{g} {num(r['auroc'])} (n {r['n']})" for g, r in sub.items()) + "."
     return None
 
 

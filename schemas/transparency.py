@@ -171,7 +171,7 @@ def _key_metrics(m: Manifest) -> dict[str, Any]:
         fair = [_metric(f"{g} AUROC", r["auroc"]) for g, r in
                 (m.metrics.get("subgroups") or {}).items()] or [
             _metric("sociodemographic subgroups with figures", 0)]
-    safety = [_metric("test ECE (10 bins)", test.get("ece"))] if "ece" in test else []
+    safety = [_metric("test ECE (10 bins)", test["ece"])] if test.get("ece") is not None else []
     d = m.data_minimum
     if d is not None and d.test is not None:
         safety.append(_metric("test abstention rate (below the data minimum)",

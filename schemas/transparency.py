@@ -475,3 +475,46 @@ def write_documents(model_folder: Path, m: Manifest) -> list[Path]:
         path.write_text(document_text(name, m))
         paths.append(path)
     return paths
+
+
+def summary(m: Manifest) -> list[str]:
+    """One line per document: how many items are answered, and the CHAI card's validation."""
+    from collections import Counter
+
+    att = Counter(a["status"] for a in hti1(m)["attributes"])
+    items = Counter(i["status"] for i in tripod_ai(m)["items"])
+    errors = chai_card_errors(chai_card_xml(m))
+    return [f"{m.task} {m.version}",
+            "  hti1: " + ", ".join(f"{k} {v}" for k, v in sorted(att.items())),
+            "  tripod-ai: " + ", ".join(f"{k} {v}" for k, v in sorted(items.items())),
+            "  chai-model-card: " + ("valid against " + CHAI_XSD.name if not errors
+                                     else "INVALID: " + "; ".join(errors))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m scehr.schemas.transparency MODEL_DIR...`: each model's summary; with --out
+    DIR, the documents written under DIR/<task>/<version>/ (never into a shipped folder)."""
+    import argparse
+
+    from scehr.schemas.manifest import load_manifest
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("models", type=Path, nargs="+", help="model folders (manifest.json)")
+    ap.add_argument("--out", type=Path, default=None, help="write the documents under it")
+    args = ap.parse_args(argv)
+    bad = 0
+    for folder in args.models:
+        m = load_manifest(folder / "manifest.json")
+        lines = summary(m)
+        bad += "INVALID" in lines[-1]
+        print("\n".join(lines))
+        if args.out is not None:
+            target = args.out / m.task / m.version
+            target.mkdir(parents=True, exist_ok=True)
+            for path in write_documents(target, m):
+                print(f"  wrote {path}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

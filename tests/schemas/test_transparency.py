@@ -122,3 +122,17 @@ def test_documents_are_deterministic_text_of_their_builders() -> None:
         assert document_text(name, m) == document_text(name, m)
     assert json.loads(document_text("hti1", m)) == hti1(m)
     assert json.loads(document_text("tripod-ai", m)) == tripod_ai(m)
+
+
+def test_the_command_summarizes_validates_and_writes_outside_the_model(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from scehr.schemas.transparency import main
+
+    assert main([str(DEFAULTS[0]), "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    m = manifest(DEFAULTS[0])
+    assert "hti1: answered" in printed and "chai-model-card: valid against" in printed
+    for name, (_, _, file) in DOCUMENTS.items():
+        written = tmp_path / m.task / m.version / "transparency" / file
+        assert written.read_text() == document_text(name, m)
+    assert not (DEFAULTS[0] / "transparency").exists()  # the shipped folder is untouched

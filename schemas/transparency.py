@@ -377,8 +377,8 @@ def _tripod_answers(m: Manifest) -> dict[str, tuple[str, list[str], str]]:
         "12a": (REPORTED, ["data"], "Train, validation, calibration and test splits."),
         "12b": (REPORTED, ["model", "manifest.normalizer", "manifest.feature_set"],
                 "Continuous values z-scored on the training split, categories one-hot."),
-        "12c": (PARTLY, ["model", "reproduce"], "Encoder, loss and training command; "
-                "hyper-parameter search is in the training config, not the card."),
+        "12c": (PARTLY, ["model", "reproduce"], "Encoder, loss and training command; how the "
+                "hyper-parameters were chosen is not stated in the card."),
         "12d": (*none, "No figures per hospital or other cluster."),
         "12e": (REPORTED, ["test", "calibration", "points"], "AUROC and AUPRC with "
                 "bootstrap CIs, calibration (ECE), operating points."),

@@ -446,11 +446,36 @@ def tripod_ai(m: Manifest) -> dict[str, Any]:
             "citation": spec["citation"], "model": _model_ref(m), "items": items}
 
 
+def _cell(text: str | None) -> str:
+    return (text or "").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(m: Manifest) -> str:
+    """The HTI-1 attributes and the TRIPOD+AI checklist as Markdown tables, for a reader of the
+    model's folder."""
+    lines = [f"# Transparency: {m.name} {m.version}", "",
+             "Built from the model's manifest (docs/transparency.md); the CHAI applied model "
+             "card is `chai-model-card.xml`.", "", "## HTI-1 source attributes", "",
+             "| # | paragraph | attribute | status | answer, or why not |",
+             "|---:|---|---|---|---|"]
+    lines += [f"| {a['number']} | {a['paragraph']} | {_cell(a['attribute'])} | {a['status']} "
+              f"| {_cell(a['answer'] or a['reason'])} |" for a in hti1(m)["attributes"]]
+    lines += ["", "## TRIPOD+AI checklist", "",
+              "| item | topic | status | where (MODEL_CARD.md section, manifest field) | note |",
+              "|---|---|---|---|---|"]
+    for i in tripod_ai(m)["items"]:
+        where = "; ".join(w.get("section") or f"manifest `{w['manifest']}`" for w in i["where"])
+        lines.append(f"| {i['item']} | {_cell(i['topic'])} | {i['status']} | {_cell(where)} | "
+                     f"{_cell(i['note'])} |")
+    return "\n".join(lines) + "\n"
+
+
 #: Document name (the route's and the file's) -> (builder, media type, file name).
 DOCUMENTS: dict[str, tuple[Callable[[Manifest], Any], str, str]] = {
     "hti1": (hti1, "application/json", "hti1.json"),
     "chai-model-card": (chai_card_xml, "application/xml", "chai-model-card.xml"),
     "tripod-ai": (tripod_ai, "application/json", "tripod-ai.json"),
+    "markdown": (markdown, "text/markdown", "TRANSPARENCY.md"),
 }
 
 

@@ -61,13 +61,14 @@ async def get_monitoring(task: str, registry: RegistryDep, monitoring: Monitorin
 
 
 @router.get("/models/{task}/{version}/transparency/{document}", responses={
-    **_ERRORS, 200: {"content": {"application/json": {}, "application/xml": {}}}})
+    **_ERRORS, 200: {"content": {media: {} for _, media, _ in DOCUMENTS.values()}}})
 async def get_transparency(
         task: str, registry: RegistryDep, document: str,
         version: Annotated[str, Path(max_length=32, pattern=VERSION_PATTERN)]) -> Response:
     """A served version's transparency document, built from its manifest: `hti1` (the 31
-    HTI-1 source attributes, JSON), `chai-model-card` (CHAI applied model card, XML) or
-    `tripod-ai` (the TRIPOD+AI checklist mapped to the model card, JSON)."""
+    HTI-1 source attributes, JSON), `chai-model-card` (CHAI applied model card, XML),
+    `tripod-ai` (the TRIPOD+AI checklist mapped to the model card, JSON) or `markdown` (the
+    first and third as tables)."""
     if document not in DOCUMENTS:
         raise ApiError(404, "document_not_found", [Problem(
             loc=["path", "document"], rule="unknown_document",

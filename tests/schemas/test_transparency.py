@@ -116,6 +116,15 @@ def test_tripod_ai_maps_every_item_to_sections_the_model_card_has(folder: Path) 
                 assert w["manifest"].split(".")[0] in Manifest.model_fields, w
 
 
+def test_the_markdown_rendering_has_a_row_per_attribute_and_item() -> None:
+    m = manifest(DEFAULTS[0])
+    text = document_text("markdown", m)
+    hti, tripod = text.split("## TRIPOD+AI checklist")
+    assert len(re.findall(r"^\| \d+ \| \(b\)\(11\)", hti, flags=re.M)) == 31
+    assert len(re.findall(r"^\| \d+[a-g]? \| ", tripod, flags=re.M)) == 52
+    assert "| 2 | (b)(11)(iv)(B)(1)(ii) |" in hti and "not_reported" in hti
+
+
 def test_documents_are_deterministic_text_of_their_builders() -> None:
     m = manifest(DEFAULTS[1])
     for name in DOCUMENTS:

@@ -41,7 +41,7 @@ async def test_the_route_serves_each_document_of_every_served_version() -> None:
         assert r.status_code == 404 and r.json()["error"] == "document_not_found"
         problem = r.json()["detail"][0]
         assert problem["loc"] == ["path", "document"] and problem["rule"] == "unknown_document"
-        assert problem["allowed"] == "hti1, chai-model-card, tripod-ai"
+        assert problem["allowed"] == "hti1, chai-model-card, tripod-ai, markdown"
 
         r = await c.get("/models/mortality/1.1.0/transparency/hti1")  # shipped, not served
         assert r.status_code == 404 and r.json()["error"] == "version_not_served"

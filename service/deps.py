@@ -31,8 +31,10 @@ async def get_monitoring(request: Request) -> Monitoring:
     return request.app.state.monitoring
 
 
+#: What a model version may look like (a query or path parameter naming one).
+VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
 VersionParam = Annotated[str | None, Query(
-    max_length=32, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$",
+    max_length=32, pattern=VERSION_PATTERN,
     description="A version of the task's model served here (GET /models lists them; "
     "SCEHR_VERSIONS sets them); default: the task's default")]
 

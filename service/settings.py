@@ -159,8 +159,9 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     open_docs: bool = Field(True, description="Serve /docs, /redoc and /openapi.json")
     open_models: bool = Field(
-        True, description="Serve /models, /models/{task}, the model card (/models/{task}/card) "
-        "and V2 model metadata (/v2/models/{name}): what is served, its checksums and metrics")
+        True, description="Serve /models, /models/{task}, the model card (/models/{task}/card), "
+        "the transparency documents (/models/{task}/{version}/transparency/...) and V2 model "
+        "metadata (/v2/models/{name}): what is served, its checksums and metrics")
     open_metrics: bool = Field(True, description="Serve /metrics")
     monitor_window: int = Field(
         1000, ge=10, le=100_000, description="Drift monitoring: the last N scored stays per "

@@ -5,8 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from scehr.schemas.manifest import SERVED_RISK, Manifest, PointStats
+from scehr.schemas.model_facts import (
+    DECISION_ROLE,
+    INTENDED_USERS,
+    NOT_FOR_CLINICAL_USE,
+    RESEARCH_ARTIFACT,
+    STANDARD_LIMITATIONS,
+)
 from scehr.schemas.site import PARENT_KEY
 from scehr.schemas.tasks import task_spec
+from scehr.schemas.transparency import DOCUMENTS, chai_card_errors, write_documents
 from scehr.training.card_sections import (
     data_minimum_lines,
     site_lines,
@@ -110,17 +118,16 @@ def test_metric_lines(m: Manifest) -> list[str]:
 def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] | None = None
                      ) -> Path:
     """Intended use, data, metrics with CIs, calibration, operating points, fairness audit
-    (subgroups and the sex flip), limits."""
+    (subgroups and the sex flip), limits; and the transparency documents beside it."""
     never = [k for k, v in m.coverage.items() if v == 0.0]
     lines = [
         f"# Model card: {m.name} {m.version}",
         "",
-        "**Not for clinical use without local validation.** A research artifact of scehr.",
+        f"**{NOT_FOR_CLINICAL_USE}** {RESEARCH_ARTIFACT}",
         "",
         "## Intended use",
         f"Task `{m.task}`: " + task_spec(m.task).description,
-        "Users: clinical-informatics teams evaluating risk scores, and researchers reproducing "
-        "SCEHR. Scores support review and triage; they are not diagnoses.",
+        f"Users: {INTENDED_USERS}. {DECISION_ROLE}",
         "",
         "## Model",
         f"- Encoder `{m.encoder.name}` {m.encoder.hparams}, embedding size {m.encoder.out_dim}",
@@ -183,11 +190,19 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
               (", ".join(f"`{c}`" for c in never) if never else "none") + ". The service "
               "treats these as not observed (their normal value) whatever a request sends, "
               "and says so in a warning."]
-    lines += ["", "## Limitations", ""] + [f"- {x}" for x in (extra or [])] + [
-        "- Trained on one data source; performance elsewhere must be checked locally.",
-        "- The risk is the model's score after a calibration map fitted on held-out data; "
-        "the raw score is not a probability to show a clinician.",
+    lines += ["", "## Limitations", ""] + [f"- {x}" for x in (*(extra or []),
+                                                              *STANDARD_LIMITATIONS)] + [
         "", "## Reproduce", "", "```bash", command, "```", ""]
     path = folder / "MODEL_CARD.md"
     path.write_text("\n".join(lines))
+    write_transparency(folder, m)
     return path
+
+
+def write_transparency(folder: Path, m: Manifest) -> list[Path]:
+    """The transparency documents beside the card (`scehr.schemas.transparency`), the CHAI
+    card checked against its schema: a card that does not validate is never written."""
+    errors = chai_card_errors(DOCUMENTS["chai-model-card"][0](m))
+    if errors:
+        raise ValueError("the CHAI applied model card does not validate: " + "; ".join(errors))
+    return write_documents(folder, m)

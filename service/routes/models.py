@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path, Response
 
-from scehr.schemas.payloads import ErrorBody, ModelInfo, ModelList, MonitoringSummary
-from scehr.service.deps import MonitoringDep, RegistryDep, VersionParam, handle_for
+from scehr.schemas.payloads import ErrorBody, ModelInfo, ModelList, MonitoringSummary, Problem
+from scehr.schemas.transparency import DOCUMENTS, document_text
+from scehr.service.deps import (
+    VERSION_PATTERN,
+    MonitoringDep,
+    RegistryDep,
+    VersionParam,
+    handle_for,
+)
 from scehr.service.errors import ApiError
 from scehr.service.registry import ModelHandle, Registry
 
@@ -51,3 +58,21 @@ async def get_monitoring(task: str, registry: RegistryDep, monitoring: Monitorin
     """Drift of the last scored stays (this worker) against training and validation."""
     h = _handle(registry, task, version)
     return monitoring.for_spec(h.model.spec, gauges=h.default).refresh_gauges()
+
+
+@router.get("/models/{task}/{version}/transparency/{document}", responses={
+    **_ERRORS, 200: {"content": {media: {} for _, media, _ in DOCUMENTS.values()}}})
+async def get_transparency(
+        task: str, registry: RegistryDep, document: str,
+        version: Annotated[str, Path(max_length=32, pattern=VERSION_PATTERN)]) -> Response:
+    """A served version's transparency document, built from its manifest: `hti1` (the 31
+    HTI-1 source attributes, JSON), `chai-model-card` (CHAI applied model card, XML),
+    `tripod-ai` (the TRIPOD+AI checklist mapped to the model card, JSON) or `markdown` (the
+    first and third as tables)."""
+    if document not in DOCUMENTS:
+        raise ApiError(404, "document_not_found", [Problem(
+            loc=["path", "document"], rule="unknown_document",
+            message="no transparency document of this name", allowed=", ".join(DOCUMENTS))])
+    manifest = _handle(registry, task, version).model.spec.manifest
+    return Response(document_text(document, manifest),
+                    media_type=f"{DOCUMENTS[document][1]}; charset=utf-8")

@@ -30,7 +30,7 @@ from tests.service.test_svc_process import REPO, free_port, scehr_command
 KEY = {"X-API-Key": "s3cret"}
 EXAMPLES = int(os.environ.get("SCEHR_FUZZ_EXAMPLES", "40"))
 OPEN = {"/livez", "/readyz", "/metrics", "/models", "/models/{task}", "/openapi.json",
-        "/models/{task}/monitoring",
+        "/models/{task}/monitoring", "/models/{task}/{version}/transparency/{document}",
         # discovery and metadata of the other interfaces, open like /models
         "/cds-services", "/models/{task}/card", "/v2", "/v2/health/live", "/v2/health/ready",
         "/v2/models/{name}", "/v2/models/{name}/ready", "/v2/models/{name}/versions/{version}",

@@ -16,6 +16,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from scehr.schemas import transparency
 from scehr.schemas.manifest import ClassCard, Manifest
 from scehr.schemas.site import PARENT_KEY, site_record
 from scehr.schemas.tasks import task_spec
@@ -49,6 +50,37 @@ class ClassFacts:
     level: float | None
 
 
+#: The statuses of an HTI-1 attribute or a TRIPOD+AI item, in the order the page counts them.
+STATUS_ORDER = (transparency.ANSWERED, transparency.REPORTED, transparency.PARTLY,
+                transparency.NOT_APPLICABLE, transparency.NOT_REPORTED)
+
+
+@dataclass
+class Transparency:
+    """The HTI-1 source attributes as the transparency route serves them, and the TRIPOD+AI
+    checklist's counts by status: built by the route's own functions, so the two never
+    differ."""
+
+    attributes: list[dict[str, Any]]
+    attribute_counts: list[tuple[str, int]]
+    tripod_counts: list[tuple[str, int]]
+    tripod_items: int
+
+
+def status_counts(statuses: list[str]) -> list[tuple[str, int]]:
+    """(status, how many) in `STATUS_ORDER`, the statuses present only."""
+    return [(s, statuses.count(s)) for s in STATUS_ORDER if s in statuses]
+
+
+def transparency_facts(m: Manifest) -> Transparency:
+    attributes = transparency.hti1(m)["attributes"]
+    items = transparency.tripod_ai(m)["items"]
+    return Transparency(attributes=attributes,
+                        attribute_counts=status_counts([a["status"] for a in attributes]),
+                        tripod_counts=status_counts([i["status"] for i in items]),
+                        tripod_items=len(items))
+
+
 @dataclass
 class Facts:
     """What the facts template shows."""
@@ -68,6 +100,7 @@ class Facts:
     hidden_classes: int
     minimum: Any
     limitations: list[str]
+    transparency: Transparency
     never_observed: list[str] = field(default_factory=list)
 
 
@@ -214,7 +247,7 @@ def build_facts(m: Manifest, sha256: str, default: bool) -> Facts:
         subgroups=metrics.get("subgroups"),
         classes=[class_facts(c, k) for k, c in enumerate(cards)],
         hidden_classes=len(m.classes) - len(cards), minimum=m.data_minimum,
-        limitations=limitations(m),
+        limitations=limitations(m), transparency=transparency_facts(m),
         never_observed=sorted(v for v, rate in m.coverage.items() if rate == 0.0))
 
 

@@ -118,6 +118,38 @@ def test_the_facts_show_the_api_figures(base: str, watched: Watched) -> None:
     assert watched.clean() == []
 
 
+@pytest.fixture(scope="module")
+def phenotypes_base() -> Iterator[str]:
+    with live_server(shipped_settings(tasks="phenotypes")) as url:
+        yield url
+
+
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+def test_the_facts_show_the_hti1_attributes(base: str, phenotypes_base: str,
+                                            watched: Watched, task: str) -> None:
+    """The HTI-1 table is there and visible, as the route's JSON; the page loads clean and
+    light with it (the phenotype model's page has 25 classes)."""
+    url = base if task == "mortality" else phenotypes_base
+    version = httpx.get(f"{url}/models/{task}").json()["version"]
+    hti1 = httpx.get(f"{url}/models/{task}/{version}/transparency/hti1").json()["attributes"]
+    page = watched.page
+    page.goto(f"{url}/ui/models/{task}/{version}")
+    page.wait_for_load_state("networkidle")
+    table = page.locator("#hti1-table")
+    table.scroll_into_view_if_needed()
+    assert table.is_visible()
+    rows = table.locator("tbody tr")
+    assert rows.count() == len(hti1) == 31
+    for k in (0, 1, 20, 30):
+        a = hti1[k]
+        cells = rows.nth(k).locator("td").all_inner_texts()
+        assert cells[0] == str(a["number"])
+        assert cells[1] == a["status"].replace("_", " ")
+        assert cells[2] == (a["answer"] or a["reason"]).strip()
+    assert watched.clean() == [], watched.errors
+    assert 0 < watched.bytes <= MAX_PAGE_BYTES, watched.bytes
+
+
 def _api(base: str, path: str, body: bytes, media: str) -> dict[str, Any]:
     r = httpx.post(f"{base}{path}", content=body, headers={"content-type": media},
                    params={"explain": "full"} if path.startswith("/predict") else None)

@@ -86,6 +86,54 @@ async def test_facts_show_the_manifest_figures() -> None:
     assert html.count("<svg") >= 2 and html.count("<title id=") >= 2  # calibration, points
 
 
+def hti1_rows(html: str) -> list[dict[str, Any]]:
+    """The HTI-1 table's rows as the page shows them: number, attribute, status, text."""
+    table = re.search(r'<table id="hti1-table">.*?</table>', html, re.S)
+    assert table, "no HTI-1 table"
+    rows = re.findall(r'<tr data-attribute="(\d+)" data-status="([a-z_]+)"><td>(\d+)</td>'
+                      r'<th scope="row">(.*?)</th><td class="status">(.*?)</td>'
+                      r'<td class="answer">(.*?)</td></tr>', table.group(0), re.S)
+    return [{"number": int(n), "status": status, "shown_number": int(shown),
+             "attribute": unescape(name), "status_text": unescape(word),
+             "text": unescape(text)} for n, status, shown, name, word, text in rows]
+
+
+@pytest.mark.parametrize("task", ["mortality", "phenotypes"])
+async def test_facts_show_the_31_hti1_attributes_as_the_route(task: str) -> None:
+    """Every HTI-1 attribute on the facts page, equal to the transparency route's JSON; the
+    TRIPOD+AI counts equal its checklist's; the documents linked; the page still light."""
+    settings = Settings(model_dir=default_model_dir(), device="cpu", tasks=task)
+    async with serve(settings) as c:
+        version = (await c.get(f"/models/{task}")).json()["version"]
+        page = await c.get(f"/ui/models/{task}/{version}")
+        docs = f"/models/{task}/{version}/transparency/"
+        hti1 = (await c.get(docs + "hti1")).json()["attributes"]
+        tripod = (await c.get(docs + "tripod-ai")).json()["items"]
+        linked = [(await c.get(docs + d)).status_code
+                  for d in ("hti1", "chai-model-card", "tripod-ai", "markdown")]
+    assert page.status_code == 200 and len(page.content) <= MAX_PAGE_BYTES, len(page.content)
+    html = page.text
+    rows = hti1_rows(html)
+    assert len(rows) == len(hti1) == 31
+    for row, a in zip(rows, hti1, strict=True):
+        assert row["number"] == row["shown_number"] == a["number"]
+        assert row["attribute"] == a["attribute"] and row["status"] == a["status"]
+        assert row["status_text"] == a["status"].replace("_", " ")
+        assert row["text"] == (a["answer"] if a["status"] == "answered" else a["reason"])
+        assert row["text"], a["number"]
+    for d in ("hti1", "chai-model-card", "tripod-ai", "markdown"):
+        assert f'href="{docs}{d}"' in html
+    assert linked == [200] * 4
+    summary = re.search(r'<p id="tripod-summary">.*?</p>', html, re.S).group(0)
+    shown = {s: int(n) for s, n in re.findall(r'data-status="([a-z_]+)" data-value="(\d+)"',
+                                               summary)}
+    counts: dict[str, int] = {}
+    for item in tripod:
+        counts[item["status"]] = counts.get(item["status"], 0) + 1
+    assert shown == counts and sum(shown.values()) == len(tripod)
+    assert f'href="{docs}tripod-ai"' in summary
+
+
 async def test_facts_are_rendered_once_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     real = facts_module.build_facts

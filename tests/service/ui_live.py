@@ -41,9 +41,10 @@ def chromium_path() -> str | None:
 
 
 def shipped_settings(**kw: Any) -> Settings:
-    """The shipped default mortality model, on the CPU, quiet."""
+    """The shipped default mortality model (or the `tasks` given), on the CPU, quiet."""
     kw.setdefault("log_level", "WARNING")
-    return Settings(model_dir=default_model_dir(), device="cpu", tasks="mortality", **kw)
+    kw.setdefault("tasks", "mortality")
+    return Settings(model_dir=default_model_dir(), device="cpu", **kw)
 
 
 @contextmanager

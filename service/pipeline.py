@@ -81,6 +81,10 @@ class PreparedStays:
     values: np.ndarray | None = None  # [n_ok, V, width] observed hours per value bin
     data: list[DataSummary] = field(default_factory=list)  # per ok stay, inside the window
     rows: list[Any] = field(default_factory=list)  # per ok stay: () -> observation rows read
+    #: the observations that reached the model (stay k: the k-th ok stay), for the data up to
+    #: each hour of a trajectory
+    observations: Observations | None = None
+    data_end: list[float] = field(default_factory=list)  # per ok stay: `data_end`
 
 
 def _neutralise(spec: ModelSpec, obs: Observations, ok: list[int],
@@ -157,6 +161,14 @@ def _tensor(spec: ModelSpec, obs: Observations, end_hours: np.ndarray
     return x, lengths
 
 
+def data_end(stay: Stay, times: np.ndarray) -> float:
+    """Hours from admission to the end of the stay's data so far: its `end_hours` when given,
+    else its last observation (a trajectory ends there, even inside a fixed window)."""
+    if stay.end_hours is not None:
+        return float(stay.end_hours)
+    return float(times.max()) if len(times) else 0.0
+
+
 def prepare(spec: ModelSpec, stays: list[Stay], *, strict: bool = False,
             max_observations: int = DEFAULT_MAX_OBSERVATIONS,
             occlusion: bool = False) -> PreparedStays:
@@ -172,6 +184,8 @@ def prepare(spec: ModelSpec, stays: list[Stay], *, strict: bool = False,
         return prep
     obs = _neutralise(spec, res.observations, res.ok, notices)
     prep.data = summarize(obs, res.end_hours, spec.fs)
+    prep.observations = obs
+    prep.data_end = [data_end(stays[i], res.stays[i].time) for i in res.ok]
     prep.rows = [partial(_rows_read, spec, res.stays[i], float(res.end_hours[j]))
                  for j, i in enumerate(res.ok)]
     n = len(res.ok)

@@ -28,7 +28,14 @@ from scehr.schemas.contract import (
 )
 from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
 from scehr.schemas.manifest import Manifest, sha256_file
+from scehr.schemas.tasks import task_spec
 from scehr.schemas.tensorize import Normalizer, StaticImputer
+from tests.service.fixture_landmark import (
+    AL_BY_HOUR,
+    FIXTURE_TRAJECTORY,
+    P_BY_HOUR,
+    build_landmark_graph,
+)
 
 PHENOTYPE_LABELS = [f"phenotype_{i:02d}" for i in range(25)]
 
@@ -186,18 +193,24 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
     `named` adds the contract 1.1 serving assets: named operating points on the risk, margin
     percentiles, a validation risk histogram and training value histograms. `feature_set`
     replaces the task's own (e.g. physionet2012-full for mortality). `uncertainty` adds the
-    contract 1.4 uncertainty map (UNCERTAINTY_CARD) to every class."""
-    mortality = task == "mortality"
+    contract 1.4 uncertainty map (UNCERTAINTY_CARD) to every class. A landmark task gets the
+    causal graph of `fixture_landmark` and its `trajectory` section (no static input)."""
+    landmarks = task_spec(task).landmarks
+    mortality = task_spec(task).binary
     fs = feature_set or (BENCHMARK_48H if mortality else BENCHMARK_STAY)
     loss = loss or ("cbce" if mortality else "csce")
-    uses_static = mortality if uses_static is None else uses_static
+    uses_static = (mortality and not landmarks) if uses_static is None else uses_static
     labels = ["in_hospital_mortality"] if mortality else PHENOTYPE_LABELS
     if unseen is None:
         unseen = ("capillary_refill_rate",) if mortality else ("height",)
     c = len(labels)
-    model, u, v = build_graph(fs.n_features, dim, c, loss, uses_static=uses_static,
-                              n_static=fs.n_static, fixed_t=48 if mortality else None, seed=seed,
-                              ignore_lengths=ignore_lengths, lstm_hidden=lstm_hidden)
+    if landmarks:
+        model, u, v = build_landmark_graph(fs.n_features, dim, fixed_t=48, seed=seed)
+    else:
+        model, u, v = build_graph(fs.n_features, dim, c, loss, uses_static=uses_static,
+                                  n_static=fs.n_static, fixed_t=48 if mortality else None,
+                                  seed=seed, ignore_lengths=ignore_lengths,
+                                  lstm_hidden=lstm_hidden)
     out = root / task / version
     out.mkdir(parents=True, exist_ok=True)
     onnx.save(model, out / "model.onnx")
@@ -243,11 +256,14 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
         "onnx": {"file": "model.onnx", "sha256": sha256_file(out / "model.onnx"),
                  "opset": ONNX_OPSET, "inputs": [INPUT_X, INPUT_LENGTHS]
                  + ([INPUT_STATIC] if uses_static else []),
-                 "outputs": [OUTPUT_Z, OUTPUT_ANCHOR_LOGITS, OUTPUT_PROBABILITY],
+                 "outputs": [OUTPUT_Z, OUTPUT_ANCHOR_LOGITS, OUTPUT_PROBABILITY]
+                 + ([AL_BY_HOUR, P_BY_HOUR] if landmarks else []),
                  "dynamic_length": not mortality},
         "created_at": "2026-01-01T00:00:00Z",
         "code_version": "test",
     }
+    if landmarks:
+        manifest["trajectory"] = FIXTURE_TRAJECTORY
     if named:
         manifest["value_reference"] = value_reference(fs)
     if corrupt_sha:

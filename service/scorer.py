@@ -97,6 +97,8 @@ class StayResult:
     problems: list[Problem] = field(default_factory=list)
     #: the stay's risk at every hour, when the request asked for its trajectory
     trajectory: TrajectoryPrediction | None = None
+    #: () -> (`rows_read`'s rows, each one's time in hours): the rows read up to an hour
+    rows_at: Callable[[], tuple[tuple[int, ...], tuple[float, ...]]] | None = None
     #: () -> the payload's observation rows (reading order) whose values reached the model,
     #: computed on demand: for codecs that point back to their sources (FHIR `basis`)
     rows_read: Callable[[], tuple[int, ...]] | None = None
@@ -147,12 +149,14 @@ def concat_outputs(parts: list[ModelOutputs]) -> ModelOutputs | None:
 
 def _results(prep: PreparedStays, preds: dict[int, Answer]) -> list[StayResult]:
     rows = dict(zip(prep.ok, prep.rows, strict=False)) if preds else {}
+    timed = dict(zip(prep.ok, prep.rows_at, strict=False)) if preds else {}
     out = []
     for i in range(prep.n):
         a = preds.get(i)
         out.append(StayResult(i, prep.ids[i], prediction=a if isinstance(a, Prediction) else None,
                               problems=prep.problems.get(i, []), rows_read=rows.get(i),
-                              trajectory=a if isinstance(a, TrajectoryPrediction) else None))
+                              trajectory=a if isinstance(a, TrajectoryPrediction) else None,
+                              rows_at=timed.get(i)))
     return out
 
 

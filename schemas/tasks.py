@@ -177,3 +177,15 @@ def outcome_coding(label: str) -> Coding | None:
         if label in spec.outcome_codings:
             return spec.outcome_codings[label]
     return None
+
+
+def landmark_task(name: str) -> str | None:
+    """The landmark task giving task `name`'s outcome at every hour (its trajectory): `name`
+    itself when it is one, else the one with its labels, feature set and window; None when
+    there is none (or `name` is no task)."""
+    spec = TASK_SPECS.get(name)
+    if spec is None or spec.landmarks:
+        return None if spec is None else spec.name
+    return next((t.name for t in TASK_SPECS.values() if t.landmarks
+                 and (t.label_names, t.feature_set, t.window_hours)
+                 == (spec.label_names, spec.feature_set, spec.window_hours)), None)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from fastapi.responses import Response
 
 from scehr.schemas.contract import RESPONSE_VERSION
-from scehr.schemas.tasks import TASK_SPECS
+from scehr.schemas.tasks import TASK_SPECS, landmark_task
 from scehr.schemas.trajectory_payloads import (
     TrajectoryBatchItem,
     TrajectoryBatchResponse,
@@ -35,17 +35,6 @@ from scehr.service.settings import Settings
 
 #: The options a trajectory takes: the hours are the policy's, not an operating point's.
 OPTIONS = ("strict", "version")
-
-
-def landmark_task(task: str) -> str | None:
-    """The landmark task giving `task`'s outcome at every hour: `task` itself when it is one,
-    else the one with its labels, feature set and window (None: there is none)."""
-    spec = TASK_SPECS.get(task)
-    if spec is None or spec.landmarks:
-        return None if spec is None else spec.name
-    return next((t.name for t in TASK_SPECS.values() if t.landmarks
-                 and (t.label_names, t.feature_set, t.window_hours)
-                 == (spec.label_names, spec.feature_set, spec.window_hours)), None)
 
 
 def trajectory_handle(registry: Registry, settings: Settings, task: str,

@@ -220,3 +220,34 @@ async def test_bad_input_is_a_problem_naming_the_field(client: httpx.AsyncClient
     assert r.json()["detail"][-1]["loc"][:3] == ["body", "observations", 0]
     r = await client.post(ROUTE, json=hourly_stay(10), params={"version": "../x"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "version"]
+
+
+async def test_scehr_score_every_hour_writes_the_routes_trajectories(
+        client: httpx.AsyncClient, landmark_dir: Path, tmp_path: Path) -> None:
+    """`scehr score mortality --every 1h`: one row per stay, the hours as the route answers
+    them (its abstentions included)."""
+    import json
+
+    from scehr.service.offline_scoring import score
+
+    stays = [{**SPARSE_EARLY, "id": "sparse"}, hourly_stay(3, id="early"),
+             hourly_stay(30, id="long", late_from=20.0)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(s) + "\n" for s in stays))
+    out = tmp_path / "out.jsonl"
+    summary = score("mortality", tmp_path / "in.jsonl", out, model_dir=landmark_dir,
+                    device="cpu", every="1h", progress=False)
+    assert (summary.scored, summary.abstained, summary.errors) == (2, 1, 0)
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert [(h["hour"], h["status"], (h["reasons"] or [None])[0])
+            for h in rows["sparse"]["hours"]] == EXPECTED_SPARSE
+    assert rows["early"]["status"] == "insufficient_data"
+    assert rows["early"]["errors"][0]["rule"] == "before_first_landmark"
+    served = (await client.post(ROUTE, json=stays[2])).json()
+    assert [h["risk"] for h in rows["long"]["hours"]] == [h["risk"] for h in served["hours"]]
+    assert rows["long"]["alerts"] == served["alerts"] and served["alerts"]
+    with pytest.raises(ValueError, match="writes JSON Lines"):
+        score("mortality", tmp_path / "in.jsonl", tmp_path / "o.csv", model_dir=landmark_dir,
+              device="cpu", every="1h", progress=False)
+    with pytest.raises(ValueError, match="no landmark task gives the phenotypes risk"):
+        score("phenotypes", tmp_path / "in.jsonl", tmp_path / "p.jsonl",
+              model_dir=landmark_dir, device="cpu", every="1h", progress=False)

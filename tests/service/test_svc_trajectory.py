@@ -251,3 +251,36 @@ async def test_scehr_score_every_hour_writes_the_routes_trajectories(
     with pytest.raises(ValueError, match="no landmark task gives the phenotypes risk"):
         score("phenotypes", tmp_path / "in.jsonl", tmp_path / "p.jsonl",
               model_dir=landmark_dir, device="cpu", every="1h", progress=False)
+
+
+async def test_stays_batched_together_get_the_trajectories_they_get_alone(
+        client: httpx.AsyncClient) -> None:
+    """Concurrent requests share the model's runs (the micro-batcher): each stay's per-hour
+    outputs are its own."""
+    import asyncio
+
+    stays = [hourly_stay(n, late_from=float(n % 7) + 8.0) for n in (9, 17, 30, 48, 12, 25)]
+    alone = [(await client.post(ROUTE, json=s)).json()["hours"] for s in stays]
+    together = await asyncio.gather(*(client.post(ROUTE, json=s) for s in stays))
+    assert [r.json()["hours"] for r in together] == alone
+
+
+def test_runs_of_other_lengths_are_joined_step_by_step() -> None:
+    """Outputs of runs padded to different lengths: per-step outputs are padded to the
+    longest, each row's own steps kept."""
+    from scehr.service.batcher import ModelOutputs, concat_outputs
+
+    def run(rows: int, steps: int, fill: float) -> ModelOutputs:
+        return ModelOutputs(np.zeros((rows, 2)), np.zeros((rows, 1, 2)), np.zeros((rows, 1)),
+                            np.full((rows, steps, 1, 2), fill), np.full((rows, steps, 1), fill))
+
+    out = concat_outputs([run(2, 5, 1.0), run(1, 8, 2.0)])
+    assert out.probability_by_hour is not None and out.anchor_logits_by_hour is not None
+    assert out.probability_by_hour.shape == (3, 8, 1)
+    assert out.anchor_logits_by_hour.shape == (3, 8, 1, 2)
+    assert (out.probability_by_hour[:2, :5] == 1.0).all()
+    assert (out.probability_by_hour[2] == 2.0).all()
+    assert out.take(2, 3).probability_by_hour.shape == (1, 8, 1)
+    plain = concat_outputs([ModelOutputs(np.zeros((1, 2)), np.zeros((1, 1, 2)),
+                                         np.zeros((1, 1)))] * 2)
+    assert plain.probability_by_hour is None and plain.z.shape == (2, 2)

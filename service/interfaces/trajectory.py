@@ -29,6 +29,7 @@ from scehr.service.interfaces.json_batch import JsonBatch, batch_response
 from scehr.service.interfaces.json_single import parse_stay
 from scehr.service.interop.fhir_out import FHIR_JSON, to_json
 from scehr.service.interop.fhir_trajectory import trajectory_bundle
+from scehr.service.query_route import QueryRoute
 from scehr.service.registry import ModelHandle, Registry
 from scehr.service.scorer import ScoredStays
 from scehr.service.settings import Settings
@@ -76,19 +77,26 @@ class _PerHour:
 
 
 class JsonTrajectory(_PerHour, Codec):
-    """One stay (the body `POST /predict/{task}` takes) -> its `TrajectoryPrediction`."""
+    """One stay (the body `POST /predict/{task}` takes) -> its `TrajectoryPrediction`: a route
+    per outcome with a landmark task (no path parameter: `QueryRoute`'s fast path)."""
 
-    path = "/predict/{task}/trajectory"
-    name = "predict_trajectory"
-    route: ClassVar[Mapping[str, Any]] = {
-        "response_model": TrajectoryPrediction, "responses": ERRORS,
-        "summary": "The risk at every hour of one stay (a landmark model)",
-        "description": "Hour h = 1..min(hours of data, 48): the risk from the data up to h, "
-        "its interval, scored or abstained (with why) and whether it is at the alert "
-        "threshold; then the alert events of the model's alert policy. `task` is the outcome "
-        "(mortality); the default landmark model of it answers.",
-        "openapi_extra": {"requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/StayPayload"}}}}}}
+    def __init__(self, task: str) -> None:
+        self.fixed_task = task
+        self.path = f"/predict/{task}/trajectory"
+        self.name = f"predict_{task}_trajectory"
+        self.route = {
+            "response_model": TrajectoryPrediction, "responses": ERRORS,
+            "summary": f"The risk at every hour of one stay ({task})",
+            "description": "Hour h = 1..min(hours of data, 48): the risk from the data up to "
+            "h, its interval, scored or abstained (with why) and whether it is at the alert "
+            f"threshold; then the alert events of the model's alert policy. The default "
+            f"{landmark_task(task)} model answers.", "operation_id": f"predict_{task}_trajectory",
+            "openapi_extra": {"requestBody": {"required": True, "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/StayPayload"}}}}},
+            "route_class_override": QueryRoute}
+
+    def task(self, path: Mapping[str, Any]) -> str | None:
+        return landmark_task(self.fixed_task)
 
     def decode(self, call: Call) -> Decoded:
         return Decoded([parse_stay(call.raw)])

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic_core import to_json as encode
 
 from scehr.schemas.manifest import Manifest
-from scehr.schemas.payloads import ClassResult, ModelRef, Prediction, RiskInterval
+from scehr.schemas.payloads import ClassResult, ModelRef, Notice, Prediction, RiskInterval
 from scehr.schemas.tasks import outcome_coding
 from scehr.service.interop.fhir_in import FhirStay, Issue, expression
 from scehr.service.interop.readout import QUALITATIVE, interval_of, level_of, rationale, risk_of
@@ -33,7 +33,7 @@ FHIR_JSON = "application/fhir+json"
 Json = dict[str, Any]
 
 
-def model_method(m: ModelRef) -> Json:
+def _method(m: ModelRef) -> Json:
     """The model as a RiskAssessment's `method`."""
     return {"coding": [{"system": MODEL_SYSTEM, "version": m.version, "code": m.name,
                         "display": f"{m.name} {m.version}"}],
@@ -67,7 +67,7 @@ def risk_interval_extension(ri: RiskInterval | None) -> list[Json] | None:
     return [{"extension": parts, "url": RISK_INTERVAL_URL}]
 
 
-def reference(ref: str) -> Json:
+def _reference(ref: str) -> Json:
     """A basis reference: a resource reference, or (a resource without id nor fullUrl) its
     place in the Bundle as a display."""
     return {"display": ref} if ref.startswith("Bundle.") else {"reference": ref}
@@ -86,16 +86,23 @@ def risk_assessment(r: ClassResult, pred: Prediction, manifest: Manifest, stay: 
                    "qualitativeRisk": {"coding": [{"system": RISK_PROBABILITY, "code": code,
                                                    "display": display}]},
                    "rationale": rationale(r, manifest)}
+    return assessment(pred.model, f"{pred.model.name}:{r.label}", stay, when, basis,
+                      prediction)
+
+
+def assessment(model: ModelRef, identifier: str, stay: FhirStay, when: datetime,
+               basis: list[str], prediction: Json) -> Json:
+    """A RiskAssessment of the stay's patient by `model` at `when`, with one `prediction`;
+    `basis`: the references whose values the model read."""
     out: Json = {"resourceType": "RiskAssessment", "id": str(uuid.uuid4()),
-                 "identifier": [{"system": MODEL_SYSTEM,
-                                 "value": f"{pred.model.name}:{r.label}"}],
-                 "status": "final", "method": model_method(pred.model),
+                 "identifier": [{"system": MODEL_SYSTEM, "value": identifier}],
+                 "status": "final", "method": _method(model),
                  "subject": {"reference": stay.patient}}
     if stay.encounter:
         out["encounter"] = {"reference": stay.encounter}
     out["occurrenceDateTime"] = when
     if basis:
-        out["basis"] = [reference(b) for b in basis]
+        out["basis"] = [_reference(b) for b in basis]
     out["prediction"] = [prediction]
     return out
 
@@ -109,19 +116,28 @@ def warning_issue(code: str, details: Json, diagnostics: str, where: str | None)
 
 def operation_outcome(issues: list[Issue], pred: Prediction, stay: FhirStay) -> Json | None:
     """Conversion warnings and the prediction's own warnings, as FHIR issues."""
-    out = [warning_issue("informational", {"text": i.code}, i.message, i.expression)
-           for i in issues]
+    incomplete = []
     if pred.status == "insufficient_data" and pred.sufficiency is not None:
-        out.append(warning_issue(
+        incomplete.append(warning_issue(
             "incomplete", {"coding": [{"system": MODEL_SYSTEM, "code": "insufficient_data"}],
                            "text": "insufficient_data"},
             f"not enough data to estimate the risk with {pred.model.name} "
             f"{pred.model.version}: " + "; ".join(pred.sufficiency.reasons)
             + ". No RiskAssessment is given.", None))
-    for n in pred.warnings:
+    return outcome_resource(issues, incomplete, pred.warnings, stay)
+
+
+def outcome_resource(issues: list[Issue], incomplete: list[Json], warnings: Sequence[Notice],
+                     stay: FhirStay) -> Json | None:
+    """An OperationOutcome: the Bundle's conversion `issues`, the `incomplete` issues (why no
+    risk was given), then the answer's `warnings` (None: nothing to say)."""
+    out = [warning_issue("informational", {"text": i.code}, i.message, i.expression)
+           for i in issues]
+    out += incomplete
+    for n in warnings:
         where = stay.locate(n.loc) if n.loc else None
         out.append(warning_issue("informational", {"text": n.code}, n.message,
-                          expression(where) if where else None))
+                                 expression(where) if where else None))
     return {"resourceType": "OperationOutcome", "id": str(uuid.uuid4()),
             "issue": out} if out else None
 
@@ -136,9 +152,12 @@ def risk_bundle(pred: Prediction, manifest: Manifest, stay: FhirStay,
     when = when or datetime.now(UTC)
     basis = stay.contributed(rows)
     entries = [risk_assessment(r, pred, manifest, stay, when, basis) for r in pred.results]
-    oo = operation_outcome(stay.issues, pred, stay)
-    if oo is not None:
-        entries.append(oo)
+    return collection(entries, operation_outcome(stay.issues, pred, stay), when)
+
+
+def collection(entries: list[Json], outcome: Json | None, when: datetime) -> Json:
+    """A collection Bundle of `entries`, then `outcome` when there is one."""
+    entries = entries if outcome is None else [*entries, outcome]
     bundle: Json = {"resourceType": "Bundle", "type": "collection", "timestamp": when}
     if entries:
         bundle["entry"] = [{"fullUrl": f"urn:uuid:{e['id']}", "resource": e} for e in entries]

@@ -8,19 +8,19 @@ of consecutive hours with the same reason (bounded, however long the stay).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import groupby
 
 from scehr.schemas.trajectory_payloads import TrajectoryHour, TrajectoryPrediction
-from scehr.service.interop.fhir_in import FhirStay, expression
+from scehr.service.interop.fhir_in import FhirStay
 from scehr.service.interop.fhir_out import (
     MODEL_SYSTEM,
     Json,
-    model_method,
+    assessment,
+    collection,
     outcome_concept,
-    reference,
+    outcome_resource,
     risk_interval_extension,
     warning_issue,
 )
@@ -46,18 +46,8 @@ def hour_assessment(h: TrajectoryHour, t: TrajectoryPrediction, stay: FhirStay,
         prediction["extension"] = ext
     prediction |= {"outcome": outcome_concept(t.label), "probabilityDecimal": h.risk,
                    "rationale": _rationale(h, t)}
-    out: Json = {"resourceType": "RiskAssessment", "id": str(uuid.uuid4()),
-                 "identifier": [{"system": MODEL_SYSTEM,
-                                 "value": f"{t.model.name}:{t.label}:hour-{h.hour}"}],
-                 "status": "final", "method": model_method(t.model),
-                 "subject": {"reference": stay.patient}}
-    if stay.encounter:
-        out["encounter"] = {"reference": stay.encounter}
-    out["occurrenceDateTime"] = when
-    if basis:
-        out["basis"] = [reference(b) for b in basis]
-    out["prediction"] = [prediction]
-    return out
+    return assessment(t.model, f"{t.model.name}:{t.label}:hour-{h.hour}", stay, when, basis,
+                      prediction)
 
 
 def _abstentions(t: TrajectoryPrediction) -> list[Json]:
@@ -78,19 +68,6 @@ def _abstentions(t: TrajectoryPrediction) -> list[Json]:
     return issues
 
 
-def trajectory_outcome(t: TrajectoryPrediction, stay: FhirStay) -> Json | None:
-    """The Bundle's conversion warnings, the abstained hours and the answer's warnings."""
-    out = [warning_issue("informational", {"text": i.code}, i.message, i.expression)
-           for i in stay.issues]
-    out += _abstentions(t)
-    for n in t.warnings:
-        where = stay.locate(n.loc) if n.loc else None
-        out.append(warning_issue("informational", {"text": n.code}, n.message,
-                                 expression(where) if where else None))
-    return {"resourceType": "OperationOutcome", "id": str(uuid.uuid4()),
-            "issue": out} if out else None
-
-
 def trajectory_bundle(t: TrajectoryPrediction, stay: FhirStay, admission: datetime,
                       rows: Sequence[int] | None, times: Sequence[float] | None,
                       when: datetime | None = None) -> Json:
@@ -106,10 +83,5 @@ def trajectory_bundle(t: TrajectoryPrediction, stay: FhirStay, admission: dateti
             r for r, at in zip(rows, times, strict=True) if at <= h.hour + HOUR_EPS]
         entries.append(hour_assessment(h, t, stay, admission + timedelta(hours=h.hour),
                                        stay.contributed(upto)))
-    oo = trajectory_outcome(t, stay)
-    if oo is not None:
-        entries.append(oo)
-    bundle: Json = {"resourceType": "Bundle", "type": "collection", "timestamp": when}
-    if entries:
-        bundle["entry"] = [{"fullUrl": f"urn:uuid:{e['id']}", "resource": e} for e in entries]
-    return bundle
+    return collection(entries, outcome_resource(stay.issues, _abstentions(t), t.warnings, stay),
+                      when)

@@ -4,7 +4,7 @@ or fails on its own, and the risk at every hour of them (codecs:
 
 from fastapi import APIRouter
 
-from scehr.schemas.tasks import TASK_NAMES
+from scehr.schemas.tasks import TASK_NAMES, landmark_task, task_spec
 from scehr.service.interfaces.endpoint import add_scoring_route
 from scehr.service.interfaces.json_batch import JsonBatch
 from scehr.service.interfaces.json_single import JsonSingle
@@ -15,5 +15,7 @@ router = APIRouter(tags=["predict"])
 for _task in TASK_NAMES:
     add_scoring_route(router, JsonSingle(_task))
 add_scoring_route(router, JsonBatch())
-add_scoring_route(router, JsonTrajectory())
+for _task in TASK_NAMES:  # the risk at every hour of an outcome a landmark task gives
+    if not task_spec(_task).landmarks and landmark_task(_task) is not None:
+        add_scoring_route(router, JsonTrajectory(_task))
 add_scoring_route(router, JsonTrajectoryBatch())

@@ -24,6 +24,7 @@ from scehr.schemas.contract import (
     OUTPUT_PROBABILITY,
     OUTPUT_Z,
 )
+from tests.service.fixture_model import constants, valid_step_nodes
 
 AL_BY_HOUR, P_BY_HOUR = (o.name for o in LANDMARK_OUTPUTS)
 
@@ -61,26 +62,13 @@ def build_landmark_graph(n_features: int, dim: int, *, fixed_t: int, seed: int
     inits = [
         numpy_helper.from_array(w, "W"),
         numpy_helper.from_array(head, "H"),
-        numpy_helper.from_array(np.array([0], np.int64), "zero"),
-        numpy_helper.from_array(np.array(0, np.int64), "zero_s"),
-        numpy_helper.from_array(np.array(1, np.int64), "one_s"),
+        *constants(1),
         numpy_helper.from_array(np.array(1, np.int64), "ax1_s"),
-        numpy_helper.from_array(np.array([1], np.int64), "ax1"),
-        numpy_helper.from_array(np.array([2], np.int64), "ax2"),
         numpy_helper.from_array(np.array([3], np.int64), "ax3"),
-        numpy_helper.from_array(np.array([-1, 1, 2], np.int64), "shape_c2"),
-        numpy_helper.from_array(np.array([1.0], np.float32), "onef"),
     ]
     n = helper.make_node
     nodes = [
-        n("Shape", [INPUT_X], ["xshape"]),
-        n("Gather", ["xshape", "one_s"], ["T"], axis=0),
-        n("Range", ["zero_s", "T", "one_s"], ["steps"]),  # [T]
-        n("Unsqueeze", ["steps", "zero"], ["steps2"]),  # [1, T]
-        n("Unsqueeze", [INPUT_LENGTHS, "ax1"], ["len2"]),  # [B, 1]
-        n("Less", ["steps2", "len2"], ["valid"]),  # [B, T]
-        n("Cast", ["valid"], ["validf"], to=TensorProto.FLOAT),
-        n("Unsqueeze", ["validf", "ax2"], ["valid3"]),  # [B, T, 1]
+        *valid_step_nodes(),
         n("Mul", [INPUT_X, "valid3"], ["xm"]),
         n("CumSum", ["xm", "ax1_s"], ["xcum"]),  # [B, T, F]: causal
         n("CumSum", ["valid3", "ax1_s"], ["ncum"]),  # [B, T, 1]

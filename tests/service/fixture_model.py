@@ -30,14 +30,37 @@ from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
 from scehr.schemas.manifest import Manifest, sha256_file
 from scehr.schemas.tasks import task_spec
 from scehr.schemas.tensorize import Normalizer, StaticImputer
-from tests.service.fixture_landmark import (
-    AL_BY_HOUR,
-    FIXTURE_TRAJECTORY,
-    P_BY_HOUR,
-    build_landmark_graph,
-)
 
 PHENOTYPE_LABELS = [f"phenotype_{i:02d}" for i in range(25)]
+
+
+def constants(n_classes: int) -> list[onnx.TensorProto]:
+    """The fixture graphs' constant initializers (indices, axes, the logits' shape)."""
+    return [
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero_s"),
+        numpy_helper.from_array(np.array(1, np.int64), "one_s"),
+        numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+        numpy_helper.from_array(np.array([2], np.int64), "ax2"),
+        numpy_helper.from_array(np.array([-1, n_classes, 2], np.int64), "shape_c2"),
+        numpy_helper.from_array(np.array([1.0], np.float32), "onef"),
+    ]
+
+
+def valid_step_nodes() -> list[onnx.NodeProto]:
+    """Nodes computing `steps2` [1, T] (step indices), `len2` [B, 1] (lengths) and `valid3`
+    [B, T, 1] (1.0 on each stay's valid steps, 0.0 on its padding)."""
+    n = helper.make_node
+    return [
+        n("Shape", [INPUT_X], ["xshape"]),
+        n("Gather", ["xshape", "one_s"], ["T"], axis=0),
+        n("Range", ["zero_s", "T", "one_s"], ["steps"]),  # [T]
+        n("Unsqueeze", ["steps", "zero"], ["steps2"]),  # [1, T]
+        n("Unsqueeze", [INPUT_LENGTHS, "ax1"], ["len2"]),  # [B, 1]
+        n("Less", ["steps2", "len2"], ["valid"]),  # [B, T]
+        n("Cast", ["valid"], ["validf"], to=TensorProto.FLOAT),
+        n("Unsqueeze", ["validf", "ax2"], ["valid3"]),  # [B, T, 1]
+    ]
 
 
 def build_graph(n_features: int, dim: int, n_classes: int, loss: str, *, uses_static: bool,
@@ -57,27 +80,11 @@ def build_graph(n_features: int, dim: int, n_classes: int, loss: str, *, uses_st
     v = rng.normal(size=(n_classes, dim)).astype(np.float32)
     head = np.stack([u, v], axis=1).reshape(2 * n_classes, dim).T.copy()  # [D, 2C]: u0 v0 u1 ..
 
-    inits = [
-        numpy_helper.from_array(w, "W"),
-        numpy_helper.from_array(head, "H"),
-        numpy_helper.from_array(np.array([0], np.int64), "zero"),
-        numpy_helper.from_array(np.array(0, np.int64), "zero_s"),
-        numpy_helper.from_array(np.array(1, np.int64), "one_s"),
-        numpy_helper.from_array(np.array([1], np.int64), "ax1"),
-        numpy_helper.from_array(np.array([2], np.int64), "ax2"),
-        numpy_helper.from_array(np.array([-1, n_classes, 2], np.int64), "shape_c2"),
-        numpy_helper.from_array(np.array([1.0], np.float32), "onef"),
-    ]
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(head, "H"),
+             *constants(n_classes)]
     n = helper.make_node
     nodes = [
-        n("Shape", [INPUT_X], ["xshape"]),
-        n("Gather", ["xshape", "one_s"], ["T"], axis=0),
-        n("Range", ["zero_s", "T", "one_s"], ["steps"]),  # [T]
-        n("Unsqueeze", ["steps", "zero"], ["steps2"]),  # [1, T]
-        n("Unsqueeze", [INPUT_LENGTHS, "ax1"], ["len2"]),  # [B, 1]
-        n("Less", ["steps2", "len2"], ["valid"]),  # [B, T]
-        n("Cast", ["valid"], ["validf"], to=TensorProto.FLOAT),
-        n("Unsqueeze", ["validf", "ax2"], ["valid3"]),  # [B, T, 1]
+        *valid_step_nodes(),
         n("Mul", [INPUT_X, "valid3"], ["xm"]) if not ignore_lengths
         else n("Identity", [INPUT_X], ["xm"]),
         n("ReduceSum", ["xm", "ax1"], ["xsum"], keepdims=0),  # [B, F]
@@ -195,6 +202,13 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
     replaces the task's own (e.g. physionet2012-full for mortality). `uncertainty` adds the
     contract 1.4 uncertainty map (UNCERTAINTY_CARD) to every class. A landmark task gets the
     causal graph of `fixture_landmark` and its `trajectory` section (no static input)."""
+    from tests.service.fixture_landmark import (  # it builds on this module's graph pieces
+        AL_BY_HOUR,
+        FIXTURE_TRAJECTORY,
+        P_BY_HOUR,
+        build_landmark_graph,
+    )
+
     landmarks = task_spec(task).landmarks
     mortality = task_spec(task).binary
     fs = feature_set or (BENCHMARK_48H if mortality else BENCHMARK_STAY)

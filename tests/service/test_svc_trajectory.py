@@ -206,7 +206,7 @@ async def test_without_a_landmark_model_the_route_says_which_task_it_needs(
         r = await c.post(ROUTE, json=hourly_stay(10))
         assert r.status_code == 404
         assert "no mortality-landmark model is served here" in r.json()["detail"][0]["message"]
-        r = await c.post("/predict/phenotypes/trajectory", json=hourly_stay(10))
+        r = await c.post("/predict/phenotypes/trajectory/batch", json={"stays": []})
         assert r.status_code == 404 and "served for: mortality" in r.text
         r = await c.post("/fhir/predict/mortality/trajectory",
                          json=bundle(groups_from_stay(hourly_stay(10)), admission=ADMISSION))

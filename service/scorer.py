@@ -50,9 +50,9 @@ if TYPE_CHECKING:  # the registry imports ONNX Runtime: `scehr score` loads it w
     from scehr.service.registry import LoadedModel, ModelHandle
 
 log = logging.getLogger("scehr.scorer")
+audit_log = logging.getLogger("scehr.audit")
 #: What the scorer answers a prepared stay: its prediction, or its trajectory when asked.
 Answer = Prediction | TrajectoryPrediction
-audit_log = logging.getLogger("scehr.audit")
 
 
 class InFlight(Protocol):

@@ -284,3 +284,13 @@ def test_runs_of_other_lengths_are_joined_step_by_step() -> None:
     plain = concat_outputs([ModelOutputs(np.zeros((1, 2)), np.zeros((1, 1, 2)),
                                          np.zeros((1, 1)))] * 2)
     assert plain.probability_by_hour is None and plain.z.shape == (2, 2)
+
+
+async def test_an_io_binding_fetches_the_same_hours(landmark_dir: Path) -> None:
+    """SCEHR_IO_BINDING=on (the GPU path, here on the CPU) binds the per-hour outputs too."""
+    stay = hourly_stay(30, late_from=12.0)
+    async with serve(Settings(model_dir=landmark_dir, device="cpu", io_binding="on")) as c:
+        bound = (await c.post(ROUTE, json=stay)).json()
+    async with serve(Settings(model_dir=landmark_dir, device="cpu")) as c:
+        plain = (await c.post(ROUTE, json=stay)).json()
+    assert bound["hours"] == plain["hours"] and len(bound["hours"]) == 30

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from fastapi.responses import Response
 
-from scehr.schemas.contract import RESPONSE_VERSION
+from scehr.schemas.contract import RESPONSE_VERSION, RESPONSE_VERSION_HEADER
 from scehr.schemas.tasks import TASK_SPECS, landmark_task
 from scehr.schemas.trajectory_payloads import (
     TrajectoryBatchItem,
@@ -103,7 +103,8 @@ class JsonTrajectory(_PerHour, Codec):
 
     def encode(self, call: Call, decoded: Decoded, scored: ScoredStays | None) -> Response:
         traj, _ = one_trajectory(scored)
-        return Response(traj.model_dump_json(), media_type="application/json")
+        return Response(traj.model_dump_json(), media_type="application/json",
+                        headers={RESPONSE_VERSION_HEADER: traj.response_version})
 
 
 class JsonTrajectoryBatch(_PerHour, JsonBatch):

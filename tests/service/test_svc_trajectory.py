@@ -81,6 +81,7 @@ async def test_the_last_hour_is_the_full_stay_risk_of_the_same_graph(
     traj = r.json()
     assert [h["hour"] for h in traj["hours"]] == list(range(1, 49))
     assert traj["model"]["task"] == "mortality-landmark" and traj["status"] == "scored"
+    assert r.headers["x-scehr-response-version"] == traj["response_version"] == "1.2"
     full = (await client.post("/predict/mortality-landmark", json=stay)).json()["results"][0]
     last = traj["hours"][-1]
     # the graph's last-step output (probability) is its hour-48 output

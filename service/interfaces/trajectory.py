@@ -10,8 +10,9 @@ once per stay; `scehr.service.trajectory` reads its per-hour outputs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
+from fastapi import Query
 from fastapi.responses import Response
 
 from scehr.schemas.contract import RESPONSE_VERSION, RESPONSE_VERSION_HEADER
@@ -141,6 +142,12 @@ class FhirTrajectory(_PerHour, Fhir):
         "responses": {**ERRORS, 200: {"content": {FHIR_JSON: {}}, "description":
                       "A collection Bundle: a RiskAssessment per scored hour, hour 1 first, "
                       "and an OperationOutcome of the abstained hours and warnings"}}}
+    params: ClassVar[Mapping[str, Any]] = {
+        "admission_time": Fhir.params["admission_time"],
+        "end_hours": (Annotated[float | None, Query(
+            gt=0, allow_inf_nan=False, description="Hours from admission to the end of the "
+            "data so far: the trajectory's last hour (default: the last Observation's)")],
+            None)}
 
     def encode(self, call: Call, decoded: Decoded, scored: ScoredStays | None) -> Response:
         stay = decoded.context

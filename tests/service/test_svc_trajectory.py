@@ -221,6 +221,11 @@ async def test_bad_input_is_a_problem_naming_the_field(client: httpx.AsyncClient
     assert r.json()["detail"][-1]["loc"][:3] == ["body", "observations", 0]
     r = await client.post(ROUTE, json=hourly_stay(10), params={"version": "../x"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "version"]
+    spec = (await client.get("/openapi.json")).json()
+    ok = spec["paths"][ROUTE]["post"]["responses"]["200"]["content"]["application/json"]
+    assert ok["schema"]["$ref"].endswith("/TrajectoryPrediction")
+    assert {"hours", "alerts", "alert_policy"} <= set(
+        spec["components"]["schemas"]["TrajectoryPrediction"]["properties"])
 
 
 async def test_scehr_score_every_hour_writes_the_routes_trajectories(

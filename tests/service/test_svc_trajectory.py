@@ -300,3 +300,21 @@ async def test_an_io_binding_fetches_the_same_hours(landmark_dir: Path) -> None:
     async with serve(Settings(model_dir=landmark_dir, device="cpu")) as c:
         plain = (await c.post(ROUTE, json=stay)).json()
     assert bound["hours"] == plain["hours"] and len(bound["hours"]) == 30
+
+
+@pytest.mark.parametrize(("risks", "expected"), [
+    # the silence ends exactly `silence_hours` after the last alert
+    ([0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4], [1, 7]),
+    # a rise counts from the last alert's risk, not from the hour before
+    ([0.3, 0.33, 0.36, 0.39, 0.2, 0.41], [1, 6]),
+    # abstained hours (None) inside a silence neither alert nor end it
+    ([0.5, None, None, None, None, None, 0.5], [1, 7]),
+    # below the threshold, however it rises
+    ([0.05, 0.15, 0.25, 0.29], []),
+    # a fall below the threshold and back within the silence: no new alert
+    ([0.35, 0.1, 0.36], [1]),
+])
+def test_alert_policy_cases(risks: list[float | None], expected: list[int]) -> None:
+    """The served policy (threshold 0.3, silence 6 h, re-alert on a rise of 0.1)."""
+    policy = AlertPolicy.model_validate(FIXTURE_TRAJECTORY["alert_policy"])
+    assert alert_hours(policy, list(range(1, len(risks) + 1)), risks) == expected

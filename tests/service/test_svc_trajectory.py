@@ -19,6 +19,7 @@ from tests.service.conftest import serve
 from tests.service.fhir_writer import bundle, cds_request, groups_from_stay
 from tests.service.fixture_landmark import FIXTURE_TRAJECTORY
 from tests.service.fixture_model import write_index, write_model
+from tests.service.test_svc_fhir_out import round_trip
 
 pytestmark = pytest.mark.anyio
 ADMISSION = datetime.fromisoformat("2026-03-01T06:00:00+00:00")
@@ -153,6 +154,8 @@ async def test_fhir_gives_a_risk_assessment_per_scored_hour(client: httpx.AsyncC
     b = bundle(groups_from_stay(SPARSE_EARLY), admission=ADMISSION)
     r = await client.post("/fhir/predict/mortality/trajectory", json=b)
     assert r.status_code == 200, r.text
+    # FHIR R4's own model reads every element of it and writes it back the same
+    assert round_trip(r.json()) == r.json()
     entries = [e["resource"] for e in r.json()["entry"]]
     assessments = [e for e in entries if e["resourceType"] == "RiskAssessment"]
     json_traj = (await client.post(ROUTE, json=SPARSE_EARLY)).json()

@@ -99,8 +99,8 @@ def stay_trajectory(spec: ModelSpec, prep: PreparedStays, r: int, idx: int,
 
 def trajectories(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs,
                  response_version: str) -> dict[int, TrajectoryPrediction]:
-    """One trajectory per stay that passed, keyed by its input index: hours 1 to
-    min(its length in steps, the last landmark)."""
+    """One trajectory per stay that passed, keyed by its input index: hours 1 to the end of
+    its data (`PreparedStays.data_end`), within its steps and the last landmark."""
     traj = served_trajectory(spec)
     if out.probability_by_hour is None or out.anchor_logits_by_hour is None:
         raise ValueError(f"{spec.task} model {spec.ref.version}: the run fetched no per-hour "

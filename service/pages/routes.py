@@ -28,6 +28,7 @@ from scehr.service.pages.monitor_view import (
     scoring_endpoints,
 )
 from scehr.service.pages.render import SECURITY_HEADERS, STATIC, page, render
+from scehr.service.pages.risk_over_time import PageTrajectory
 from scehr.service.pages.stay import PageStay
 from scehr.service.registry import Registry
 from scehr.service.settings import Settings
@@ -41,6 +42,7 @@ STATIC_FILES = {"pages.css": "text/css", "stay.js": "text/javascript",
 router = APIRouter(include_in_schema=False)  # the stay page, its scoring route, static files
 models_router = APIRouter(include_in_schema=False)  # closable: SCEHR_OPEN_MODELS=false
 add_scoring_route(router, PageStay())
+add_scoring_route(router, PageTrajectory())
 
 
 def _common(request: Request, settings: Settings) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from markupsafe import Markup
 from scehr.schemas.featureset import FeatureSet
 from scehr.schemas.ingest import ColumnStay, RowError, _hours_of, ingest_stay
 from scehr.schemas.payloads import Notice, Prediction, StayPayload
+from scehr.schemas.tasks import landmark_task
 from scehr.service.interfaces.base import Call, Codec, Decoded, body_loc, one_prediction
 from scehr.service.interfaces.fhir import FHIR_BYTE_COST, read_body, reject_xml
 from scehr.service.interfaces.json_single import parse_stay
@@ -41,6 +42,7 @@ from scehr.service.pages.svg import (
     nice_ticks,
     risk_scale,
 )
+from scehr.service.registry import Registry
 from scehr.service.scorer import ScoredStays
 
 #: Contributions drawn per class (the largest by size; the response lists all).
@@ -144,6 +146,17 @@ def draw_panel(p: Panel, k: int, hours: float) -> Markup:
                       marks, legend=False)
 
 
+def landmark_served(registry: Registry, task: str) -> tuple[str | None, str]:
+    """The landmark task whose model gives `task`'s risk at every hour here, or None and the
+    one line the stay page says instead."""
+    landmark = landmark_task(task)
+    if landmark is None:
+        return None, f"no landmark task gives the {task} risk at every hour."
+    if landmark not in registry.handles:
+        return None, f"no {landmark} model is served here."
+    return landmark, ""
+
+
 def result_figures(pred: Prediction) -> list[dict[str, Any]]:
     """Per class: the risk scale and the contributions chart."""
     out = []
@@ -166,14 +179,16 @@ def result_figures(pred: Prediction) -> list[dict[str, Any]]:
 
 
 def stay_fragment(pred: Prediction, stay: StayPayload | ColumnStay, fs: FeatureSet,
-                  max_observations: int, source: str) -> str:
-    """The HTML fragment of one scored (or abstained) stay."""
+                  max_observations: int, source: str, trajectory: tuple[str | None, str] = (
+                      None, "no landmark model is served here.")) -> str:
+    """The HTML fragment of one scored (or abstained) stay; `trajectory`: the landmark task
+    whose risk over time the page asks for next, or None and the line said instead."""
     ps = panels(stay, fs, pred.warnings, max_observations)
     hours = float(fs.window_hours or max([x for p in ps for x, _ in p.points], default=48.0))
     for k, p in enumerate(ps):
         p.figure = draw_panel(p, k, hours)
     return render("stay_result.html", pred=pred, figures=result_figures(pred), panels=ps,
-                  source=source)
+                  source=source, trajectory=trajectory[0], no_trajectory=trajectory[1])
 
 
 class PageStay(Codec):
@@ -202,5 +217,6 @@ class PageStay(Codec):
         source, locate = decoded.context
         pred, _ = one_prediction(scored, locate)
         html = stay_fragment(pred, decoded.stays[0], call.spec.fs,
-                             call.settings.max_observations, source)
+                             call.settings.max_observations, source,
+                             landmark_served(call.request.app.state.registry, call.task))
         return page(html)

@@ -139,10 +139,37 @@ def _mark(ax: Axes, m: Mark) -> str:
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{m.color}">{tip}</circle>'
 
 
+def band(ax: Axes, points: Sequence[tuple[float, float, float]], color: str,
+         label: str) -> str:
+    """A shaded band through (x, low, high) points (an interval around a line)."""
+    upper = [f"{ax.px(x):.1f},{ax.py(hi):.1f}" for x, _, hi in points]
+    lower = [f"{ax.px(x):.1f},{ax.py(lo):.1f}" for x, lo, _ in reversed(points)]
+    return (f'<polygon points="{" ".join(upper + lower)}" fill="{color}" stroke="none">'
+            f"<title>{escape(label)}</title></polygon>")
+
+
+def span(ax: Axes, x0: float, x1: float, color: str, label: str) -> str:
+    """A shaded column from x0 to x1 over the whole plot (a stretch of time marked)."""
+    left, right = ax.px(x0), ax.px(x1)
+    return (f'<rect x="{left:.1f}" y="{ax.top}" width="{max(right - left, 1.0):.1f}" '
+            f'height="{ax.height - ax.bottom - ax.top}" fill="{color}">'
+            f"<title>{escape(label)}</title></rect>")
+
+
+def hline(ax: Axes, y: float, color: str, label: str) -> str:
+    """A dashed horizontal line across the plot (a threshold)."""
+    py = ax.py(y)
+    return (f'<line x1="{ax.left}" y1="{py:.1f}" x2="{ax.width - ax.right}" y2="{py:.1f}" '
+            f'stroke="{color}" stroke-width="1.5" stroke-dasharray="6 3">'
+            f"<title>{escape(label)}</title></line>")
+
+
 def line_chart(ident: str, title: str, desc: str, ax: Axes, series: Sequence[Series],
-               marks: Sequence[Mark] = (), legend: bool = True) -> Markup:
-    """Lines (and dots) on axes, with labelled marks and a legend under the title."""
-    body = _axes(ax)
+               marks: Sequence[Mark] = (), legend: bool = True,
+               layers: Sequence[str] = ()) -> Markup:
+    """Lines (and dots) on axes, with labelled marks and a legend under the title;
+    `layers`: shapes drawn under the lines (bands, spans, thresholds)."""
+    body = [*_axes(ax), *layers]
     for s in series:
         pts = [(ax.px(x), ax.py(y)) for x, y in s.points
                if math.isfinite(x) and math.isfinite(y)]

@@ -42,6 +42,30 @@
     document.getElementById("problems-title").focus();
   }
 
+  // The risk over time: the same stay to /ui/stay/{task}/trajectory, drawn into the slot
+  // the answer left for it (only where a landmark model of the task is served).
+  async function riskOverTime(text, headers, task) {
+    var slot = document.getElementById("trajectory");
+    if (!slot) { return; }
+    var line = slot.querySelector("p");
+    try {
+      var answer = await fetch(base + "/ui/stay/" + encodeURIComponent(task) + "/trajectory", {
+        method: "POST", headers: headers, body: text, credentials: "same-origin",
+        cache: "no-store"
+      });
+      var body = await answer.text();
+      if (answer.ok) { slot.innerHTML = body; return; }
+      var parsed = null;
+      try { parsed = JSON.parse(body); } catch (e) { parsed = null; }
+      var first = parsed && parsed.detail && parsed.detail[0];
+      line.textContent = "No risk over time: HTTP " + answer.status +
+        (parsed && parsed.error ? " " + parsed.error : "") +
+        (first && first.message ? ": " + first.message : "");
+    } catch (e) {
+      line.textContent = "The service could not be reached: " + e.message;
+    }
+  }
+
   async function read() {
     var file = document.getElementById("file").files[0];
     return file ? await file.text() : document.getElementById("stay").value;
@@ -68,6 +92,7 @@
         result.innerHTML = body;
         var title = document.getElementById("result-title");
         if (title) { title.focus(); }
+        await riskOverTime(text, headers, task);
         return;
       }
       status.textContent = "Refused.";

@@ -13,11 +13,15 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from scehr.service.settings import Settings
+from tests.service import test_svc_trajectory
+from tests.service.test_svc_trajectory import hourly_stay
 from tests.service.ui_live import (
     EXAMPLES,
     abstained_stay,
@@ -33,6 +37,8 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium binary on this machine (apt-get install chromium, "
     "or set SCEHR_CHROMIUM); ./scripts/test installs it when run as root")
 MAX_PAGE_BYTES = 300_000
+#: The trajectory tests' models: a 48-hour mortality fixture and a landmark one.
+landmark_dir = test_svc_trajectory.landmark_dir
 
 
 @pytest.fixture(scope="module")
@@ -245,6 +251,48 @@ def test_the_keyboard_reaches_the_form_and_sends_it(base: str, watched: Watched)
     page.keyboard.press("Enter")
     page.wait_for_selector("#stay-result")
     assert page.locator(".risk-value").is_visible()
+
+
+@pytest.fixture(scope="module")
+def landmark_base(landmark_dir: Path) -> Iterator[str]:
+    with live_server(Settings(model_dir=landmark_dir, device="cpu", log_level="WARNING")) as url:
+        yield url
+
+
+def test_the_stay_shows_its_risk_over_time(landmark_base: str, base: str,
+                                           watched: Watched) -> None:
+    """With a landmark model served, the stay's risk over time is drawn under its risk: the
+    hours, their risks and intervals and the alert events as the trajectory route's JSON.
+    Without one, one line says so."""
+    stay = hourly_stay(40, late_from=20.0)
+    api = httpx.post(f"{landmark_base}/predict/mortality/trajectory", json=stay).json()
+    page = watched.page
+    page.goto(f"{landmark_base}/ui/stay")
+    page.select_option("#task", "mortality")
+    score_in_page(page, json.dumps(stay))
+    page.wait_for_selector("#trajectory svg#trajectory-chart")
+    chart = page.locator("#trajectory-chart")
+    chart.scroll_into_view_if_needed()
+    assert chart.is_visible()
+    rows = page.eval_on_selector_all("#trajectory-hours tbody tr", "rs => rs.map(r => ({"
+                                     "hour: +r.dataset.hour, status: r.dataset.status, "
+                                     "risk: r.dataset.risk === undefined ? null : "
+                                     "+r.dataset.risk}))")
+    assert rows == [{k: h[k] for k in ("hour", "status", "risk")} for h in api["hours"]]
+    alerts = page.eval_on_selector_all("#trajectory-alerts li[data-hour]",
+                                       "ls => ls.map(l => +l.dataset.hour)")
+    assert alerts == [a["hour"] for a in api["alerts"]] and alerts
+    assert page.locator("#trajectory-chart polygon").count() >= len(alerts)
+    assert page.locator(".no-risk li").first.inner_text().startswith("Hours 1–5")
+    assert watched.clean() == [], watched.errors
+    assert 0 < watched.bytes <= MAX_PAGE_BYTES, watched.bytes
+
+    page.goto(f"{base}/ui/stay")  # the shipped models: no landmark model
+    score_in_page(page, (EXAMPLES / "mortality_stay.json").read_text())
+    assert page.locator("#trajectory-none").inner_text() == \
+        "Risk over time: no mortality-landmark model is served here."
+    assert page.locator("#trajectory").count() == 0
+    assert watched.clean() == [], watched.errors
 
 
 def test_monitoring_shows_the_monitor(base: str, watched: Watched) -> None:

@@ -159,6 +159,14 @@ def plot_tradeoff(grid: list[tuple[Any, dict[str, Any]]], chosen: dict[str, Any]
     plt.close(fig)
 
 
+def observed_values(fs: FeatureSet, c: int, x: np.ndarray) -> np.ndarray:
+    """Channel c's values at the given steps (a categorical channel's category, as a number)."""
+    v, b = fs.variables[c], int(fs.begins[c])
+    if not v.is_categorical:
+        return x[:, b]
+    return np.array([float(v.categories[k]) for k in x[:, b : b + int(fs.widths[c])].argmax(1)])
+
+
 def plot_stays(traj: Trajectory, test: SplitArrays, fs: FeatureSet, risks: np.ndarray,
                path: Path) -> list[str]:
     """The first two deaths and the first two survivors of set C (by RecordID): served risk
@@ -204,7 +212,7 @@ def plot_stays(traj: Trajectory, test: SplitArrays, fs: FeatureSet, risks: np.nd
                 continue
             c = ids.index(vid)
             seen = test.x[i, :, fs.n_value_columns + c] > 0.5
-            vals = test.x[i, seen, int(fs.begins[c])]
+            vals = observed_values(fs, c, test.x[i, seen])
             scale = np.nanmax(np.abs(vals)) if seen.any() else 1.0
             bx.plot(hours[seen], vals / (scale or 1.0) + j * 1.2, ".-", ms=3, lw=0.8,
                     label=f"{vid} (max {scale:.3g})")

@@ -182,6 +182,8 @@ async def test_fhir_gives_a_risk_assessment_per_scored_hour(client: httpx.AsyncC
 
 async def test_cds_hooks_shows_the_trend_or_why_there_is_no_risk_yet(
         client: httpx.AsyncClient) -> None:
+    services = (await client.get("/cds-services")).json()["services"]
+    assert {"scehr-mortality", "scehr-mortality-landmark"} <= {s["id"] for s in services}
     stay = hourly_stay(20, late_from=14.0)
     req = cds_request(bundle(groups_from_stay(stay), admission=ADMISSION))
     r = await client.post("/cds-services/scehr-mortality-landmark", json=req)

@@ -212,11 +212,28 @@ def no_recipe_note(task: str) -> str:
             f"{where}")
 
 
+def torchrun_command(nproc: int, argv: list[str]) -> list[str]:
+    """The torchrun line that runs `scehr <argv>` on `nproc` processes of this machine (a
+    standalone c10d rendezvous on a free port)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", "-m", "scehr.cli", *argv]
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    import os
+    import subprocess
+
     from scehr.training.config import TrainConfig as Config
     from scehr.training.interrupt import TrainingInterrupted
     from scehr.training.run import train_run
 
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet one of torchrun's
+        if not (args.out or args.resume):
+            raise ValueError("--nproc needs --out (or --resume): the processes share one run "
+                             "directory")
+        command = torchrun_command(args.nproc, args.argv)
+        print("running: " + shlex.join(command), flush=True)
+        return subprocess.call(command)
     if args.resume:
         run = Path(args.resume)
         if not (run / "config.json").is_file():
@@ -229,6 +246,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         echo_overrides(args, cfg)
         if not args.config:
             print(no_recipe_note(cfg.task), file=sys.stderr, flush=True)
+    if cfg.ensemble_seeds and "WORLD_SIZE" in os.environ:
+        raise ValueError("ensemble_seeds: an ensemble trains its members one by one; train "
+                         "them on one process each")
     try:
         if cfg.ensemble_seeds:
             from scehr.training.ensemble import train_ensemble
@@ -239,7 +259,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     except TrainingInterrupted as e:
         print(e, file=sys.stderr)
         return e.exit_code
-    print_summary(final)
+    if final:  # the other processes of a distributed run leave the summary to rank 0
+        print_summary(final)
     return 0
 
 
@@ -549,7 +570,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an encoder with a contrastive loss")
     _train_args(p)
     p.add_argument("--resume", metavar="RUN", help="continue a run stopped by Ctrl-C/SIGTERM "
-                   "from RUN/resume.pt, with RUN's saved config")
+                   "from RUN/resume.pt, with RUN's saved config (on any number of processes)")
+    p.add_argument("--nproc", type=_positive_int, default=1, metavar="N",
+                   help="train on N processes of this machine (torchrun; gloo on CPUs, NCCL "
+                   "with one GPU per process); --batch-size is the global batch they share "
+                   "(default 1: one process)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="re-evaluate a run directory on its test set, or score "

@@ -213,10 +213,19 @@ def no_recipe_note(task: str) -> str:
 
 
 def torchrun_command(nproc: int, argv: list[str]) -> list[str]:
-    """The torchrun line that runs `scehr <argv>` on `nproc` processes of this machine (a
-    standalone c10d rendezvous on a free port)."""
+    """The torchrun line that runs `scehr <argv>` without its `--nproc` on `nproc` processes
+    of this machine (a standalone c10d rendezvous on a free port). `--nproc` is left out:
+    torchrun would read it as an abbreviation of its own `--nproc-per-node`."""
+    rest, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--nproc="):
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        else:
+            rest.append(arg)
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={nproc}", "-m", "scehr.cli", *argv]
+            f"--nproc-per-node={nproc}", "-m", "scehr.cli", *rest]
 
 
 def cmd_train(args: argparse.Namespace) -> int:

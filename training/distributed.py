@@ -183,11 +183,13 @@ def data_parallel(model: nn.Module, embed: str, world: World,
 
 def manifest_note(world_size: int, batch_size: int) -> str:
     """The manifest's and the model card's line on how the model was trained."""
+    if world_size == 1:
+        return f"{TRAINING_NOTE} 1 process, batch {batch_size} stays"
     per = share_sizes(batch_size, world_size)
     share = f"{per[0]}" if per[0] == per[-1] else f"{per[-1]}-{per[0]}"
-    return (f"{TRAINING_NOTE} {world_size} process{'es' if world_size > 1 else ''}, global "
-            f"batch {batch_size} stays ({share} per process); every contrastive term over the "
-            "global batch")
+    return (f"{TRAINING_NOTE} {world_size} processes (torch.distributed), global batch "
+            f"{batch_size} stays ({share} per process); every contrastive term over the global "
+            "batch")
 
 
 #: The start of the manifest note `manifest_note` writes (the model card shows that note).

@@ -1,7 +1,7 @@
 """Three training steps of every objective of the registries, on one process or under torchrun.
 
 The equivalence test runs `steps(...)` in its own process and this file under
-`torchrun --nproc-per-node 2 distributed_steps.py DATA OUT`; rank 0 saves what the processes
+`torchrun --nproc-per-node 2 distributed_steps.py DATA OUT [DTYPE]`; rank 0 saves what the processes
 computed to OUT/steps.pt. The steps are global batches of 13 stays (7 + 6 rows on two
 processes), 13 again (the debiased loss's queue then holds the first batch), and 1 (the
 second process has no row of it).
@@ -49,10 +49,21 @@ def cases() -> dict[str, dict[str, Any]]:
     return out
 
 
-def steps(data: Path, case: str) -> dict[str, Any]:
-    """Each step's loss (and named parts) and the gradients it left on every parameter."""
+def steps(data: Path, case: str, dtype: torch.dtype = torch.float64) -> dict[str, Any]:
+    """Each step's loss (and named parts) and the gradients it left on every parameter.
+
+    In float64 by default: the two sides then differ by float64 rounding only, so a tolerance
+    of 1e-6 tells a wrong gradient from a different order of summation (in float32 that order
+    alone moves gradients by up to ~1e-6).
+    """
     cfg = TrainConfig(**BASE, **cases()[case], data=str(data))
-    fit = _Fit.start(cfg, prepare(cfg), None, None, None)
+    prepared = prepare(cfg)
+    for split in (prepared.train, prepared.val, prepared.test):
+        split.x, split.static, split.y = (t.to(dtype) for t in (split.x, split.static, split.y))
+    fit = _Fit.start(cfg, prepared, None, None, None)
+    fit.model.to(dtype)
+    fit.crit.to(dtype)
+    fit.wrap(fit.st.phase)  # DDP again, on the converted parameters
     pre = fit.st.phase == "pretrain"
     split = fit.data.train if pre and cfg.regime == "ssl" else fit.labelled
     fit.begin_epoch(split, pre)
@@ -74,6 +85,7 @@ def steps(data: Path, case: str) -> dict[str, Any]:
 if __name__ == "__main__":
     world = init_from_env()
     data_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
-    results = {case: steps(data_dir, case) for case in cases()}
+    dtype = getattr(torch, sys.argv[3]) if len(sys.argv) > 3 else torch.float64
+    results = {case: steps(data_dir, case, dtype) for case in cases()}
     if world.is_main:
         torch.save({"world_size": world.size, "results": results}, out / "steps.pt")

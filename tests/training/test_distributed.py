@@ -122,7 +122,7 @@ def test_nproc_2_trains_and_exports_a_model_that_serves(data_dir: Path, tmp_path
     assert summary.read == 20 and summary.scored + summary.abstained == 20
     assert summary.scored > 0 and summary.errors == 0
     rows = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]
-    risks = [v for r in rows for k, v in r.items() if k == "risk" or k.endswith("_risk")]
+    risks = [c["risk"] for r in rows for c in r["results"].values()]
     assert len(risks) == summary.scored and all(0.0 <= x <= 1.0 for x in risks), rows[0]
 
 

@@ -228,9 +228,31 @@ def torchrun_command(nproc: int, argv: list[str]) -> list[str]:
             f"--nproc-per-node={nproc}", "-m", "scehr.cli", *rest]
 
 
+def run_forwarding_signals(command: list[str]) -> int:
+    """Run `command` and pass it SIGINT/SIGTERM (Ctrl-C included) instead of dying on them:
+    torchrun hands them to its processes, which stop after the current step and leave a
+    resume checkpoint; this process then exits as one training process would (130, 143)."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(command)
+    forwarded: list[int] = []
+
+    def forward(signum: int, _: object) -> None:
+        forwarded.append(signum)
+        proc.send_signal(signum)
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = proc.wait()
+        # torchrun exits 1 when a signal stopped it: report the signal, as one process does
+        return 128 + forwarded[0] if code and forwarded else code
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import os
-    import subprocess
 
     from scehr.training.config import TrainConfig as Config
     from scehr.training.interrupt import TrainingInterrupted
@@ -242,7 +264,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                              "directory")
         command = torchrun_command(args.nproc, args.argv)
         print("running: " + shlex.join(command), flush=True)
-        return subprocess.call(command)
+        return run_forwarding_signals(command)
     if args.resume:
         run = Path(args.resume)
         if not (run / "config.json").is_file():

@@ -23,9 +23,12 @@ from scehr.training.regimes import PRETRAIN_OBJECTIVES
 
 BATCH_SIZES = (13, 13, 1)
 
+#: Without gradient clipping: clipping would rescale a gradient of the wrong size (e.g. half
+#: the right one) to the same norm as the right one.
 BASE: dict[str, Any] = {
     "task": "mortality", "encoder": "lstm", "batch_size": 13, "epochs": 1, "threads": 1,
     "seed": 0, "channel_dropout": 0.2, "progress": False, "calibration_fraction": 0.0,
+    "clip_grad": 0.0,
     "encoder_hparams": {"units": 4, "depth": 1, "bidirectional": False, "dropout": 0.0,
                         "static": True},
 }

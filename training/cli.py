@@ -265,17 +265,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         command = torchrun_command(args.nproc, args.argv)
         print("running: " + shlex.join(command), flush=True)
         return run_forwarding_signals(command)
+    speaks = os.environ.get("RANK", "0") == "0"  # one of torchrun's processes: rank 0 speaks
     if args.resume:
         run = Path(args.resume)
         if not (run / "config.json").is_file():
             raise FileNotFoundError(f"{run}/config.json does not exist: not a run folder")
         cfg = Config(**json.loads((run / "config.json").read_text()))
-        print(f"resuming {run} with its saved config (command-line options are ignored)",
-              flush=True)
+        if speaks:
+            print(f"resuming {run} with its saved config (command-line options are ignored)",
+                  flush=True)
     else:
         cfg = _config(args)
-        echo_overrides(args, cfg)
-        if not args.config:
+        if speaks:
+            echo_overrides(args, cfg)
+        if not args.config and speaks:
             print(no_recipe_note(cfg.task), file=sys.stderr, flush=True)
     if cfg.ensemble_seeds and "WORLD_SIZE" in os.environ:
         raise ValueError("ensemble_seeds: an ensemble trains its members one by one; train "
@@ -288,7 +291,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         else:
             final = train_run(cfg, resume=bool(args.resume))
     except TrainingInterrupted as e:
-        print(e, file=sys.stderr)
+        if speaks:
+            print(e, file=sys.stderr)
         return e.exit_code
     if final:  # the other processes of a distributed run leave the summary to rank 0
         print_summary(final)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,11 +18,13 @@ import torch
 from scehr import cli as scehr_cli
 from scehr.schemas.manifest import load_manifest
 from scehr.training import run as training_run
+from scehr.training.cli import torchrun_command
 from scehr.training.data.synthetic import write_synthetic
 from scehr.training.distributed import World, share_sizes
 from scehr.training.export import export_run
-from scehr.training.fit import RESUME_FILE, LoopState
+from scehr.training.fit import RESUME_FILE
 from tests.training.distributed_steps import BATCH_SIZES, cases, steps
+from tests.training.test_resume import _interrupt_at
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS_SCRIPT = Path(__file__).with_name("distributed_steps.py")
@@ -126,16 +127,6 @@ def test_nproc_2_trains_and_exports_a_model_that_serves(data_dir: Path, tmp_path
     assert len(risks) == summary.scored and all(0.0 <= x <= 1.0 for x in risks), rows[0]
 
 
-def _interrupt_at(step: int) -> Any:
-    calls = [0]
-
-    def hook(state: LoopState) -> None:
-        calls[0] += 1
-        if calls[0] == step:
-            os.kill(os.getpid(), signal.SIGINT)
-    return hook
-
-
 @pytest.mark.slow
 def test_a_run_stopped_on_one_process_resumes_on_two(
         data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,3 +148,15 @@ def test_a_run_stopped_on_one_process_resumes_on_two(
     assert whole.keys() == split.keys()
     for k in whole:
         torch.testing.assert_close(split[k], whole[k], atol=1e-5, rtol=1e-5, msg=k)
+
+
+def test_nproc_runs_torchrun_without_its_own_option_and_needs_a_run_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """torchrun would read `--nproc` as its `--nproc-per-node`: the wrapper leaves it out."""
+    argv = ["train", "--data", "D", "--nproc", "2", "--out", "R", "--nproc=2", "--epochs", "3"]
+    command = torchrun_command(2, argv)
+    assert command[1:6] == ["-m", "torch.distributed.run", "--standalone",
+                            "--nproc-per-node=2", "-m"]
+    assert command[6:] == ["scehr.cli", "train", "--data", "D", "--out", "R", "--epochs", "3"]
+    assert scehr_cli.main(["train", "--data", str(tmp_path), "--nproc", "2"]) != 0
+    assert "--nproc needs --out" in capsys.readouterr().err

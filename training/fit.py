@@ -522,7 +522,8 @@ class _Fit:
             outs = self.ddp(local, _own_rows(static, None, rows, dev)[0])
         if pre:
             assert self.pre_step is not None
-            return self.pre_step.loss([gather_rows(z, self.world, n) for z in outs], y, idx)
+            return self.pre_step.loss([gather_rows(z, self.world, n) for z in outs], y.to(dev),
+                                      idx)
         (z, logits), *second = outs
         z2 = gather_rows(second[0][0], self.world, n) if second else None
         return self.crit(gather_rows(z, self.world, n), gather_rows(logits, self.world, n),

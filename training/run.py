@@ -87,6 +87,8 @@ def train_run(cfg: TrainConfig, data: Prepared | None = None, *, resume: bool = 
               echo=echo and world.is_main)
     if not world.is_main:
         return {}
+    res.model.cpu()  # trained on this process's GPU, if any: evaluated and saved on the CPU
+    res.criterion.cpu()
     # A signal during the steps below (a minute at most) stops the process once they are done:
     # the run is then complete, and nothing needs resuming.
     with StopRequest() as stop:

@@ -17,6 +17,7 @@ import torch
 
 from scehr.training.config import TrainConfig
 from scehr.training.distributed import init_from_env
+from scehr.training.encoders import TRAINABLE
 from scehr.training.fit import LoopState, _Fit, prepare
 from scehr.training.losses import CCE_LOSSES, REGULARIZERS
 from scehr.training.regimes import PRETRAIN_OBJECTIVES
@@ -36,8 +37,8 @@ BASE: dict[str, Any] = {
 
 def cases() -> dict[str, dict[str, Any]]:
     """Every classification term (with SCR, λ > 0), every regularizer on top of CBCE (SCR is
-    weighted by λ instead), every pre-training objective of every regime: a name the
-    registries gain is a new case."""
+    weighted by λ instead), every pre-training objective of every regime, and every trainable
+    encoder (CBCE + SCR): a name the registries gain is a new case."""
     out: dict[str, dict[str, Any]] = {
         f"loss-{name}": {"loss": name, "lam": 0.5} for name in CCE_LOSSES}
     for name in REGULARIZERS:
@@ -49,6 +50,9 @@ def cases() -> dict[str, dict[str, Any]]:
             out[f"pretrain-{regime}-{objective}"] = {
                 "loss": "cbce", "lam": 0.0, "regime": regime,
                 "pretrain": {"objective": objective, "epochs": 1}}
+    for name in TRAINABLE:
+        out[f"encoder-{name}"] = {"loss": "cbce", "lam": 0.5, "encoder": name,
+                                  "encoder_hparams": {"dropout": 0.0}}
     return out
 
 
@@ -59,7 +63,7 @@ def steps(data: Path, case: str, dtype: torch.dtype = torch.float64) -> dict[str
     of 1e-6 tells a wrong gradient from a different order of summation (in float32 that order
     alone moves gradients by up to ~1e-6).
     """
-    cfg = TrainConfig(**BASE, **cases()[case], data=str(data))
+    cfg = TrainConfig(**{**BASE, **cases()[case]}, data=str(data))
     prepared = prepare(cfg)
     for split in (prepared.train, prepared.val, prepared.test):
         split.x, split.static, split.y = (t.to(dtype) for t in (split.x, split.static, split.y))

@@ -255,6 +255,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import os
 
     from scehr.training.config import TrainConfig as Config
+    from scehr.training.distributed import leave as leave_process_group
     from scehr.training.interrupt import TrainingInterrupted
     from scehr.training.run import train_run
 
@@ -294,6 +295,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if speaks:
             print(e, file=sys.stderr)
         return e.exit_code
+    finally:
+        leave_process_group()
     if final:  # the other processes of a distributed run leave the summary to rank 0
         print_summary(final)
     return 0

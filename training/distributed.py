@@ -102,6 +102,12 @@ def init_from_env() -> World:
     return current_world()
 
 
+def leave() -> None:
+    """Leave the process group, if this process joined one (NCCL warns at exit otherwise)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def gather_rows(local: Tensor, world: World, n: int) -> Tensor:
     """The global batch [n, ...] from every process's rows, keeping gradients.
 

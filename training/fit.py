@@ -359,7 +359,6 @@ class _Fit:
         world = current_world()
         n_classes = data.train.y.shape[1]
         model = build_model(cfg, data.train.x.shape[2], data.train.static.shape[1], n_classes)
-        model.to(world.device)
         crit = criterion(cfg)
         labelled = data.train
         if cfg.label_fraction is not None:
@@ -367,6 +366,7 @@ class _Fit:
             labelled = data.train.subset(torch.from_numpy(rows))
         if crit.regularizers:
             crit.prepare(stay_summaries(labelled), labelled.y, model.encoder.out_dim)
+        model.to(world.device)  # before a resumed optimizer's state is loaded onto it
         phases = tuple(REGIME_PHASES[cfg.regime])
         st = LoopState(phase=phases[0])
         if resume is not None:
@@ -465,10 +465,20 @@ class _Fit:
         st, cfg = self.st, self.cfg
         assert st.batches is not None
         idx = st.batches[st.next_batch]
+        x, lengths, static, y = split.batch(idx)
+        x = self.channel_dropout(x, lengths, self.gen)
         if self.world.active:
-            loss, parts = self.global_loss(split, pre, idx)
+            loss, parts = self.global_loss(x, lengths, static, y, idx, pre)
+        elif pre:
+            assert self.pre_step is not None
+            loss, parts = self.pre_step(self.model.pretrain_embedding, x, lengths, static, y, idx)
         else:
-            loss, parts = self.local_loss(split, pre, idx)
+            z, logits = self.model(x, lengths, static)
+            z2 = None
+            if self.crit.needs_second_view:
+                z2, _ = self.model(x + self.crit.view_noise * torch.randn_like(x), lengths,
+                                   static)
+            loss, parts = self.crit(z, logits, y, index=idx, z2=z2)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.clip_grad:
@@ -484,28 +494,12 @@ class _Fit:
         if self.on_step is not None:
             self.on_step(st)
 
-    def local_loss(self, split: TensorSplit, pre: bool, idx: Tensor
-                   ) -> tuple[Tensor, dict[str, Tensor]]:
-        """The objective of a batch on one process."""
-        x, lengths, static, y = split.batch(idx)
-        x = self.channel_dropout(x, lengths, self.gen)
-        if pre:
-            assert self.pre_step is not None
-            return self.pre_step(self.model.pretrain_embedding, x, lengths, static, y, idx)
-        z, logits = self.model(x, lengths, static)
-        z2 = None
-        if self.crit.needs_second_view:
-            z2, _ = self.model(x + self.crit.view_noise * torch.randn_like(x), lengths, static)
-        return self.crit(z, logits, y, index=idx, z2=z2)
-
-    def global_loss(self, split: TensorSplit, pre: bool, idx: Tensor
-                    ) -> tuple[Tensor, dict[str, Tensor]]:
+    def global_loss(self, x: Tensor, lengths: Tensor, static: Tensor, y: Tensor, idx: Tensor,
+                    pre: bool) -> tuple[Tensor, dict[str, Tensor]]:
         """The objective of a global batch on several processes: the inputs and their random
         draws over the whole batch (as one process draws them), the encoder on this process's
         rows, the outputs gathered with their gradients, the objective over the whole batch
         (training/distributed.py says why the gradients then equal one process's)."""
-        x, lengths, static, y = split.batch(idx)
-        x = self.channel_dropout(x, lengths, self.gen)
         if pre:
             assert self.pre_step is not None
             views = self.pre_step.views(x, lengths)

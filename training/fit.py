@@ -332,6 +332,10 @@ class _Fit:
     data: Prepared
     run_dir: Path | None
     gen: torch.Generator
+    #: The training processes (training/distributed.py); one process: rank 0 of 1.
+    world: World = field(default_factory=World, init=False)
+    #: The model under DistributedDataParallel for the current phase (several processes).
+    ddp: nn.Module | None = field(default=None, init=False)
     model: AnchorModel
     crit: CombinedLoss
     labelled: TensorSplit
@@ -343,10 +347,6 @@ class _Fit:
     on_step: Callable[[LoopState], None] | None
     resumed: bool
     channel_dropout: ChannelDropout
-    #: The training processes (training/distributed.py); one process: rank 0 of 1.
-    world: World = field(default_factory=World)
-    #: The model under DistributedDataParallel for the current phase (several processes).
-    ddp: nn.Module | None = None
 
     @classmethod
     def start(cls, cfg: TrainConfig, data: Prepared, run_dir: Path | None,
@@ -356,7 +356,6 @@ class _Fit:
         first phase or restore a stopped run's state."""
         torch.set_num_threads(cfg.threads)
         gen = seed_everything(cfg.seed)
-        world = current_world()
         n_classes = data.train.y.shape[1]
         model = build_model(cfg, data.train.x.shape[2], data.train.static.shape[1], n_classes)
         crit = criterion(cfg)
@@ -366,7 +365,7 @@ class _Fit:
             labelled = data.train.subset(torch.from_numpy(rows))
         if crit.regularizers:
             crit.prepare(stay_summaries(labelled), labelled.y, model.encoder.out_dim)
-        model.to(world.device)  # before a resumed optimizer's state is loaded onto it
+        model.to(current_world().device)  # before a resumed optimizer's state is loaded
         phases = tuple(REGIME_PHASES[cfg.regime])
         st = LoopState(phase=phases[0])
         if resume is not None:
@@ -380,13 +379,17 @@ class _Fit:
         else:
             opt = _phase_setup(cfg, st.phase, model)
         pre_step = pretrain_step(cfg.regime, cfg.pretrain) if "pretrain" in phases else None
-        fitting = cls(cfg, data, run_dir, gen, model, crit.to(world.device), labelled, phases,
-                      st, opt, task_spec(cfg.task).headline_metric, pre_step, on_step,
-                      resume is not None,
-                      ChannelDropout(cfg.features(), data.normalizer, cfg.channel_dropout,
-                                     cfg.channel_dropout_groups), world)
-        fitting.wrap(st.phase)
-        return fitting
+        return cls(cfg, data, run_dir, gen, model, crit, labelled, phases, st, opt,
+                   task_spec(cfg.task).headline_metric, pre_step, on_step, resume is not None,
+                   ChannelDropout(cfg.features(), data.normalizer, cfg.channel_dropout,
+                                  cfg.channel_dropout_groups))
+
+    def __post_init__(self) -> None:
+        """On several processes: the objective on this process's device, and the model under
+        DistributedDataParallel."""
+        self.world = current_world()
+        self.crit.to(self.world.device)
+        self.wrap(self.st.phase)
 
     def wrap(self, phase: str) -> None:
         """On several processes: the model under DistributedDataParallel for `phase` (built

@@ -8,7 +8,9 @@ from typing import Final
 #: (intercept and slope on the logit): a 1.1 server cannot read a model that uses it. 1.3 adds
 #: the model's data minimum, withheld operating points and warning/critical levels. 1.4 adds
 #: each class's uncertainty map (`scehr.schemas.uncertainty`); a manifest without it still loads.
-CONTRACT_VERSION: Final = "1.4"
+#: 1.5 adds landmark tasks: the optional `trajectory` section and the per-hour graph outputs
+#: `anchor_logits_by_hour` and `probability_by_hour` (`LANDMARK_OUTPUTS`).
+CONTRACT_VERSION: Final = "1.5"
 
 #: Major.minor of the prediction response (`response_version` in every answer and the
 #: `RESPONSE_VERSION_HEADER` header). 1.1 leads with `risk` (calibrated) and `score` (raw);
@@ -91,6 +93,14 @@ GRAPH: Final = GraphContract(
     opset=ONNX_OPSET,
     parity_atol=PARITY_ATOL,
 )
+
+#: The extra outputs of a landmark task's graph (contract 1.5): step t (0-based) is the risk from
+#: the data of hours [0, t+1); steps at or beyond a stay's length are undefined.
+ANCHOR_LOGITS_BY_HOUR: Final = TensorSpec("anchor_logits_by_hour", "float32",
+                                          ("batch", "time", "classes", "2"))
+PROBABILITY_BY_HOUR: Final = TensorSpec("probability_by_hour", "float32",
+                                        ("batch", "time", "classes"))
+LANDMARK_OUTPUTS: Final = (ANCHOR_LOGITS_BY_HOUR, PROBABILITY_BY_HOUR)
 
 #: The names alone, for call sites that only feed or fetch by name.
 INPUT_X: Final = GRAPH.x.name

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from scehr.schemas.alert_policy import AlertPolicy
 from scehr.schemas.contract import CONTRACT_VERSION, RISK_EPS
 from scehr.schemas.sufficiency import DataMinimum
-from scehr.schemas.tasks import TASK_NAMES
+from scehr.schemas.tasks import TASK_NAMES, task_spec
 from scehr.schemas.uncertainty import RiskUncertainty
 
 SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
@@ -272,6 +273,50 @@ class Provenance(_M):
 SERVED_RISK = "risk"
 
 
+class TrajectoryBand(_M):
+    """The serving assets of the landmark hours from_hour..to_hour (inclusive), each fitted on
+    the validation stays still in the ICU at those hours."""
+
+    from_hour: int = Field(ge=1)
+    to_hour: int = Field(ge=1)
+    calibration: Calibration = Field(description="The band's map on the model's probability")
+    uncertainty: RiskUncertainty | None = Field(
+        None, description="The band's interval and outcome-set map (absent: no interval)")
+    data_minimum: DataMinimum | None = Field(
+        None, description="The least data up to the landmark hour; below it the hour abstains")
+    metrics: dict[str, Any] = Field(default_factory=dict,
+                                    description="Validation/test figures of the band")
+
+
+class Trajectory(_M):
+    """Contract 1.5, landmark tasks: how the risk at every hour of the window is served."""
+
+    first_hour: int = Field(ge=1, description="Earliest supported landmark (chosen on "
+                            "validation); earlier hours abstain (`before_first_landmark`)")
+    last_hour: int = Field(ge=1)
+    bands: list[TrajectoryBand] = Field(min_length=1, description="Consecutive bands covering "
+                                        "first_hour..last_hour")
+    alert_policy: AlertPolicy
+
+    @model_validator(mode="after")
+    def _bands_cover_the_hours(self) -> Trajectory:
+        expected = self.first_hour
+        for k, b in enumerate(self.bands):
+            if b.from_hour != expected or b.to_hour < b.from_hour:
+                raise ValueError(f"trajectory.bands[{k}]: from_hour must be {expected} (bands are "
+                                 f"consecutive from first_hour) and to_hour >= from_hour, got "
+                                 f"{b.from_hour}..{b.to_hour}")
+            expected = b.to_hour + 1
+        if expected - 1 != self.last_hour:
+            raise ValueError(f"trajectory.bands must end at last_hour {self.last_hour}, "
+                             f"not {expected - 1}")
+        return self
+
+    def band(self, hour: int) -> TrajectoryBand | None:
+        """The band serving `hour`, None before first_hour or after last_hour."""
+        return next((b for b in self.bands if b.from_hour <= hour <= b.to_hour), None)
+
+
 class Manifest(_M):
     """The versioned model manifest (contract version `CONTRACT_VERSION`)."""
 
@@ -308,6 +353,17 @@ class Manifest(_M):
     data_minimum: DataMinimum | None = Field(
         None, description="The least data a stay needs to be given a risk; below it the "
         "service abstains (absent: only an empty stay is refused)")
+    trajectory: Trajectory | None = Field(
+        None, description="Contract 1.5: a landmark task's per-hour calibration, uncertainty, "
+        "data minimum and alert policy (required for a landmark task, absent otherwise)")
+
+    @model_validator(mode="after")
+    def _trajectory_iff_landmarks(self) -> Manifest:
+        if task_spec(self.task).landmarks != (self.trajectory is not None):
+            raise ValueError(f"trajectory: a {self.task} manifest must "
+                             f"{'' if task_spec(self.task).landmarks else 'not '}have one "
+                             "(only landmark tasks serve a risk per hour)")
+        return self
 
 
 class ContractError(ValueError):

@@ -9,7 +9,7 @@ task is a new entry here plus a converter that writes its listfiles (see docs/me
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from scehr.schemas.outcomes import CCS, MORTALITY, PHENOTYPE_CCS, Coding
@@ -50,6 +50,9 @@ class TaskSpec:
     #: Encoder name -> the hyper-parameters it takes for this task when a config gives none
     #: (the paper's configurations); an encoder not listed uses its own defaults.
     encoder_presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: A landmark task: the model gives the risk at every hour h of the window from the data up
+    #: to h (one causal graph; per-hour outputs, the manifest's `trajectory` section).
+    landmarks: bool = False
 
     @property
     def binary(self) -> bool:
@@ -118,6 +121,19 @@ MORTALITY = TaskSpec(
     encoder_presets={"lstm": {"units": 16, "depth": 2, "bidirectional": True, "dropout": 0.3}},
 )
 
+#: The same outcome, labels, feature set and window as `MORTALITY`, given at every hour h of the
+#: first 48 h from the data up to h (landmark analysis: the population of hour h is the stays
+#: still in the ICU and alive at h).
+MORTALITY_LANDMARK = replace(
+    MORTALITY,
+    name="mortality-landmark",
+    description="in-hospital mortality risk at every hour of the first 48 hours of an ICU stay, "
+                "from the data up to that hour.",
+    aliases=("landmark-mortality", "ihm-landmark"),
+    encoder_presets={},
+    landmarks=True,
+)
+
 PHENOTYPES = TaskSpec(
     name="phenotypes",
     description="25 acute and chronic phenotypes (HCUP CCS groups of the mimic3-benchmarks) "
@@ -137,7 +153,8 @@ PHENOTYPES = TaskSpec(
 )
 
 #: Every task, by name, in the order lists show them.
-TASK_SPECS: Final[dict[str, TaskSpec]] = {t.name: t for t in (MORTALITY, PHENOTYPES)}
+TASK_SPECS: Final[dict[str, TaskSpec]] = {
+    t.name: t for t in (MORTALITY, PHENOTYPES, MORTALITY_LANDMARK)}
 #: The task names (what routes, CLI choices and manifests accept).
 TASK_NAMES: Final[tuple[str, ...]] = tuple(TASK_SPECS)
 
@@ -160,3 +177,15 @@ def outcome_coding(label: str) -> Coding | None:
         if label in spec.outcome_codings:
             return spec.outcome_codings[label]
     return None
+
+
+def landmark_task(name: str) -> str | None:
+    """The landmark task giving task `name`'s outcome at every hour (its trajectory): `name`
+    itself when it is one, else the one with its labels, feature set and window; None when
+    there is none (or `name` is no task)."""
+    spec = TASK_SPECS.get(name)
+    if spec is None or spec.landmarks:
+        return None if spec is None else spec.name
+    return next((t.name for t in TASK_SPECS.values() if t.landmarks
+                 and (t.label_names, t.feature_set, t.window_hours)
+                 == (spec.label_names, spec.feature_set, spec.window_hours)), None)

@@ -43,15 +43,23 @@ class ModelInputs:
 
 @dataclass
 class ModelOutputs:
-    """z [n, D], anchor_logits [n, C, 2], probability [n, C]."""
+    """z [n, D], anchor_logits [n, C, 2], probability [n, C]; a landmark model's graph also
+    gives them at every step (`scehr.schemas.contract.LANDMARK_OUTPUTS`, in that order):
+    anchor_logits_by_hour [n, T, C, 2] and probability_by_hour [n, T, C]."""
 
     z: np.ndarray
     anchor_logits: np.ndarray
     probability: np.ndarray
+    anchor_logits_by_hour: np.ndarray | None = None
+    probability_by_hour: np.ndarray | None = None
 
     def take(self, start: int, stop: int) -> ModelOutputs:
-        return ModelOutputs(self.z[start:stop], self.anchor_logits[start:stop],
-                            self.probability[start:stop])
+        return ModelOutputs(*(None if a is None else a[start:stop] for a in self.arrays()))
+
+    def arrays(self) -> tuple[np.ndarray | None, ...]:
+        """Every output, in field order (None: not fetched)."""
+        return (self.z, self.anchor_logits, self.probability, self.anchor_logits_by_hour,
+                self.probability_by_hour)
 
 
 def batch(items: list[ModelInputs]) -> ModelInputs:
@@ -102,10 +110,21 @@ def unbatch(out: ModelOutputs, sizes: list[int]) -> list[ModelOutputs]:
 
 
 def concat_outputs(parts: list[ModelOutputs]) -> ModelOutputs:
+    """The rows of `parts`, in order; per-step outputs padded to the longest run's steps
+    (steps past a stay's length are undefined: readers ignore them)."""
     if len(parts) == 1:
         return parts[0]
-    return ModelOutputs(*(np.concatenate([getattr(p, k) for p in parts])
-                          for k in ("z", "anchor_logits", "probability")))
+    columns = zip(*(p.arrays() for p in parts), strict=True)
+    return ModelOutputs(*(None if col[0] is None else _concat_steps(col) for col in columns))
+
+
+def _concat_steps(arrays: tuple[np.ndarray, ...]) -> np.ndarray:
+    """`np.concatenate` along rows, zero-padding axis 1 of per-step outputs to the longest."""
+    if arrays[0].ndim > 2:
+        t = max(a.shape[1] for a in arrays)
+        arrays = tuple(np.pad(a, [(0, 0), (0, t - a.shape[1])] + [(0, 0)] * (a.ndim - 2))
+                       for a in arrays)
+    return np.concatenate(arrays)
 
 
 def run_chunked(run: Callable[[ModelInputs], ModelOutputs], inputs: ModelInputs,

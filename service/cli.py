@@ -67,6 +67,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     help="score a stay below the model's data minimum anyway (its row warns "
                     "below_data_minimum), as ?allow_insufficient=true; by default such a stay "
                     "gets status insufficient_data and no risk")
+    sc.add_argument("--every", choices=["1h"],
+                    help="each stay's risk at every hour (from the task's landmark model, e.g. "
+                    "mortality -> mortality-landmark), as POST /predict/{task}/trajectory: "
+                    "one .jsonl row per stay with its hours and alert events")
     sc.add_argument("--quiet", action="store_true", help="no progress bar")
     sc.set_defaults(func=_score)
 
@@ -233,7 +237,7 @@ def _score_run(args: argparse.Namespace) -> int:
                         version=args.version, shard=parse_shard(args.shard),
                         chunk_size=args.chunk_size, device=args.device, threads=args.threads,
                         strict=args.strict, allow_insufficient=args.allow_insufficient,
-                        progress=not args.quiet)
+                        progress=not args.quiet, every=args.every)
     except ModelLoadError as e:
         print(f"scehr score: {e}", file=sys.stderr)
         return 1

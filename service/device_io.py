@@ -122,12 +122,14 @@ class BoundRunner:
             feeds[GRAPH.static.name] = static
         return feeds
 
-    def run(self, inputs: ModelInputs, names: list[str]) -> ModelOutputs:
-        """One blocking run; outputs cut to the input's rows."""
+    def run(self, inputs: ModelInputs, names: list[str],
+            outputs: tuple[str, ...] = GRAPH.output_names) -> ModelOutputs:
+        """One blocking run of the `outputs` (`ModelOutputs` order); cut to the input's rows."""
         with self._lock:
-            return self._run(inputs, names)
+            return self._run(inputs, names, outputs)
 
-    def _run(self, inputs: ModelInputs, names: list[str]) -> ModelOutputs:
+    def _run(self, inputs: ModelInputs, names: list[str],
+             outputs: tuple[str, ...]) -> ModelOutputs:
         b = self.binding
         b.clear_binding_inputs()
         b.clear_binding_outputs()
@@ -135,8 +137,7 @@ class BoundRunner:
             staged = self._buffers.setdefault(name, _HostBuffer(self._allocate)).fit(arr)
             b.bind_input(name, "cpu", 0, staged.dtype, list(staged.shape),
                          staged.ctypes.data)
-        for name in GRAPH.output_names:
+        for name in outputs:
             b.bind_output(name, self.device)
         self.session.run_with_iobinding(b)
-        z, al, p = (o[: inputs.rows] for o in b.copy_outputs_to_cpu())
-        return ModelOutputs(z, al, p)
+        return ModelOutputs(*(o[: inputs.rows] for o in b.copy_outputs_to_cpu()))

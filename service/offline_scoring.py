@@ -44,7 +44,8 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from scehr.schemas.payloads import ClassResult, Prediction, Problem, StayPayload
-from scehr.schemas.tasks import TASK_NAMES
+from scehr.schemas.tasks import TASK_NAMES, landmark_task, task_spec
+from scehr.schemas.trajectory_payloads import TrajectoryPrediction
 from scehr.schemas.variables import CATALOG
 from scehr.service.pipeline import pydantic_problems
 from scehr.service.scorer import score_offline
@@ -62,6 +63,8 @@ CLASS_FIELDS: dict[str, Callable[[ClassResult], Any]] = {
         ";".join(c.risk_interval.outcomes) or "none"),
 }
 
+#: The steps `--every` takes: a landmark model's graph gives the risk at every hour.
+EVERY = ("1h",)
 LISTFILE = "listfile.csv"
 #: The notice code of a stay below the data minimum that was scored on request.
 BELOW_MINIMUM = "below_data_minimum"
@@ -333,6 +336,21 @@ def prediction_row(pred: Prediction) -> dict[str, Any]:
             "errors": [{"rule": "insufficient_data", "message": w} for w in reasons]}
 
 
+def trajectory_row(t: TrajectoryPrediction) -> dict[str, Any]:
+    """A stay's risk at every hour (`--every 1h`): one entry per hour, then the policy's
+    alert events; `status` is its last hour's, as the API's."""
+    hours = [{"hour": h.hour, "status": h.status, "risk": h.risk,
+              "risk_low": None if h.interval is None else h.interval.low,
+              "risk_high": None if h.interval is None else h.interval.high,
+              "alert": h.alert, "reasons": [r.code for r in h.reasons]} for h in t.hours]
+    short = t.status == "insufficient_data"
+    return {"status": "insufficient_data" if short else "ok", "model": t.model.name,
+            "model_version": t.model.version, "label": t.label, "hours": hours,
+            "alerts": [a.model_dump() for a in t.alerts],
+            "warnings": sorted({n.code for n in t.warnings}),
+            "errors": [{"rule": r.code, "message": r.message} for r in t.hours[-1].reasons]}
+
+
 def error_row(problems: list[Problem], name: str, version: str) -> dict[str, Any]:
     return {"status": "error", "model": name, "model_version": version, "results": {},
             "warnings": [], "errors": [p.model_dump(exclude_none=True) for p in problems]}
@@ -472,9 +490,11 @@ class Summary:
 
 
 def score_chunk(model: Any, raws: list[Raw], max_batch_size: int, max_observations: int,
-                strict: bool = False, allow_insufficient: bool = False
-                ) -> list[Prediction | list[Problem]]:
-    """The batch route's path for a list of raw payloads: one result per input, in order."""
+                strict: bool = False, allow_insufficient: bool = False,
+                trajectory: bool = False
+                ) -> list[Prediction | TrajectoryPrediction | list[Problem]]:
+    """The batch route's path for a list of raw payloads: one result per input, in order
+    (`trajectory`: the trajectory route's)."""
     parsed: list[StayPayload | list[Problem]] = []
     for raw in raws:
         if isinstance(raw, list):
@@ -487,17 +507,35 @@ def score_chunk(model: Any, raws: list[Raw], max_batch_size: int, max_observatio
     valid = [k for k, p in enumerate(parsed) if isinstance(p, StayPayload)]
     scored = score_offline(model, [parsed[k] for k in valid],  # type: ignore[misc]
                            strict=strict, max_observations=max_observations,
-                           max_rows=max_batch_size, allow_insufficient=allow_insufficient)
-    results: list[Prediction | list[Problem]] = list(parsed)  # type: ignore[arg-type]
+                           max_rows=max_batch_size, allow_insufficient=allow_insufficient,
+                           trajectory=trajectory)
+    results: list[Prediction | TrajectoryPrediction | list[Problem]] = list(
+        parsed)  # type: ignore[arg-type]
     for k, res in zip(valid, scored, strict=True):
-        results[k] = res.prediction if res.prediction is not None else res.problems
+        results[k] = res.prediction or res.trajectory or res.problems
     return results
 
 
-def resolve_model(model_or_task: str, model_dir: Path, version: str | None) -> tuple[Path, str]:
-    """A task name (its default, or --version, in the model dir) or a model folder."""
+def resolve_model(model_or_task: str, model_dir: Path, version: str | None,
+                  every: str | None = None) -> tuple[Path, str]:
+    """A task name (its default, or --version, in the model dir) or a model folder; with
+    `every`, a task's landmark task (`mortality` -> `mortality-landmark`) and a landmark
+    model only."""
     from scehr.service.registry import read_index, resolve
 
+    if every is not None:
+        if model_or_task in TASK_NAMES:
+            task = landmark_task(model_or_task)
+            if task is None:
+                raise ValueError(f"--every {every}: no landmark task gives the {model_or_task} "
+                                 "risk at every hour")
+            model_or_task = task
+        else:
+            folder, task = resolve_model(model_or_task, model_dir, version, every)
+            if not task_spec(task).landmarks:
+                raise ValueError(f"--every {every}: {model_or_task} is a {task} model, which "
+                                 "gives no risk per hour (a landmark model does)")
+            return folder, task
     if model_or_task in TASK_NAMES:
         index = read_index(model_dir)
         return resolve(model_dir, index, model_or_task, version=version), model_or_task
@@ -512,11 +550,19 @@ def resolve_model(model_or_task: str, model_dir: Path, version: str | None) -> t
 def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Path,
           version: str | None = None, shard: tuple[int, int] = (0, 1), chunk_size: int = 256,
           device: str = "auto", threads: int | None = None, strict: bool = False,
-          allow_insufficient: bool = False, progress: bool = True, log: TextIO = sys.stderr
-          ) -> Summary:
+          allow_insufficient: bool = False, progress: bool = True, log: TextIO = sys.stderr,
+          every: str | None = None) -> Summary:
     """Score every stay of `input_path` into `out_path`; resumes what is already there.
     `allow_insufficient`: a stay below the model's data minimum gets a risk anyway (its row
-    warns `below_data_minimum`), as the API's `allow_insufficient=true`."""
+    warns `below_data_minimum`), as the API's `allow_insufficient=true`. `every` ("1h"): each
+    stay's risk at every hour from a landmark model (`trajectory_row`, JSON Lines only), as
+    `POST /predict/{task}/trajectory`."""
+    if every is not None and every not in EVERY:
+        raise ValueError(f"--every {every}: the risk is served every {' or '.join(EVERY)} "
+                         "(a landmark model's step)")
+    if every is not None and out_path.suffix != ".jsonl":
+        raise ValueError(f"--every {every} writes JSON Lines (a row per stay with its hours): "
+                         f"give --out a .jsonl file, not {out_path.suffix or 'no suffix'!r}")
     from tqdm import tqdm
 
     from scehr.service.registry import load_model
@@ -524,7 +570,7 @@ def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Pa
 
     stays, total = open_input(input_path, shard)  # lazy: a missing input fails here
     check_output(out_path)  # a wrong or unwritable path fails now, not after the model loads
-    folder, task = resolve_model(model_or_task, model_dir, version)
+    folder, task = resolve_model(model_or_task, model_dir, version, every)
     settings = Settings(model_dir=model_dir, device=device, workers=1,
                         intra_op_threads=threads)
     model = load_model(folder, task, settings)
@@ -557,12 +603,14 @@ def score(model_or_task: str, input_path: Path, out_path: Path, *, model_dir: Pa
             summary.already_done += len(chunk) - sum(todo)
             if any(todo):
                 results = score_chunk(model, [r for _, r in chunk], model.max_batch_size,
-                                      settings.max_observations, strict, allow_insufficient)
+                                      settings.max_observations, strict, allow_insufficient,
+                                      trajectory=every is not None)
                 rows = []
                 for (sid, _), res, new in zip(chunk, results, todo, strict=True):
                     if not new:
                         continue
                     row = (prediction_row(res) if isinstance(res, Prediction)
+                           else trajectory_row(res) if isinstance(res, TrajectoryPrediction)
                            else error_row(res, m.name, m.version))
                     rows.append((sid, row))
                     summary.count(row)

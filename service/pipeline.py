@@ -81,6 +81,12 @@ class PreparedStays:
     values: np.ndarray | None = None  # [n_ok, V, width] observed hours per value bin
     data: list[DataSummary] = field(default_factory=list)  # per ok stay, inside the window
     rows: list[Any] = field(default_factory=list)  # per ok stay: () -> observation rows read
+    #: per ok stay: () -> (observation rows read, each one's time in hours)
+    rows_at: list[Any] = field(default_factory=list)
+    #: the observations that reached the model (stay k: the k-th ok stay), for the data up to
+    #: each hour of a trajectory
+    observations: Observations | None = None
+    data_end: list[float] = field(default_factory=list)  # per ok stay: `data_end`
 
 
 def _neutralise(spec: ModelSpec, obs: Observations, ok: list[int],
@@ -106,12 +112,20 @@ def _rows_read(spec: ModelSpec, st: Any, end: float) -> tuple[int, ...]:
     """The long-form `observations` indices of one ingested stay that reach the model:
     inside the window, of a channel seen in training (a value dropped as implausible never
     reaches `st.source`)."""
+    return _rows_read_at(spec, st, end)[0]
+
+
+def _rows_read_at(spec: ModelSpec, st: Any, end: float
+                  ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """`_rows_read` and each row's time (hours since admission): the rows read up to any
+    hour of a trajectory, in one pass."""
     keep = (st.time <= end + 1e-6) & (st.time >= -1e-6)
     if spec.neutralised.size:
         keep &= ~np.isin(st.channel, spec.neutralised)
-    locs = (st.locate(int(r)) for r in st.source[keep].tolist())
-    return tuple(int(loc[1]) for loc in locs
-                 if len(loc) > 1 and loc[0] == "observations" and isinstance(loc[1], int))
+    pairs = [(int(loc[1]), t) for loc, t in zip(
+        (st.locate(int(r)) for r in st.source[keep].tolist()), st.time[keep].tolist(),
+        strict=True) if len(loc) > 1 and loc[0] == "observations" and isinstance(loc[1], int)]
+    return tuple(r for r, _ in pairs), tuple(t for _, t in pairs)
 
 
 def _observed_channels(obs: Observations, n_ok: int, end_hours: np.ndarray
@@ -157,6 +171,14 @@ def _tensor(spec: ModelSpec, obs: Observations, end_hours: np.ndarray
     return x, lengths
 
 
+def data_end(stay: Stay, times: np.ndarray) -> float:
+    """Hours from admission to the end of the stay's data so far: its `end_hours` when given,
+    else its last observation (a trajectory ends there, even inside a fixed window)."""
+    if stay.end_hours is not None:
+        return float(stay.end_hours)
+    return float(times.max()) if len(times) else 0.0
+
+
 def prepare(spec: ModelSpec, stays: list[Stay], *, strict: bool = False,
             max_observations: int = DEFAULT_MAX_OBSERVATIONS,
             occlusion: bool = False) -> PreparedStays:
@@ -172,8 +194,12 @@ def prepare(spec: ModelSpec, stays: list[Stay], *, strict: bool = False,
         return prep
     obs = _neutralise(spec, res.observations, res.ok, notices)
     prep.data = summarize(obs, res.end_hours, spec.fs)
+    prep.observations = obs
+    prep.data_end = [data_end(stays[i], res.stays[i].time) for i in res.ok]
     prep.rows = [partial(_rows_read, spec, res.stays[i], float(res.end_hours[j]))
                  for j, i in enumerate(res.ok)]
+    prep.rows_at = [partial(_rows_read_at, spec, res.stays[i], float(res.end_hours[j]))
+                    for j, i in enumerate(res.ok)]
     n = len(res.ok)
     x, lengths = _tensor(spec, obs, res.end_hours)
     static_raw = res.static_raw[:n] if spec.static is not None else None

@@ -36,7 +36,14 @@ from scehr.service.model import ModelSpec
 from scehr.service.model_store import read_index, resolve
 from scehr.service.runtime import CPU, CUDA, OrtRuntime, probe_device
 from scehr.service.settings import Settings
-from scehr.service.validation import check_graph, inspect, preflight, refuse_legacy, warm_up
+from scehr.service.validation import (
+    check_graph,
+    graph_outputs,
+    inspect,
+    preflight,
+    refuse_legacy,
+    warm_up,
+)
 
 __all__ = [
     "DeviceError",
@@ -123,6 +130,9 @@ class LoadedModel:
     #: The same graph with one intra-op thread, for runs of at most LIGHT_ROWS rows (None:
     #: the session has one thread already, or runs on a GPU).
     light: ort.InferenceSession | None = field(default=None, repr=False)
+    #: The graph outputs each run fetches, in `ModelOutputs` order (a landmark model's add
+    #: its per-step outputs).
+    output_names: tuple[str, ...] = GRAPH.output_names
 
     @property
     def io_binding(self) -> bool:
@@ -143,14 +153,14 @@ class LoadedModel:
         """One blocking ORT call (releases the GIL; call it from a worker thread)."""
         t0 = time.perf_counter()
         if self.bound is not None:
-            out = self.bound.run(inputs, self.input_names)
+            out = self.bound.run(inputs, self.input_names, self.output_names)
         else:
             session = (self.light if self.light is not None and inputs.rows <= LIGHT_ROWS
                        else self.session)
             if inputs.rows % RUN_ROW_BLOCK:
                 out = self._run_padded(session, inputs)
             else:
-                out = ModelOutputs(*session.run(list(GRAPH.output_names), self.feeds(inputs)))
+                out = ModelOutputs(*session.run(list(self.output_names), self.feeds(inputs)))
         if self.observe is not None:
             self.observe(inputs.rows, time.perf_counter() - t0)
         return out
@@ -165,7 +175,7 @@ class LoadedModel:
 
         padded = ModelInputs(pad(inputs.x), pad(inputs.lengths),
                              None if inputs.static is None else pad(inputs.static))
-        return ModelOutputs(*session.run(list(GRAPH.output_names),
+        return ModelOutputs(*session.run(list(self.output_names),
                                          self.feeds(padded))).take(0, inputs.rows)
 
     def info(self, available: list[AvailableModel] | None = None) -> ModelInfo:
@@ -208,7 +218,7 @@ def load_model(folder: Path, task: str, settings: Settings,
     except (KeyError, ValueError) as e:
         raise ModelLoadError(f"manifest cannot be served: {e}", rule="manifest_invalid") from e
     model = LoadedModel(spec, folder, sess, sess.get_providers()[0], settings.device,
-                        datetime.now(UTC), names)
+                        datetime.now(UTC), names, output_names=graph_outputs(sess, m))
     model.max_batch_size = max_batch_rows(model.provider, settings.max_batch_size,
                                           settings.gpu_max_batch_size)
     if settings.io_binding == "on" or (settings.io_binding == "auto" and model.provider == CUDA):

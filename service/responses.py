@@ -53,7 +53,7 @@ def _margin_percentile(spec: ModelSpec, c: int, m: np.ndarray
     return out
 
 
-def _intervals(u: RiskUncertainty | None, risk: np.ndarray) -> list[dict[str, Any] | None]:
+def risk_intervals(u: RiskUncertainty | None, risk: np.ndarray) -> list[dict[str, Any] | None]:
     """Per row, a RiskInterval's fields (None: the model has no uncertainty map)."""
     if u is None:
         return [None] * len(risk)
@@ -100,7 +100,7 @@ def _table(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, choice: Choi
                                          ("u", al[:, :, 0]), ("v", al[:, :, 1]), ("m", mn),
                                          ("cu", cos_u), ("cv", cos_v))}
     pct = [_margin_percentile(spec, c, mn[:, c]) for c in range(len(labels))]
-    intervals = [_intervals(card.uncertainty, risk[:, c])
+    intervals = [risk_intervals(card.uncertainty, risk[:, c])
                  for c, card in enumerate(spec.manifest.classes)]
     source = "default" if choice.source == "default" else "request"
     points = [{"name": choice.used[c],
@@ -182,10 +182,11 @@ def _notices(prep: PreparedStays, idx: int, choice: Choice, enough: dict[str, An
     return notices
 
 
-def _audit(spec: ModelSpec, prep: PreparedStays, r: int, choice: Choice,
-           response_version: str) -> Audit:
+def audit_record(spec: ModelSpec, prep: PreparedStays, r: int, point: str,
+                 response_version: str) -> Audit:
+    """Row `r`'s audit record; `point`: the name of what its alerts are raised by."""
     return Audit(model_version=spec.ref.version, model_sha256=spec.ref.sha256,
-                 feature_set_hash=spec.fs_hash, operating_point=choice.name,
+                 feature_set_hash=spec.fs_hash, operating_point=point,
                  input_sha256=prep.input_sha256[r], response_version=response_version)
 
 
@@ -217,7 +218,7 @@ def predictions(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, *,
             "response_version": response_version, "id": prep.ids[idx], "model": spec.ref,
             "results": [_class_result(spec, t, r, c, aliases) for c in range(n_classes)],
             "warnings": _notices(prep, idx, choice, enough), "sufficiency": enough,
-            "audit": _audit(spec, prep, r, choice, response_version)})
+            "audit": audit_record(spec, prep, r, choice.name, response_version)})
     return result
 
 
@@ -251,7 +252,7 @@ def abstention(spec: ModelSpec, prep: PreparedStays, r: int, idx: int, choice: C
         "response_version": response_version, "id": prep.ids[idx], "model": spec.ref,
         "status": "insufficient_data", "results": [], "sufficiency": enough,
         "warnings": [n for n in prep.notices[idx] if n.code not in SCORED_ONLY_NOTICES],
-        "audit": _audit(spec, prep, r, choice, response_version)})
+        "audit": audit_record(spec, prep, r, choice.name, response_version)})
 
 
 def _direction(d: float) -> str:

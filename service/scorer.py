@@ -24,6 +24,7 @@ import numpy as np
 from scehr.schemas.contract import RESPONSE_VERSION
 from scehr.schemas.ingest import Stay
 from scehr.schemas.payloads import Prediction, Problem, StayPayload
+from scehr.schemas.trajectory_payloads import TrajectoryPrediction
 from scehr.service.batcher import (
     DeadlineExceeded,
     ModelInputs,
@@ -31,6 +32,7 @@ from scehr.service.batcher import (
     Overloaded,
     run_chunked,
 )
+from scehr.service.batcher import concat_outputs as batched_outputs
 from scehr.service.errors import ApiError
 from scehr.service.explain import DEFAULT_EXPLAIN, LEVELS, Explain
 from scehr.service.metrics import Metrics
@@ -41,6 +43,7 @@ from scehr.service.operating import Choice
 from scehr.service.pipeline import PreparedStays, prepare, tensor_rows
 from scehr.service.responses import predictions
 from scehr.service.settings import Settings
+from scehr.service.trajectory import trajectories
 from scehr.service.unread_variables import compact
 
 if TYPE_CHECKING:  # the registry imports ONNX Runtime: `scehr score` loads it when it runs
@@ -48,6 +51,8 @@ if TYPE_CHECKING:  # the registry imports ONNX Runtime: `scehr score` loads it w
 
 log = logging.getLogger("scehr.scorer")
 audit_log = logging.getLogger("scehr.audit")
+#: What the scorer answers a prepared stay: its prediction, or its trajectory when asked.
+Answer = Prediction | TrajectoryPrediction
 
 
 class InFlight(Protocol):
@@ -75,6 +80,8 @@ class ScoreOptions:
     choice: Choice | None = None
     all_or_none: bool = False
     response_version: str = RESPONSE_VERSION
+    #: answer each stay's risk at every hour (a landmark model's `TrajectoryPrediction`)
+    trajectory: bool = False
 
 
 @dataclass
@@ -88,13 +95,17 @@ class StayResult:
     id: str | None = None
     prediction: Prediction | None = None
     problems: list[Problem] = field(default_factory=list)
+    #: the stay's risk at every hour, when the request asked for its trajectory
+    trajectory: TrajectoryPrediction | None = None
+    #: () -> (`rows_read`'s rows, each one's time in hours): the rows read up to an hour
+    rows_at: Callable[[], tuple[tuple[int, ...], tuple[float, ...]]] | None = None
     #: () -> the payload's observation rows (reading order) whose values reached the model,
     #: computed on demand: for codecs that point back to their sources (FHIR `basis`)
     rows_read: Callable[[], tuple[int, ...]] | None = None
 
     @property
     def scored(self) -> bool:
-        return self.prediction is not None
+        return self.prediction is not None or self.trajectory is not None
 
     def contributed_rows(self) -> tuple[int, ...] | None:
         """The rows the model read (None: not known, e.g. a stay that was not prepared)."""
@@ -110,7 +121,7 @@ class ScoredStays:
     outputs: ModelOutputs | None = None
 
 
-def _audit(spec: ModelSpec, preds: Sequence[Prediction]) -> None:
+def _audit(spec: ModelSpec, preds: Sequence[Answer]) -> None:
     """One structured log line per prediction: identifiers and hashes, never values."""
     for p in preds:
         a = p.audit
@@ -118,7 +129,8 @@ def _audit(spec: ModelSpec, preds: Sequence[Prediction]) -> None:
             "task": spec.task, "model_version": a.model_version,
             "model_sha256": a.model_sha256, "feature_set_hash": a.feature_set_hash,
             "operating_point": a.operating_point, "input_sha256": a.input_sha256,
-            "status": p.status, "alerts": sum(r.alert for r in p.results)})
+            "status": p.status, "alerts": len(p.alerts) if isinstance(p, TrajectoryPrediction)
+            else sum(r.alert for r in p.results)})
 
 
 #: Stays prepared, run and read out together: a larger request goes through in chunks of this
@@ -132,15 +144,20 @@ def concat_outputs(parts: list[ModelOutputs]) -> ModelOutputs | None:
     """The model's rows of consecutive chunks, in order."""
     if len(parts) <= 1:
         return parts[0] if parts else None
-    return ModelOutputs(*(np.concatenate([getattr(p, f) for p in parts])
-                          for f in ("z", "anchor_logits", "probability")))
+    return batched_outputs(parts)
 
 
-def _results(prep: PreparedStays, preds: dict[int, Prediction]) -> list[StayResult]:
+def _results(prep: PreparedStays, preds: dict[int, Answer]) -> list[StayResult]:
     rows = dict(zip(prep.ok, prep.rows, strict=False)) if preds else {}
-    return [StayResult(i, prep.ids[i], prediction=preds.get(i),
-                       problems=prep.problems.get(i, []), rows_read=rows.get(i))
-            for i in range(prep.n)]
+    timed = dict(zip(prep.ok, prep.rows_at, strict=False)) if preds else {}
+    out = []
+    for i in range(prep.n):
+        a = preds.get(i)
+        out.append(StayResult(i, prep.ids[i], prediction=a if isinstance(a, Prediction) else None,
+                              problems=prep.problems.get(i, []), rows_read=rows.get(i),
+                              trajectory=a if isinstance(a, TrajectoryPrediction) else None,
+                              rows_at=timed.get(i)))
+    return out
 
 
 def prepared(spec: ModelSpec, stays: list[Stay], options: ScoreOptions,
@@ -159,25 +176,29 @@ def prepared(spec: ModelSpec, stays: list[Stay], options: ScoreOptions,
 
 
 def answers(spec: ModelSpec, prep: PreparedStays, out: ModelOutputs, options: ScoreOptions,
-            readouts: ReadOuts | None = None) -> dict[int, Prediction]:
-    """The predictions of the prepared stays, as the options ask for them."""
+            readouts: ReadOuts | None = None) -> dict[int, Answer]:
+    """The predictions (or trajectories) of the prepared stays, as the options ask for them."""
+    if options.trajectory:
+        return dict(trajectories(spec, prep, out, options.response_version))
     return predictions(spec, prep, out, choice=options.choice, explain=options.explain,
                        readouts=readouts, response_version=options.response_version)
 
 
 def score_offline(model: LoadedModel, stays: list[StayPayload], *, strict: bool = False,
                   max_observations: int, max_rows: int | None = None,
-                  allow_insufficient: bool = False) -> list[StayResult]:
+                  allow_insufficient: bool = False, trajectory: bool = False
+                  ) -> list[StayResult]:
     """The scorer's path without a server (`scehr score`): the same preparation and answers,
     the model run in chunks on this thread; no load shedding, deadline, monitoring or audit log
     (the output file holds each prediction's audit record). `allow_insufficient` scores a
-    stay below the model's data minimum anyway, as the API's `allow_insufficient=true`."""
+    stay below the model's data minimum anyway, as the API's `allow_insufficient=true`;
+    `trajectory` answers each stay's risk at every hour (a landmark model)."""
     spec = model.spec
     choice = (replace(spec.points.default_choice(), allow_insufficient=True)
               if allow_insufficient else None)
-    options = ScoreOptions(strict=strict, choice=choice)
+    options = ScoreOptions(strict=strict, choice=choice, trajectory=trajectory)
     prep = prepared(spec, stays, options, max_observations)
-    preds: dict[int, Prediction] = {}
+    preds: dict[int, Answer] = {}
     if prep.inputs is not None:
         out = run_chunked(model.run, prep.inputs, max_rows or model.max_batch_size)
         preds = answers(spec, prep, out, options)

@@ -20,11 +20,11 @@ import numpy as np
 import onnxruntime as ort
 from pydantic import ValidationError
 
-from scehr.schemas.contract import GRAPH
+from scehr.schemas.contract import GRAPH, LANDMARK_OUTPUTS
 from scehr.schemas.manifest import ContractError, Manifest, load_manifest, sha256_file
 from scehr.schemas.model_index import ModelIndex
 from scehr.schemas.payloads import Observation, StayPayload
-from scehr.schemas.tasks import TASK_NAMES
+from scehr.schemas.tasks import TASK_NAMES, task_spec
 from scehr.service.batcher import ModelInputs, ModelOutputs, run_chunked
 from scehr.service.load_errors import ModelLoadError
 from scehr.service.model import ModelSpec
@@ -128,6 +128,19 @@ def check_graph(sess: ort.InferenceSession, m: Manifest) -> tuple[list[str], int
                              rule="graph_outputs")
     t = next(i for i in sess.get_inputs() if i.name == GRAPH.x.name).shape[1]
     return names, t if isinstance(t, int) else None
+
+
+def graph_outputs(sess: ort.InferenceSession, m: Manifest) -> tuple[str, ...]:
+    """The outputs a run fetches, in `ModelOutputs` order: a landmark task's graph must also
+    give its per-step outputs (`LANDMARK_OUTPUTS`), which its trajectory is read from."""
+    if not task_spec(m.task).landmarks:
+        return GRAPH.output_names
+    want = tuple(o.name for o in LANDMARK_OUTPUTS)
+    outs = [o.name for o in sess.get_outputs()]
+    if not set(want) <= set(outs):
+        raise ModelLoadError(f"graph outputs {outs} lack some of {list(want)}, which a "
+                             f"{m.task} model gives (a risk per hour)", rule="graph_outputs")
+    return (*GRAPH.output_names, *want)
 
 
 def warmup_stays(spec: ModelSpec) -> list[StayPayload]:

@@ -164,8 +164,8 @@ def test_a_toy_loss_task_and_variable_need_only_the_documented_files(tmp_path: P
     # a task: its TaskSpec in the registry, a converter, the regenerated manifest schema
     edit(code / "schemas/tasks.py", "\n#: Every task, by name",
          TOY_TASK + "\n#: Every task, by name")
-    edit(code / "schemas/tasks.py", "for t in (MORTALITY, PHENOTYPES)}",
-         "for t in (MORTALITY, PHENOTYPES, TOY)}")
+    edit(code / "schemas/tasks.py", "for t in (MORTALITY, PHENOTYPES, MORTALITY_LANDMARK)}",
+         "for t in (MORTALITY, PHENOTYPES, MORTALITY_LANDMARK, TOY)}")
     (code / "training/data/toy.py").write_text(TOY_CONVERTER)
     env = {"PYTHONPATH": str(copy), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
            "MPLBACKEND": "Agg", "HOME": str(tmp_path)}

@@ -74,6 +74,9 @@ class TrainConfig:
     channel_dropout: float = 0.0
     #: Also drop whole channel groups (GCS, labs, blood gases, ...) with the same probability.
     channel_dropout_groups: bool = False
+    #: Landmark tasks (TaskSpec.landmarks): how training draws landmark hours
+    #: (training/landmark.py: first_hour, hours_per_batch); empty: its defaults.
+    landmark: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.task not in TASK_NAMES:

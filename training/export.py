@@ -43,9 +43,15 @@ from scehr.training.distributed import manifest_note
 from scehr.training.drift_reference import prepared_data, risk_reference, value_reference
 from scehr.training.fairness import fairness_at_export, subgroup_auroc
 from scehr.training.fit import load_checkpoint
+from scehr.training.landmark_assets import from_prepared as landmark_trajectory
 from scehr.training.losses import calibration_input
 from scehr.training.model_card import MIN_POSITIVES, write_model_card
-from scehr.training.onnx_graph import ScoringModel, export_onnx, validate_parity
+from scehr.training.onnx_graph import (
+    LandmarkScoringModel,
+    ScoringModel,
+    export_onnx,
+    validate_parity,
+)
 from scehr.training.serving_assets import (
     default_point,
     fit_calibration,
@@ -110,9 +116,11 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     refuse_existing(out.parent.parent, task, version or out.name, out)
     out.mkdir(parents=True, exist_ok=True)
     onnx_path = out / "model.onnx"
-    scoring = ScoringModel(model.encoder, model.head, crit.probability).eval()
-    uses_static = bool(ck["encoder"]["uses_static"])
     spec = task_spec(task)
+    # a landmark task's graph adds every hour's outputs (contract 1.5)
+    graph = LandmarkScoringModel if spec.landmarks else ScoringModel
+    scoring = graph(model.encoder, model.head, crit.probability).eval()
+    uses_static = bool(ck["encoder"]["uses_static"])
     dynamic = spec.dynamic_length
     export_onnx(scoring, onnx_path, n_features=ck["n_features"],
                 n_static=ck["n_static"] if uses_static else 0,
@@ -168,6 +176,8 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
                        preds, data_description or "")
     data = prepared_data(cfg)
     audit = fairness_at_export(model, crit, data, preds, classes[0]) if spec.binary else None
+    trajectory = (landmark_trajectory(model, crit, data, logistic_input) if spec.landmarks
+                  else None)
     version = version or out.name
     manifest = Manifest(
         contract_version=CONTRACT_VERSION,
@@ -195,7 +205,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         provenance=prov,
         onnx=OnnxSpec(sha256=sha256_file(onnx_path), opset=GRAPH.opset,
                       inputs=GRAPH.input_names(uses_static),
-                      outputs=list(GRAPH.output_names), dynamic_length=dynamic,
+                      outputs=list(scoring.output_names), dynamic_length=dynamic,
                       parity_max_abs_error={k: float(e) for k, e in parity.items()}),
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         code_version=code_version(),
@@ -203,6 +213,7 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
                *training_notes(metrics), *robustness_notes(cfg),
                "not for clinical use without local validation"],
         value_reference=value_reference(cfg, data),
+        trajectory=trajectory,
     )
     (out / "manifest.json").write_text(manifest_json(manifest))
     command = reproduce or (f"scehr train --config {run_dir / 'config.json'}\n"

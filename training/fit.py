@@ -37,6 +37,7 @@ from scehr.training.distributed import (
 from scehr.training.encoders import build_encoder
 from scehr.training.heads import AnchorHead
 from scehr.training.interrupt import StopRequest, TrainingInterrupted
+from scehr.training.landmark import LandmarkObjective, predict_hours, selection_score
 from scehr.training.losses import CombinedLoss, build_loss
 from scehr.training.metrics import headline_metric, task_metrics
 from scehr.training.progress import RunLog, format_epoch
@@ -347,6 +348,8 @@ class _Fit:
     on_step: Callable[[LoopState], None] | None
     resumed: bool
     channel_dropout: ChannelDropout
+    #: A landmark task's objective over (stay, hour) rows; None: one row per stay.
+    landmarks: LandmarkObjective | None = None
 
     @classmethod
     def start(cls, cfg: TrainConfig, data: Prepared, run_dir: Path | None,
@@ -382,7 +385,9 @@ class _Fit:
         return cls(cfg, data, run_dir, gen, model, crit, labelled, phases, st, opt,
                    task_spec(cfg.task).headline_metric, pre_step, on_step, resume is not None,
                    ChannelDropout(cfg.features(), data.normalizer, cfg.channel_dropout,
-                                  cfg.channel_dropout_groups))
+                                  cfg.channel_dropout_groups),
+                   LandmarkObjective.from_config(cfg.landmark)
+                   if task_spec(cfg.task).landmarks else None)
 
     def __post_init__(self) -> None:
         """On several processes: the objective on this process's device, and the model under
@@ -475,6 +480,9 @@ class _Fit:
         elif pre:
             assert self.pre_step is not None
             loss, parts = self.pre_step(self.model.pretrain_embedding, x, lengths, static, y, idx)
+        elif self.landmarks is not None:
+            z, logits, y = self.landmarks.rows(self.model, x, lengths, static, y, self.gen)
+            loss, parts = self.crit(z, logits, y)
         else:
             z, logits = self.model(x, lengths, static)
             z2 = None
@@ -554,6 +562,9 @@ class _Fit:
         val = predict(self.model, self.crit, self.data.val)
         m = task_metrics(self.cfg.task, val["y"], val["probability"])
         score = m[headline] if m[headline] is not None else -math.inf
+        if self.landmarks is not None:  # landmark runs: the mean over the landmark hours
+            score = selection_score(self.cfg.task, headline,
+                                    predict_hours(self.model, self.crit, self.data.val))
         row.update({f"val_{headline}": score,
                     "val_auprc": m.get("auprc") or float("nan"),
                     "seconds": st.epoch_seconds + time.perf_counter() - t_val})

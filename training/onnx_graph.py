@@ -20,7 +20,8 @@ import onnxruntime as ort
 import torch
 from torch import Tensor, nn
 
-from scehr.schemas.contract import GRAPH, INPUT_LENGTHS, INPUT_STATIC, INPUT_X
+from scehr.schemas.contract import GRAPH, INPUT_LENGTHS, INPUT_STATIC, INPUT_X, LANDMARK_OUTPUTS
+from scehr.training.encoders.base import clamp_lengths, last_valid
 
 ONNX_OPSET, PARITY_ATOL = GRAPH.opset, GRAPH.parity_atol
 #: The graph's inputs and outputs, from the graph contract (schemas.contract.GRAPH).
@@ -47,6 +48,9 @@ class ParityError(RuntimeError):
 class ScoringModel(nn.Module):
     """(x, lengths, static?) -> (z, anchor_logits [B, C, 2], probability [B, C])."""
 
+    #: The graph's outputs, in the order `forward` returns them.
+    output_names: tuple[str, ...] = OUTPUTS
+
     def __init__(
         self,
         encoder: nn.Module,
@@ -66,6 +70,25 @@ class ScoringModel(nn.Module):
         z = self.encoder(x, lengths, static)
         anchor_logits = self.head(z)
         return z, anchor_logits, self.probability_fn(anchor_logits)
+
+
+class LandmarkScoringModel(ScoringModel):
+    """A landmark task's graph: today's three outputs at each stay's last valid step, plus the
+    anchor logits [B, T, C, 2] and probability [B, T, C] at every step (step t: the risk from
+    hours [0, t + 1)), from one run of a causal encoder's `steps()`."""
+
+    output_names = (*OUTPUTS, *(o.name for o in LANDMARK_OUTPUTS))
+
+    def forward(  # type: ignore[override]
+        self, x: Tensor, lengths: Tensor, static: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        lengths = clamp_lengths(lengths, x.shape[1])
+        zs = self.encoder.steps(x, lengths, static)  # [B, T, D]
+        # the head reads [N, D]; T comes from x, never from an RNN output (the exporter pins it)
+        by_hour = self.head(zs.flatten(0, 1)).unflatten(0, (x.shape[0], x.shape[1]))
+        p_by_hour = self.probability_fn(by_hour)
+        return (last_valid(zs, lengths), last_valid(by_hour, lengths),
+                last_valid(p_by_hour, lengths), by_hour, p_by_hour)
 
 
 def export_onnx(
@@ -121,7 +144,7 @@ def export_onnx(
                 args,
                 dynamo=True,
                 input_names=names,
-                output_names=list(OUTPUTS),
+                output_names=list(model.output_names),
                 dynamic_shapes=dynamic,
                 opset_version=opset,
                 external_data=False,
@@ -201,7 +224,8 @@ def validate_parity(
     fixed_t = dims[INPUT_X][1]
     seq_lens = [fixed_t] if isinstance(fixed_t, int) else list(lengths)
     rng = np.random.default_rng(seed)
-    worst = dict.fromkeys(OUTPUTS, 0.0)
+    names = list(model.output_names)
+    worst = dict.fromkeys(names, 0.0)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -211,14 +235,14 @@ def validate_parity(
                 feed = _random_feed(rng, b, int(t), n_features, dims)
                 with torch.no_grad():
                     ref = model(*(torch.from_numpy(feed[k]).to(device) for k in _order(feed)))
-                got = session.run(list(OUTPUTS), feed)
-                for name, r, g in zip(OUTPUTS, ref, got, strict=True):
+                got = session.run(names, feed)
+                for name, r, g in zip(names, ref, got, strict=True):
                     if tuple(r.shape) != g.shape:
                         raise ParityError(
                             f"output {name!r} has shape {g.shape} in ONNX Runtime but "
                             f"{tuple(r.shape)} in PyTorch at batch size {b}, T={t} ({onnx_path})"
                         )
-                    err = _max_abs(r.cpu().numpy(), g)
+                    err = _max_abs(*_valid_steps(name, r.cpu().numpy(), g, feed))
                     if not err <= atol:  # also catches NaN
                         raise ParityError(
                             f"ONNX Runtime vs PyTorch: output {name!r} differs by {err:.3g} "
@@ -250,6 +274,16 @@ def _random_feed(
             GRAPH.static.dtype
         )
     return feed
+
+
+def _valid_steps(name: str, ref: np.ndarray, got: np.ndarray, feed: dict[str, np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """A per-step output's values at steps inside each stay (later steps are undefined);
+    other outputs whole."""
+    if name not in {o.name for o in LANDMARK_OUTPUTS}:
+        return ref, got
+    inside = np.arange(ref.shape[1])[None, :] < feed[INPUT_LENGTHS][:, None]
+    return ref[inside], got[inside]
 
 
 def _max_abs(a: np.ndarray, b: np.ndarray) -> float:

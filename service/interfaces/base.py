@@ -22,6 +22,7 @@ from fastapi.responses import Response
 
 from scehr.schemas.ingest import Stay
 from scehr.schemas.payloads import ErrorBody, Prediction, Problem
+from scehr.schemas.trajectory_payloads import TrajectoryPrediction
 from scehr.service.batcher import ModelInputs
 from scehr.service.deps import handle_for
 from scehr.service.errors import ApiError
@@ -102,17 +103,34 @@ def body_loc(loc: Loc) -> Loc:
     return ["body", *loc]
 
 
+def _answered(scored: ScoredStays | None, locate: Callable[[Loc], Loc], answer: str
+              ) -> StayResult:
+    """The result of a request of one stay answered as a whole, when it has its `answer`
+    (a `StayResult` field), or `ApiError` 422 with the stay's problems, each field path
+    mapped by `locate` to the interface's (e.g. a FHIR path)."""
+    assert scored is not None
+    res = scored.results[0]
+    if getattr(res, answer) is None:
+        raise ApiError(422, "invalid_stay", [p.model_copy(update={"loc": locate(p.loc)})
+                                             for p in res.problems])
+    return res
+
+
 def one_prediction(scored: ScoredStays | None, locate: Callable[[Loc], Loc] = body_loc
                    ) -> tuple[Prediction, StayResult]:
     """The prediction of a request of one stay answered as a whole (and its result), or
-    `ApiError` 422 with the stay's problems, each field path mapped by `locate` to the
-    interface's (e.g. a FHIR path)."""
-    assert scored is not None
-    res = scored.results[0]
-    if res.prediction is None:
-        raise ApiError(422, "invalid_stay", [p.model_copy(update={"loc": locate(p.loc)})
-                                             for p in res.problems])
+    `ApiError` 422 with the stay's problems (`_answered`)."""
+    res = _answered(scored, locate, "prediction")
+    assert res.prediction is not None
     return res.prediction, res
+
+
+def one_trajectory(scored: ScoredStays | None, locate: Callable[[Loc], Loc] = body_loc
+                   ) -> tuple[TrajectoryPrediction, StayResult]:
+    """`one_prediction` of a request for the stay's risk at every hour: its trajectory."""
+    res = _answered(scored, locate, "trajectory")
+    assert res.trajectory is not None
+    return res.trajectory, res
 
 
 class Codec(ABC):
@@ -142,6 +160,11 @@ class Codec(ABC):
         middleware, before the body, to count the request for its task."""
         task = path.get("task")
         return task if isinstance(task, str) else None
+
+    def per_hour(self, task: str) -> bool:
+        """Whether a request for `task` is answered with the risk at every hour (a landmark
+        model's trajectory, `StayResult.trajectory`) rather than one `Prediction`."""
+        return False
 
     def not_found(self, path: Mapping[str, Any]) -> ApiError:
         """The answer to a path that names no task."""

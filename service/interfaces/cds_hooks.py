@@ -7,9 +7,17 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from scehr.schemas.payloads import ErrorBody
+from scehr.schemas.tasks import TASK_SPECS
 from scehr.service.errors import ApiError
 from scehr.service.examples import cds_examples
-from scehr.service.interfaces.base import ERRORS, Call, Codec, Decoded, one_prediction
+from scehr.service.interfaces.base import (
+    ERRORS,
+    Call,
+    Codec,
+    Decoded,
+    one_prediction,
+    one_trajectory,
+)
 from scehr.service.interfaces.bodies import as_body_parameter
 from scehr.service.interfaces.fhir import FHIR_BYTE_COST
 from scehr.service.interop.cds_hooks import (
@@ -19,6 +27,7 @@ from scehr.service.interop.cds_hooks import (
     cards,
     model_card_url,
     read_prefetch,
+    trend_card,
 )
 from scehr.service.interop.fhir_limits import FhirLimits, check_raw
 from scehr.service.scorer import ScoredStays
@@ -58,6 +67,11 @@ class CdsHooks(Codec):
         return service_id.removeprefix(SERVICE_PREFIX) \
             if service_id.startswith(SERVICE_PREFIX) else None
 
+    def per_hour(self, task: str) -> bool:
+        """A landmark task's service answers the trend of its trajectory (`trend_card`)."""
+        spec = TASK_SPECS.get(task)
+        return spec is not None and spec.landmarks
+
     def not_found(self, path: Any) -> ApiError:
         return ApiError(404, "service_not_found",
                         message=f"no CDS service {path.get('service_id')!r}")
@@ -74,7 +88,10 @@ class CdsHooks(Codec):
         stay = decoded.context
         if stay is None:
             return CdsResponse(cards=[])
-        pred, _ = one_prediction(scored, stay.locate)
         s = call.settings
-        return cards(pred, call.spec.manifest, model_card_url(
-            s.public_base_url if s.open_models else None, call.task), stay.issues)
+        url = model_card_url(s.public_base_url if s.open_models else None, call.task)
+        if call.options.trajectory:
+            traj, _ = one_trajectory(scored, stay.locate)
+            return CdsResponse(cards=[trend_card(traj, url, stay.issues)])
+        pred, _ = one_prediction(scored, stay.locate)
+        return cards(pred, call.spec.manifest, url, stay.issues)

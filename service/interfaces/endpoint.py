@@ -80,7 +80,7 @@ def endpoint(codec: Codec) -> Endpoint:
             raise codec.not_found(values)
         handle = codec.handle(state.registry, settings, task, values["version"])
         options = score_options(handle.model.spec, values, whole=codec.whole,
-                                answer_version=answer)
+                                answer_version=answer, per_hour=codec.per_hour(task))
         raw = await request.body()
         since = time.perf_counter()
         work = heavy(options.explain, len(raw) * codec.byte_cost, settings.offload_bytes)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from fastapi.responses import Response
+from pydantic import BaseModel
 
 from scehr.schemas.contract import PREVIOUS_RESPONSE_VERSION, RESPONSE_VERSION_HEADER
 from scehr.schemas.payloads import (
@@ -91,10 +92,13 @@ class JsonBatch(Codec):
 
 
 def batch_response(spec: ModelSpec, raw: list[Any], parsed: list[StayPayload | list[Problem]],
-                   scored: ScoredStays, version: str) -> Response:
-    """One item per input stay: its prediction, or its errors (paths from the body)."""
-    item_model = BatchItemV1_1 if version == PREVIOUS_RESPONSE_VERSION else BatchItem
-    items: list[BatchItem] = []
+                   scored: ScoredStays, version: str, item_model: type[BaseModel] | None = None,
+                   answer: str = "prediction") -> Response:
+    """One item per input stay: its answer (the `StayResult` field `answer`, the item's field
+    of the same name), or its errors (paths from the body)."""
+    item_model = item_model or (BatchItemV1_1 if version == PREVIOUS_RESPONSE_VERSION
+                                else BatchItem)
+    items: list[BaseModel] = []
     results = iter(scored.results)
     for i, s in enumerate(parsed):
         if not isinstance(s, StayPayload):
@@ -104,8 +108,8 @@ def batch_response(spec: ModelSpec, raw: list[Any], parsed: list[StayPayload | l
                                     errors=s))
             continue
         res = next(results)
-        if res.prediction is not None:
-            items.append(item_model(index=i, id=s.id, prediction=res.prediction))
+        if (got := getattr(res, answer)) is not None:
+            items.append(item_model(index=i, id=s.id, **{answer: got}))
         else:
             items.append(item_model(index=i, id=s.id, errors=_prefixed(
                 res.problems, ["body", "stays", i])))

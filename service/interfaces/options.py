@@ -99,9 +99,11 @@ def choose_point(spec: ModelSpec, name: str | None, threshold: float | None,
 
 
 def score_options(spec: ModelSpec, values: dict[str, Any], *, whole: bool,
-                  answer_version: str = RESPONSE_VERSION) -> ScoreOptions:
+                  answer_version: str = RESPONSE_VERSION, per_hour: bool = False
+                  ) -> ScoreOptions:
     """The scorer's options from a request's option `values` (every name of `OPTIONS`, at
-    its default where the request or its interface gives none)."""
+    its default where the request or its interface gives none); `per_hour`: answer each
+    stay's trajectory."""
     return ScoreOptions(values["explain"], values["strict"], choose_point(
         spec, values["operating_point"], values["threshold"], values["allow_insufficient"]),
-        all_or_none=whole, response_version=answer_version)
+        all_or_none=whole, response_version=answer_version, trajectory=per_hour)

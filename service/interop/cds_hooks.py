@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scehr.schemas.manifest import Manifest
 from scehr.schemas.payloads import ClassResult, Prediction, Problem, RiskInterval
 from scehr.schemas.tasks import outcome_coding
+from scehr.schemas.trajectory_payloads import TrajectoryPrediction
 from scehr.schemas.variables import LOINC_PANELS, LOINC_SYSTEM, VARIABLES, Variable, loinc_index
 from scehr.service.errors import ApiError
 from scehr.service.interop.fhir_in import (
@@ -31,6 +32,7 @@ from scehr.service.interop.fhir_in import (
 from scehr.service.interop.readout import (
     Level,
     interval_of,
+    interval_words,
     level_of,
     rationale,
     risk_of,
@@ -231,6 +233,10 @@ def _summary(label: str, risk: float, level: Level, interval: RiskInterval | Non
     return name + tail
 
 
+def _outcome_words(label: str) -> str:
+    return "in-hospital death" if label == "in_hospital_mortality" else label
+
+
 def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | None,
          issues: Sequence[Issue] = ()) -> Card:
     """One class's card; `issues`: the prefetch's own warnings (what was not read, and why),
@@ -248,7 +254,7 @@ def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | N
         lines.append(f"{len(codes)} data warning(s): " + ", ".join(sorted(set(codes))) + ".")
     lines.append("Research software: not for clinical use without local validation.")
     c = outcome_coding(r.label)
-    label = "in-hospital death" if r.label == "in_hospital_mortality" else r.label
+    label = _outcome_words(r.label)
     return Card(
         uuid=str(uuid.uuid4()), summary=_summary(label, risk_of(r), level, interval_of(r)),
         detail="\n".join(lines), indicator=level,
@@ -261,6 +267,64 @@ def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | N
                                "risk_interval": None if interval_of(r) is None
                                else interval_of(r).model_dump(),
                                "version": pred.model.version}})
+
+
+#: How far back a trajectory card compares the risk now with.
+TREND_HOURS = 6
+
+
+def _risk_at(t: TrajectoryPrediction, hour: int) -> float | None:
+    """The trajectory's risk at `hour` (None: not scored, or before the stay)."""
+    return next((h.risk for h in t.hours if h.hour == hour), None)
+
+
+def trend_card(t: TrajectoryPrediction, card_url: str | None, issues: Sequence[Issue] = ()
+               ) -> Card:
+    """A trajectory as one card: the risk now (its last hour) against TREND_HOURS ago, the
+    alerts the policy raised; an info card saying why when the last hour abstained."""
+    m, now = t.model, t.hours[-1]
+    source = Source(label=f"scehr {m.name} {m.version}", url=card_url)
+    links = [] if card_url is None else [Link(label="Model card", url=card_url)]
+    alerts = [a.hour for a in t.alerts]
+    if now.risk is None:
+        why = [r.message for r in now.reasons]
+        return Card(
+            uuid=str(uuid.uuid4()), summary=f"No {m.task} risk at hour {now.hour} yet",
+            detail=f"No risk is given at hour {now.hour}:\n\n"
+            + "\n".join(f"- {w}" for w in why)
+            + "\n\nResearch software: not for clinical use without local validation.",
+            indicator="info", source=source, links=links,
+            extension={EXTENSION: {"status": t.status, "hour": now.hour, "reasons": why,
+                                   "alerts": alerts, "model": m.name, "version": m.version}})
+    before = _risk_at(t, now.hour - TREND_HOURS)
+    level: Level = "warning" if now.alert else "info"
+    was = "no risk then" if before is None else f"{before:.0%}"
+    tail = f": {now.risk:.0%} at hour {now.hour}, {was} {TREND_HOURS} h ago ({level})"
+    label = _outcome_words(t.label)
+    room = SUMMARY_MAX - len(tail)
+    then = "no risk (abstained, or before the stay)" if before is None else f"{before:.1%}"
+    lines = [f"Risk {now.risk:.1%} at hour {now.hour}, from the data up to that hour; "
+             f"{TREND_HOURS} h earlier (hour {now.hour - TREND_HOURS}): {then}.",
+             interval_words(now.interval), "",
+             f"Alerts raised (threshold {t.alert_policy.threshold:.0%}, silenced for "
+             f"{t.alert_policy.silence_hours} h unless the risk rises by "
+             f"{t.alert_policy.realert_rise:.0%}): "
+             + (", ".join(f"hour {h}" for h in alerts) if alerts else "none") + "."]
+    codes = [w.code for w in t.warnings] + [i.code for i in issues]
+    if codes:
+        lines.append(f"{len(codes)} data warning(s): " + ", ".join(sorted(set(codes))) + ".")
+    lines.append("Research software: not for clinical use without local validation.")
+    c = outcome_coding(t.label)
+    return Card(
+        uuid=str(uuid.uuid4()),
+        summary=(label if len(label) <= room else label[: room - 1] + "…") + tail,
+        detail="\n".join(lines), indicator=level,
+        source=Source(label=source.label, url=card_url, topic=None if c is None else Coding(
+            system=c.system, code=c.code, display=c.display)),
+        links=links,
+        extension={EXTENSION: {"label": t.label, "hour": now.hour, "risk": now.risk,
+                               f"risk_{TREND_HOURS}h_ago": before, "level": level,
+                               "alerts": alerts, "model": m.name, "version": m.version}})
 
 
 def model_card_url(public_base_url: str | None, task: str) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic_core import to_json as encode
 
 from scehr.schemas.manifest import Manifest
-from scehr.schemas.payloads import ClassResult, Prediction
+from scehr.schemas.payloads import ClassResult, ModelRef, Notice, Prediction, RiskInterval
 from scehr.schemas.tasks import outcome_coding
 from scehr.service.interop.fhir_in import FhirStay, Issue, expression
 from scehr.service.interop.readout import QUALITATIVE, interval_of, level_of, rationale, risk_of
@@ -33,25 +33,30 @@ FHIR_JSON = "application/fhir+json"
 Json = dict[str, Any]
 
 
-def _method(pred: Prediction) -> Json:
-    m = pred.model
+def _method(m: ModelRef) -> Json:
+    """The model as a RiskAssessment's `method`."""
     return {"coding": [{"system": MODEL_SYSTEM, "version": m.version, "code": m.name,
                         "display": f"{m.name} {m.version}"}],
             "text": f"{m.name} {m.version} (task {m.task}, loss {m.loss}, "
                     f"model.onnx sha256 {m.sha256})"}
 
 
-def _outcome(r: ClassResult) -> Json:
-    c = outcome_coding(r.label)
+def outcome_concept(label: str) -> Json:
+    """A label as a RiskAssessment's `prediction.outcome`."""
+    c = outcome_coding(label)
     if c is None:
-        return {"text": r.label}
+        return {"text": label}
     return {"coding": [{"system": c.system, "code": c.code, "display": c.display}],
-            "text": r.label}
+            "text": label}
 
 
 def interval_extension(r: ClassResult) -> list[Json] | None:
     """The risk's uncertainty as the RISK_INTERVAL_URL extension (None: the model has none)."""
-    ri = interval_of(r)
+    return risk_interval_extension(interval_of(r))
+
+
+def risk_interval_extension(ri: RiskInterval | None) -> list[Json] | None:
+    """`interval_extension` of a risk's interval (None: none)."""
     if ri is None:
         return None
     parts = [{"url": "interval", "valueRange": {"low": {"value": ri.low},
@@ -77,14 +82,21 @@ def risk_assessment(r: ClassResult, pred: Prediction, manifest: Manifest, stay: 
     prediction: Json = {}
     if (ext := interval_extension(r)) is not None:
         prediction["extension"] = ext
-    prediction |= {"outcome": _outcome(r), "probabilityDecimal": risk_of(r),
+    prediction |= {"outcome": outcome_concept(r.label), "probabilityDecimal": risk_of(r),
                    "qualitativeRisk": {"coding": [{"system": RISK_PROBABILITY, "code": code,
                                                    "display": display}]},
                    "rationale": rationale(r, manifest)}
+    return assessment(pred.model, f"{pred.model.name}:{r.label}", stay, when, basis,
+                      prediction)
+
+
+def assessment(model: ModelRef, identifier: str, stay: FhirStay, when: datetime,
+               basis: list[str], prediction: Json) -> Json:
+    """A RiskAssessment of the stay's patient by `model` at `when`, with one `prediction`;
+    `basis`: the references whose values the model read."""
     out: Json = {"resourceType": "RiskAssessment", "id": str(uuid.uuid4()),
-                 "identifier": [{"system": MODEL_SYSTEM,
-                                 "value": f"{pred.model.name}:{r.label}"}],
-                 "status": "final", "method": _method(pred),
+                 "identifier": [{"system": MODEL_SYSTEM, "value": identifier}],
+                 "status": "final", "method": _method(model),
                  "subject": {"reference": stay.patient}}
     if stay.encounter:
         out["encounter"] = {"reference": stay.encounter}
@@ -95,7 +107,8 @@ def risk_assessment(r: ClassResult, pred: Prediction, manifest: Manifest, stay: 
     return out
 
 
-def _issue(code: str, details: Json, diagnostics: str, where: str | None) -> Json:
+def warning_issue(code: str, details: Json, diagnostics: str, where: str | None) -> Json:
+    """An OperationOutcome issue of severity warning."""
     issue = {"severity": "warning", "code": code, "details": details,
              "diagnostics": diagnostics}
     return issue | {"expression": [where]} if where else issue
@@ -103,19 +116,28 @@ def _issue(code: str, details: Json, diagnostics: str, where: str | None) -> Jso
 
 def operation_outcome(issues: list[Issue], pred: Prediction, stay: FhirStay) -> Json | None:
     """Conversion warnings and the prediction's own warnings, as FHIR issues."""
-    out = [_issue("informational", {"text": i.code}, i.message, i.expression)
-           for i in issues]
+    incomplete = []
     if pred.status == "insufficient_data" and pred.sufficiency is not None:
-        out.append(_issue(
+        incomplete.append(warning_issue(
             "incomplete", {"coding": [{"system": MODEL_SYSTEM, "code": "insufficient_data"}],
                            "text": "insufficient_data"},
             f"not enough data to estimate the risk with {pred.model.name} "
             f"{pred.model.version}: " + "; ".join(pred.sufficiency.reasons)
             + ". No RiskAssessment is given.", None))
-    for n in pred.warnings:
+    return outcome_resource(issues, incomplete, pred.warnings, stay)
+
+
+def outcome_resource(issues: list[Issue], incomplete: list[Json], warnings: Sequence[Notice],
+                     stay: FhirStay) -> Json | None:
+    """An OperationOutcome: the Bundle's conversion `issues`, the `incomplete` issues (why no
+    risk was given), then the answer's `warnings` (None: nothing to say)."""
+    out = [warning_issue("informational", {"text": i.code}, i.message, i.expression)
+           for i in issues]
+    out += incomplete
+    for n in warnings:
         where = stay.locate(n.loc) if n.loc else None
-        out.append(_issue("informational", {"text": n.code}, n.message,
-                          expression(where) if where else None))
+        out.append(warning_issue("informational", {"text": n.code}, n.message,
+                                 expression(where) if where else None))
     return {"resourceType": "OperationOutcome", "id": str(uuid.uuid4()),
             "issue": out} if out else None
 
@@ -130,9 +152,12 @@ def risk_bundle(pred: Prediction, manifest: Manifest, stay: FhirStay,
     when = when or datetime.now(UTC)
     basis = stay.contributed(rows)
     entries = [risk_assessment(r, pred, manifest, stay, when, basis) for r in pred.results]
-    oo = operation_outcome(stay.issues, pred, stay)
-    if oo is not None:
-        entries.append(oo)
+    return collection(entries, operation_outcome(stay.issues, pred, stay), when)
+
+
+def collection(entries: list[Json], outcome: Json | None, when: datetime) -> Json:
+    """A collection Bundle of `entries`, then `outcome` when there is one."""
+    entries = entries if outcome is None else [*entries, outcome]
     bundle: Json = {"resourceType": "Bundle", "type": "collection", "timestamp": when}
     if entries:
         bundle["entry"] = [{"fullUrl": f"urn:uuid:{e['id']}", "resource": e} for e in entries]

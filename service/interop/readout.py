@@ -32,7 +32,11 @@ _OUTCOME_WORDS = {("outcome",): "the outcome only", ("no_outcome",): "no outcome
 
 def uncertainty_words(r: ClassResult) -> str:
     """The interval in words; a wide one said plainly (it is information, not a failure)."""
-    ri = interval_of(r)
+    return interval_words(interval_of(r))
+
+
+def interval_words(ri: RiskInterval | None) -> str:
+    """`uncertainty_words` of a risk's interval (None: the model serves none)."""
     if ri is None:
         return "This model version serves no uncertainty interval."
     words = f"Uncertainty: the risk lies between {ri.low:.1%} and {ri.high:.1%} (Venn-Abers)"

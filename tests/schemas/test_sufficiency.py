@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from scehr.schemas.featureset import FEATURE_SETS
-from scehr.schemas.sufficiency import DataMinimum, shortfalls, summarize
+from scehr.schemas.sufficiency import DataMinimum, shortfalls, summarize, summarize_by_hour
 from scehr.schemas.tensorize import Observations
 
 FS = FEATURE_SETS["physionet2012-full"]
@@ -69,3 +69,25 @@ def test_one_stay_alone_is_summarized_as_in_a_batch() -> None:
         alone = Observations(np.zeros(rows.sum(), dtype=np.int64), obs.channel[rows],
                              obs.time[rows], obs.value[rows], 1)
         assert repr(summarize(alone, end[i : i + 1], FS)) == repr([batch[i]]), i  # signs too
+
+
+def test_by_hour_is_the_summary_of_the_window_ending_at_each_hour() -> None:
+    """`summarize_by_hour` (a landmark model's minimum at every hour) gives `summarize`'s
+    figures with the window ending at that hour: edges, descriptors, other stays, no data."""
+    rng = np.random.default_rng(5)
+    k = 600
+    st = rng.integers(0, 3, k)
+    chans = rng.integers(0, FS.n_channels, k)
+    t = rng.choice([-1e-7, 0.0, 6.0, 6.0000005, 12.0, *rng.uniform(0, 48, 30)], k)
+    obs = Observations(st, chans, t, np.ones(k), 3)
+    hours = np.arange(1, 49)
+    for stay in range(3):
+        rows = obs.stay == stay
+        alone = Observations(np.zeros(rows.sum(), dtype=np.int64), obs.channel[rows],
+                             obs.time[rows], obs.value[rows], 1)
+        expected = [summarize(alone, np.array([float(h)]), FS)[0] for h in hours]
+        assert summarize_by_hour(obs, stay, hours, FS) == expected
+    empty = Observations(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0),
+                         np.zeros(0), 1)
+    assert summarize_by_hour(empty, 0, np.array([1, 2]), FS) == [
+        summarize(empty, np.array([1.0]), FS)[0]] * 2

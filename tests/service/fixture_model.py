@@ -28,9 +28,39 @@ from scehr.schemas.contract import (
 )
 from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FeatureSet
 from scehr.schemas.manifest import Manifest, sha256_file
+from scehr.schemas.tasks import task_spec
 from scehr.schemas.tensorize import Normalizer, StaticImputer
 
 PHENOTYPE_LABELS = [f"phenotype_{i:02d}" for i in range(25)]
+
+
+def constants(n_classes: int) -> list[onnx.TensorProto]:
+    """The fixture graphs' constant initializers (indices, axes, the logits' shape)."""
+    return [
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero_s"),
+        numpy_helper.from_array(np.array(1, np.int64), "one_s"),
+        numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+        numpy_helper.from_array(np.array([2], np.int64), "ax2"),
+        numpy_helper.from_array(np.array([-1, n_classes, 2], np.int64), "shape_c2"),
+        numpy_helper.from_array(np.array([1.0], np.float32), "onef"),
+    ]
+
+
+def valid_step_nodes() -> list[onnx.NodeProto]:
+    """Nodes computing `steps2` [1, T] (step indices), `len2` [B, 1] (lengths) and `valid3`
+    [B, T, 1] (1.0 on each stay's valid steps, 0.0 on its padding)."""
+    n = helper.make_node
+    return [
+        n("Shape", [INPUT_X], ["xshape"]),
+        n("Gather", ["xshape", "one_s"], ["T"], axis=0),
+        n("Range", ["zero_s", "T", "one_s"], ["steps"]),  # [T]
+        n("Unsqueeze", ["steps", "zero"], ["steps2"]),  # [1, T]
+        n("Unsqueeze", [INPUT_LENGTHS, "ax1"], ["len2"]),  # [B, 1]
+        n("Less", ["steps2", "len2"], ["valid"]),  # [B, T]
+        n("Cast", ["valid"], ["validf"], to=TensorProto.FLOAT),
+        n("Unsqueeze", ["validf", "ax2"], ["valid3"]),  # [B, T, 1]
+    ]
 
 
 def build_graph(n_features: int, dim: int, n_classes: int, loss: str, *, uses_static: bool,
@@ -50,27 +80,11 @@ def build_graph(n_features: int, dim: int, n_classes: int, loss: str, *, uses_st
     v = rng.normal(size=(n_classes, dim)).astype(np.float32)
     head = np.stack([u, v], axis=1).reshape(2 * n_classes, dim).T.copy()  # [D, 2C]: u0 v0 u1 ..
 
-    inits = [
-        numpy_helper.from_array(w, "W"),
-        numpy_helper.from_array(head, "H"),
-        numpy_helper.from_array(np.array([0], np.int64), "zero"),
-        numpy_helper.from_array(np.array(0, np.int64), "zero_s"),
-        numpy_helper.from_array(np.array(1, np.int64), "one_s"),
-        numpy_helper.from_array(np.array([1], np.int64), "ax1"),
-        numpy_helper.from_array(np.array([2], np.int64), "ax2"),
-        numpy_helper.from_array(np.array([-1, n_classes, 2], np.int64), "shape_c2"),
-        numpy_helper.from_array(np.array([1.0], np.float32), "onef"),
-    ]
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(head, "H"),
+             *constants(n_classes)]
     n = helper.make_node
     nodes = [
-        n("Shape", [INPUT_X], ["xshape"]),
-        n("Gather", ["xshape", "one_s"], ["T"], axis=0),
-        n("Range", ["zero_s", "T", "one_s"], ["steps"]),  # [T]
-        n("Unsqueeze", ["steps", "zero"], ["steps2"]),  # [1, T]
-        n("Unsqueeze", [INPUT_LENGTHS, "ax1"], ["len2"]),  # [B, 1]
-        n("Less", ["steps2", "len2"], ["valid"]),  # [B, T]
-        n("Cast", ["valid"], ["validf"], to=TensorProto.FLOAT),
-        n("Unsqueeze", ["validf", "ax2"], ["valid3"]),  # [B, T, 1]
+        *valid_step_nodes(),
         n("Mul", [INPUT_X, "valid3"], ["xm"]) if not ignore_lengths
         else n("Identity", [INPUT_X], ["xm"]),
         n("ReduceSum", ["xm", "ax1"], ["xsum"], keepdims=0),  # [B, F]
@@ -186,18 +200,31 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
     `named` adds the contract 1.1 serving assets: named operating points on the risk, margin
     percentiles, a validation risk histogram and training value histograms. `feature_set`
     replaces the task's own (e.g. physionet2012-full for mortality). `uncertainty` adds the
-    contract 1.4 uncertainty map (UNCERTAINTY_CARD) to every class."""
-    mortality = task == "mortality"
+    contract 1.4 uncertainty map (UNCERTAINTY_CARD) to every class. A landmark task gets the
+    causal graph of `fixture_landmark` and its `trajectory` section (no static input)."""
+    from tests.service.fixture_landmark import (  # it builds on this module's graph pieces
+        AL_BY_HOUR,
+        FIXTURE_TRAJECTORY,
+        P_BY_HOUR,
+        build_landmark_graph,
+    )
+
+    landmarks = task_spec(task).landmarks
+    mortality = task_spec(task).binary
     fs = feature_set or (BENCHMARK_48H if mortality else BENCHMARK_STAY)
     loss = loss or ("cbce" if mortality else "csce")
-    uses_static = mortality if uses_static is None else uses_static
+    uses_static = (mortality and not landmarks) if uses_static is None else uses_static
     labels = ["in_hospital_mortality"] if mortality else PHENOTYPE_LABELS
     if unseen is None:
         unseen = ("capillary_refill_rate",) if mortality else ("height",)
     c = len(labels)
-    model, u, v = build_graph(fs.n_features, dim, c, loss, uses_static=uses_static,
-                              n_static=fs.n_static, fixed_t=48 if mortality else None, seed=seed,
-                              ignore_lengths=ignore_lengths, lstm_hidden=lstm_hidden)
+    if landmarks:
+        model, u, v = build_landmark_graph(fs.n_features, dim, fixed_t=48, seed=seed)
+    else:
+        model, u, v = build_graph(fs.n_features, dim, c, loss, uses_static=uses_static,
+                                  n_static=fs.n_static, fixed_t=48 if mortality else None,
+                                  seed=seed, ignore_lengths=ignore_lengths,
+                                  lstm_hidden=lstm_hidden)
     out = root / task / version
     out.mkdir(parents=True, exist_ok=True)
     onnx.save(model, out / "model.onnx")
@@ -243,11 +270,14 @@ def write_model(root: Path, task: str, version: str = "v1", *, loss: str | None 
         "onnx": {"file": "model.onnx", "sha256": sha256_file(out / "model.onnx"),
                  "opset": ONNX_OPSET, "inputs": [INPUT_X, INPUT_LENGTHS]
                  + ([INPUT_STATIC] if uses_static else []),
-                 "outputs": [OUTPUT_Z, OUTPUT_ANCHOR_LOGITS, OUTPUT_PROBABILITY],
+                 "outputs": [OUTPUT_Z, OUTPUT_ANCHOR_LOGITS, OUTPUT_PROBABILITY]
+                 + ([AL_BY_HOUR, P_BY_HOUR] if landmarks else []),
                  "dynamic_length": not mortality},
         "created_at": "2026-01-01T00:00:00Z",
         "code_version": "test",
     }
+    if landmarks:
+        manifest["trajectory"] = FIXTURE_TRAJECTORY
     if named:
         manifest["value_reference"] = value_reference(fs)
     if corrupt_sha:

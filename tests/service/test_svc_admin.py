@@ -55,7 +55,9 @@ async def test_every_route_that_declares_the_key_is_checked_before_its_body(
     from scehr.service.routes import cds_hooks, fhir, oip, predict
 
     declared = keyed_paths([r for m in (predict, fhir, cds_hooks, oip) for r in m.router.routes])
-    assert len(declared) == 7  # 2 single-stay tasks, batch, FHIR, CDS service, 2 V2 infer
+    # 3 single-stay tasks, batch, FHIR, CDS service, 2 V2 infer, the mortality trajectory
+    # (single, batch, FHIR)
+    assert len(declared) == 11
     for url in ("/predict/mortality", "/predict/mortality/batch", "/fhir/predict/mortality",
                 "/cds-services/scehr-mortality", "/v2/models/mortality/infer",
                 "/v2/models/mortality/versions/v1/infer", "/admin/models/mortality/reload"):

@@ -45,10 +45,11 @@ def _body_paths(spec: dict[str, Any]) -> list[str]:
 async def test_every_body_route_refuses_other_media_types_with_415(
         keyed: httpx.AsyncClient) -> None:
     """Driven by the OpenAPI document, so a body route added later is covered: JSON single
-    and batch, FHIR, CDS Hooks, V2 infer (both), admin reload."""
+    and batch, FHIR, CDS Hooks, V2 infer (both), admin reload, the trajectory routes (JSON
+    single and batch, FHIR)."""
     spec = (await keyed.get("/openapi.json")).json()
     paths = _body_paths(spec)
-    assert len(paths) == 8, paths
+    assert len(paths) == 12, paths
     for path in paths:
         for content_type in REFUSED:
             if content_type is None and path.startswith("/v2/"):

@@ -15,7 +15,7 @@ from scehr.schemas.uncertainty import RiskUncertainty
 from scehr.service.interop.fhir_out import RISK_INTERVAL_URL
 from scehr.service.interop.oip import INTERVAL_OUTPUTS
 from scehr.service.interop.readout import uncertainty_words
-from scehr.service.responses import _intervals
+from scehr.service.responses import risk_intervals
 from scehr.service.settings import Settings
 from tests.service.conftest import serve
 from tests.service.fixture_model import UNCERTAINTY_CARD, write_index, write_model
@@ -37,14 +37,14 @@ def v2_request() -> dict[str, Any]:
 
 def test_intervals_read_the_steps_and_the_outcome_set() -> None:
     u = RiskUncertainty.model_validate(UNCERTAINTY_CARD)
-    got = _intervals(u, np.array([0.1, 0.2, 0.4, 0.65, 0.9]))
+    got = risk_intervals(u, np.array([0.1, 0.2, 0.4, 0.65, 0.9]))
     assert [(g["low"], g["high"]) for g in got if g] == [
         (0.0, 0.1), (0.15, 0.2), (0.15, 0.4), (0.4, 0.7), (0.6, 0.95)]  # [cut, next cut)
     # 0.1 and 0.4 sit beside their pairs (0.0, 0.05) and (0.15, 0.2): served as the hull
     assert [g["wide"] for g in got if g] == [True, False, True, True, True]
     assert [g["outcomes"] for g in got if g] == [
         ["no_outcome"], ["no_outcome"], ["outcome", "no_outcome"], ["outcome"], ["outcome"]]
-    assert _intervals(None, np.array([0.3, 0.7])) == [None, None]
+    assert risk_intervals(None, np.array([0.3, 0.7])) == [None, None]
 
 
 def test_a_wide_interval_is_said_plainly() -> None:

@@ -105,6 +105,11 @@ class BenchmarkLSTM(Encoder):
 
     def forward(self, x: Tensor, lengths: Tensor, static: Tensor | None = None) -> Tensor:
         lengths = clamp_lengths(lengths, x.shape[1])
+        return self.z_drop(last_valid(self.sequence(x, lengths, static), lengths))
+
+    def sequence(self, x: Tensor, lengths: Tensor, static: Tensor | None = None) -> Tensor:
+        """The final layer's output at every step [B, T, units] (before z's dropout); causal in
+        time when the stack is unidirectional."""
         h = x
         if self.uses_static:
             if static is None:
@@ -113,7 +118,7 @@ class BenchmarkLSTM(Encoder):
         for drop, layer in zip(self.in_drop, self.inner, strict=False):
             h = layer(drop(h), lengths) if isinstance(layer, _BiLayer) else layer(drop(h))[0]
         out, _ = self.final(self.in_drop[-1](h))
-        return self.z_drop(last_valid(out, lengths))
+        return out
 
     def hparams(self) -> dict[str, Any]:
         return {

@@ -10,6 +10,7 @@ from scehr.training.encoders import (
     ENCODERS,
     TRAINABLE,
     BenchmarkLSTM,
+    CausalSummaryLSTM,
     ChannelwiseGRU,
     EnsembleEncoder,
     SummaryLSTM,
@@ -18,14 +19,14 @@ from scehr.training.encoders import (
 
 #: Constructor arguments an encoder cannot default for 4 features (SummaryLSTM's channels; an
 #: ensemble's member encoders).
-NEEDS = {"sumlstm": {"widths": [1, 1]},
+NEEDS = {"sumlstm": {"widths": [1, 1]}, "causal_sumlstm": {"widths": [1, 1]},
          "ensemble": {"members": [{"name": "lstm", "hparams": {"units": 4}},
                                   {"name": "cwgru", "hparams": {}}]}}
 
 
 def test_registry() -> None:
     assert {"lstm": BenchmarkLSTM, "cwgru": ChannelwiseGRU, "sumlstm": SummaryLSTM,
-            "ensemble": EnsembleEncoder} == ENCODERS
+            "causal_sumlstm": CausalSummaryLSTM, "ensemble": EnsembleEncoder} == ENCODERS
     assert set(TRAINABLE) == set(ENCODERS) - {"ensemble"}  # an ensemble is combined, not trained
     for name, cls in ENCODERS.items():
         enc = build_encoder(name, 4, 2, **NEEDS.get(name, {}))
@@ -34,5 +35,5 @@ def test_registry() -> None:
 
 
 def test_unknown_name_lists_valid_ones() -> None:
-    with pytest.raises(ValueError, match="cwgru, ensemble, lstm, sumlstm"):
+    with pytest.raises(ValueError, match="causal_sumlstm, cwgru, ensemble, lstm, sumlstm"):
         build_encoder("transformer", 4)

@@ -212,23 +212,78 @@ def no_recipe_note(task: str) -> str:
             f"{where}")
 
 
+def torchrun_command(nproc: int, argv: list[str]) -> list[str]:
+    """The torchrun line that runs `scehr <argv>` without its `--nproc` on `nproc` processes
+    of this machine (a standalone c10d rendezvous on a free port). `--nproc` is left out:
+    torchrun would read it as an abbreviation of its own `--nproc-per-node`."""
+    rest, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--nproc="):
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        else:
+            rest.append(arg)
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", "-m", "scehr.cli", *rest]
+
+
+def run_forwarding_signals(command: list[str]) -> int:
+    """Run `command` and pass it SIGINT/SIGTERM (Ctrl-C included) instead of dying on them:
+    torchrun hands them to its processes, which stop after the current step and leave a
+    resume checkpoint; this process then exits as one training process would (130, 143)."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(command)
+    forwarded: list[int] = []
+
+    def forward(signum: int, _: object) -> None:
+        forwarded.append(signum)
+        proc.send_signal(signum)
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = proc.wait()
+        # torchrun exits 1 when a signal stopped it: report the signal, as one process does
+        return 128 + forwarded[0] if code and forwarded else code
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    import os
+
     from scehr.training.config import TrainConfig as Config
+    from scehr.training.distributed import leave as leave_process_group
     from scehr.training.interrupt import TrainingInterrupted
     from scehr.training.run import train_run
 
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet one of torchrun's
+        if not (args.out or args.resume):
+            raise ValueError("--nproc needs --out (or --resume): the processes share one run "
+                             "directory")
+        command = torchrun_command(args.nproc, args.argv)
+        print("running: " + shlex.join(command), flush=True)
+        return run_forwarding_signals(command)
+    speaks = os.environ.get("RANK", "0") == "0"  # one of torchrun's processes: rank 0 speaks
     if args.resume:
         run = Path(args.resume)
         if not (run / "config.json").is_file():
             raise FileNotFoundError(f"{run}/config.json does not exist: not a run folder")
         cfg = Config(**json.loads((run / "config.json").read_text()))
-        print(f"resuming {run} with its saved config (command-line options are ignored)",
-              flush=True)
+        if speaks:
+            print(f"resuming {run} with its saved config (command-line options are ignored)",
+                  flush=True)
     else:
         cfg = _config(args)
-        echo_overrides(args, cfg)
-        if not args.config:
+        if speaks:
+            echo_overrides(args, cfg)
+        if not args.config and speaks:
             print(no_recipe_note(cfg.task), file=sys.stderr, flush=True)
+    if cfg.ensemble_seeds and "WORLD_SIZE" in os.environ:
+        raise ValueError("ensemble_seeds: an ensemble trains its members one by one; train "
+                         "them on one process each")
     try:
         if cfg.ensemble_seeds:
             from scehr.training.ensemble import train_ensemble
@@ -237,9 +292,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         else:
             final = train_run(cfg, resume=bool(args.resume))
     except TrainingInterrupted as e:
-        print(e, file=sys.stderr)
+        if speaks:
+            print(e, file=sys.stderr)
         return e.exit_code
-    print_summary(final)
+    finally:
+        leave_process_group()
+    if final:  # the other processes of a distributed run leave the summary to rank 0
+        print_summary(final)
     return 0
 
 
@@ -549,7 +608,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an encoder with a contrastive loss")
     _train_args(p)
     p.add_argument("--resume", metavar="RUN", help="continue a run stopped by Ctrl-C/SIGTERM "
-                   "from RUN/resume.pt, with RUN's saved config")
+                   "from RUN/resume.pt, with RUN's saved config (on any number of processes)")
+    p.add_argument("--nproc", type=_positive_int, default=1, metavar="N",
+                   help="train on N processes of this machine (torchrun; gloo on CPUs, NCCL "
+                   "with one GPU per process); --batch-size is the global batch they share "
+                   "(default 1: one process)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="re-evaluate a run directory on its test set, or score "

@@ -39,6 +39,7 @@ from scehr.schemas.model_index import add_model, entry_for, refuse_existing
 from scehr.schemas.run_artifacts import EXPORT_NEEDS, RunArtifacts, require_keys
 from scehr.schemas.tasks import task_spec
 from scehr.training.config import TrainConfig
+from scehr.training.distributed import manifest_note
 from scehr.training.drift_reference import prepared_data, risk_reference, value_reference
 from scehr.training.fairness import fairness_at_export, subgroup_auroc
 from scehr.training.fit import load_checkpoint
@@ -209,7 +210,8 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         code_version=code_version(),
         notes=[f"trained by: scehr train --config {run_dir}/config.json",
-               *robustness_notes(cfg), "not for clinical use without local validation"],
+               *training_notes(metrics), *robustness_notes(cfg),
+               "not for clinical use without local validation"],
         value_reference=value_reference(cfg, data),
         trajectory=trajectory,
     )
@@ -219,6 +221,13 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
     write_model_card(out, manifest, command, limitations)
     changes = register(out, manifest, set_default)
     return out, changes
+
+
+def training_notes(metrics: dict[str, Any]) -> list[str]:
+    """The number of training processes and the global batch (runs that record them)."""
+    if "world_size" not in metrics:
+        return []
+    return [manifest_note(int(metrics["world_size"]), int(metrics["batch_size"]))]
 
 
 def robustness_notes(cfg: dict[str, Any]) -> list[str]:

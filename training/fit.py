@@ -25,6 +25,15 @@ from scehr.schemas.tensorize import Normalizer, StaticImputer
 from scehr.training.channel_dropout import ChannelDropout
 from scehr.training.config import TrainConfig
 from scehr.training.data.splits import SplitArrays, concat_splits, load_split
+from scehr.training.distributed import (
+    World,
+    agree,
+    barrier,
+    current_world,
+    data_parallel,
+    gather_rows,
+    local_rng,
+)
 from scehr.training.encoders import build_encoder
 from scehr.training.heads import AnchorHead
 from scehr.training.interrupt import StopRequest, TrainingInterrupted
@@ -32,7 +41,13 @@ from scehr.training.landmark import LandmarkObjective, predict_hours, selection_
 from scehr.training.losses import CombinedLoss, build_loss
 from scehr.training.metrics import headline_metric, task_metrics
 from scehr.training.progress import RunLog, format_epoch
-from scehr.training.regimes import REGIME_PHASES, labelled_rows, pretrain_step, projection_head
+from scehr.training.regimes import (
+    REGIME_PHASES,
+    PretrainStep,
+    labelled_rows,
+    pretrain_step,
+    projection_head,
+)
 
 
 class AnchorModel(nn.Module):
@@ -183,15 +198,17 @@ def build_model(cfg: TrainConfig, n_features: int, n_static: int, n_classes: int
 def predict(
     model: AnchorModel, crit: CombinedLoss, data: TensorSplit, batch_size: int = 1024
 ) -> dict[str, np.ndarray]:
-    """Probabilities, anchor logits and embeddings for a whole split (eval mode)."""
+    """Probabilities, anchor logits and embeddings for a whole split (eval mode), on the
+    model's device; the results come back to the CPU."""
     model.eval()
+    dev = next(model.parameters()).device
     zs, logits = [], []
     for i in range(0, len(data), batch_size):
         idx = torch.arange(i, min(i + batch_size, len(data)))
         x, lengths, static, _ = data.batch(idx)
-        z, lg = model(x, lengths, static)
-        zs.append(z)
-        logits.append(lg)
+        z, lg = model(x.to(dev), lengths.to(dev), static.to(dev))
+        zs.append(z.cpu())
+        logits.append(lg.cpu())
     z, lg = torch.cat(zs), torch.cat(logits)
     return {
         "z": z.numpy(),
@@ -316,6 +333,10 @@ class _Fit:
     data: Prepared
     run_dir: Path | None
     gen: torch.Generator
+    #: The training processes (training/distributed.py); one process: rank 0 of 1.
+    world: World = field(default_factory=World, init=False)
+    #: The model under DistributedDataParallel for the current phase (several processes).
+    ddp: nn.Module | None = field(default=None, init=False)
     model: AnchorModel
     crit: CombinedLoss
     labelled: TensorSplit
@@ -323,7 +344,7 @@ class _Fit:
     st: LoopState
     opt: torch.optim.Optimizer
     headline: str
-    pre_step: Callable[..., tuple[Tensor, dict[str, Tensor]]] | None
+    pre_step: PretrainStep | None
     on_step: Callable[[LoopState], None] | None
     resumed: bool
     channel_dropout: ChannelDropout
@@ -347,6 +368,7 @@ class _Fit:
             labelled = data.train.subset(torch.from_numpy(rows))
         if crit.regularizers:
             crit.prepare(stay_summaries(labelled), labelled.y, model.encoder.out_dim)
+        model.to(current_world().device)  # before a resumed optimizer's state is loaded
         phases = tuple(REGIME_PHASES[cfg.regime])
         st = LoopState(phase=phases[0])
         if resume is not None:
@@ -367,13 +389,35 @@ class _Fit:
                    LandmarkObjective.from_config(cfg.landmark)
                    if task_spec(cfg.task).landmarks else None)
 
+    def __post_init__(self) -> None:
+        """On several processes: the objective on this process's device, and the model under
+        DistributedDataParallel."""
+        self.world = current_world()
+        self.crit.to(self.world.device)
+        self.wrap(self.st.phase)
+
+    def wrap(self, phase: str) -> None:
+        """On several processes: the model under DistributedDataParallel for `phase` (built
+        after the phase's optimizer, once it has frozen what it freezes)."""
+        if self.world.active:
+            pre = phase == "pretrain"
+            self.ddp = data_parallel(self.model, "pretrain_embedding" if pre else "forward",
+                                     self.world, unused_parameters=pre)
+
     def checkpoint(self, where: str, signum: int) -> None:
-        """Write the resume checkpoint (with a run folder) and stop the run."""
+        """Write the resume checkpoint (with a run folder) and stop the run.
+
+        On several processes rank 0 writes it (the others have no run folder) and every
+        process waits for it: the state is the same on all of them, and nothing in it depends
+        on the number of processes (global batches, shared generators), so a run resumes on
+        any number of processes.
+        """
         if self.run_dir is not None:
             torch.save({"config": self.cfg.to_dict(), "loop": self.st,
                         "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                         "criterion": self.crit, "rng": _rng_states(self.gen)},
                        self.run_dir / RESUME_FILE)
+        barrier(self.world)
         raise TrainingInterrupted(self.run_dir, where, signum)
 
     def run(self, echo: bool) -> FitResult:
@@ -386,6 +430,7 @@ class _Fit:
                 if phase != st.phase:  # the next phase starts: fresh optimizer, epoch count
                     st.phase, st.epoch, st.batches = phase, 0, None
                     self.opt = _phase_setup(cfg, phase, self.model)
+                    self.wrap(phase)
                 pre = phase == "pretrain"
                 split = self.data.train if pre and cfg.regime == "ssl" else self.labelled
                 total = int(cfg.pretrain.get("epochs", 10)) if pre else cfg.epochs
@@ -395,7 +440,7 @@ class _Fit:
                     self.begin_epoch(split, pre)
                     while st.next_batch < len(st.batches or ()):
                         self.train_step(split, pre)
-                        if stop.requested:
+                        if agree(stop.requested, self.world):
                             st.epoch_seconds += time.perf_counter() - t0
                             self.checkpoint(f"{phase} epoch {st.epoch + 1}, step "
                                             f"{st.next_batch}", stop.signum or 2)
@@ -430,7 +475,9 @@ class _Fit:
         idx = st.batches[st.next_batch]
         x, lengths, static, y = split.batch(idx)
         x = self.channel_dropout(x, lengths, self.gen)
-        if pre:
+        if self.world.active:
+            loss, parts = self.global_loss(x, lengths, static, y, idx, pre)
+        elif pre:
             assert self.pre_step is not None
             loss, parts = self.pre_step(self.model.pretrain_embedding, x, lengths, static, y, idx)
         elif self.landmarks is not None:
@@ -457,6 +504,35 @@ class _Fit:
             st.seen += len(idx)
         if self.on_step is not None:
             self.on_step(st)
+
+    def global_loss(self, x: Tensor, lengths: Tensor, static: Tensor, y: Tensor, idx: Tensor,
+                    pre: bool) -> tuple[Tensor, dict[str, Tensor]]:
+        """The objective of a global batch on several processes: the inputs and their random
+        draws over the whole batch (as one process draws them), the encoder on this process's
+        rows, the outputs gathered with their gradients, the objective over the whole batch
+        (training/distributed.py says why the gradients then equal one process's)."""
+        if pre:
+            assert self.pre_step is not None
+            views = self.pre_step.views(x, lengths)
+        else:
+            views = [(x, lengths)]
+            if self.crit.needs_second_view:
+                views.append((x + self.crit.view_noise * torch.randn_like(x), lengths))
+        n, rows, dev = len(idx), self.world.rows(len(idx)), self.world.device
+        local = [_own_rows(xv, lv, rows, dev) for xv, lv in views]
+        key = (self.cfg.seed, self.phases.index(self.st.phase), self.st.epoch,
+               self.st.next_batch)
+        assert self.ddp is not None
+        with local_rng(self.world, key):
+            outs = self.ddp(local, _own_rows(static, None, rows, dev)[0])
+        if pre:
+            assert self.pre_step is not None
+            return self.pre_step.loss([gather_rows(z, self.world, n) for z in outs], y.to(dev),
+                                      idx)
+        (z, logits), *second = outs
+        z2 = gather_rows(second[0][0], self.world, n) if second else None
+        return self.crit(gather_rows(z, self.world, n), gather_rows(logits, self.world, n),
+                         y.to(dev), index=idx, z2=z2)
 
     def finish_epoch(self) -> dict[str, Any]:
         """The epoch's row of mean training losses; the state moves to the next epoch."""
@@ -517,6 +593,20 @@ class _Fit:
         self.model.eval()
         return FitResult(self.model, self.crit, st.history, st.best_epoch, st.best_val,
                          st.t_train, st.seen / max(st.t_train, 1e-9), st.pretrain_history)
+
+
+def _own_rows(x: Tensor, lengths: Tensor | None, rows: slice, dev: torch.device
+              ) -> tuple[Tensor, Tensor | None]:
+    """A process's rows of a global batch on its device, trimmed to their longest stay. A
+    process without rows (a last batch smaller than the number of processes) runs the first
+    row as a stand-in: `gather_rows` drops its output, so it adds no gradient."""
+    if rows.start == rows.stop:
+        rows = slice(0, 1)
+    x = x[rows]
+    if lengths is None:
+        return x.to(dev), None
+    lengths = lengths[rows]
+    return x[:, : int(lengths.max())].to(dev), lengths.to(dev)
 
 
 def load_resume(run_dir: Path) -> dict[str, Any]:

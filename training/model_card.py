@@ -21,6 +21,7 @@ from scehr.training.card_sections import (
     uncertainty_lines,
     withheld_lines,
 )
+from scehr.training.distributed import TRAINING_NOTE
 from scehr.training.fairness import audit_lines
 
 
@@ -136,6 +137,8 @@ def write_model_card(folder: Path, m: Manifest, command: str, extra: list[str] |
         f"time step {m.feature_set['timestep']:g} h)",
         f"- ONNX opset {m.onnx.opset}, sha256 `{m.onnx.sha256}`; parity with PyTorch: max abs "
         f"error {max(m.onnx.parity_max_abs_error.values(), default=0):.2e}",
+        *[f"- {note[:1].upper()}{note[1:]}" for note in m.notes
+          if note.startswith(TRAINING_NOTE)],
         "",
         "## Data",
         f"Source: {m.provenance.dataset}.",

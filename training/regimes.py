@@ -22,6 +22,7 @@ label, at least one stay per class): the stays without labels still feed SSL pre
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -113,27 +114,40 @@ def segment_views(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, T
     return x[:, :t1], len1, x2, len2
 
 
-def pretrain_step(regime: str, pretrain: dict[str, Any]) -> Callable[..., tuple[Tensor,
-                                                                               dict[str, Tensor]]]:
-    """The pre-training loss of a batch: f(embed, x, lengths, static, y, idx) ->
-    (loss, {objective: loss}), where embed(x, lengths, static) is g(Φ(x)) (or Φ(x) without a
-    projection); the objective's own parameters come from `pretrain`."""
+@dataclass
+class PretrainStep:
+    """The pre-training loss of a batch in two parts, so that a distributed step can embed its
+    own rows of each view and gather them before the loss: `views` (the encoder inputs: two
+    segments per stay for SSL, the stay itself otherwise) and `loss` of the views' embeddings.
+    Called as f(embed, x, lengths, static, y, idx) it does both on one process, where
+    embed(x, lengths, static) is g(Φ(x)) (or Φ(x) without a projection)."""
+
+    name: str
+    ssl: bool
+    objective: Callable[..., Tensor]
+
+    def views(self, x: Tensor, lengths: Tensor) -> list[tuple[Tensor, Tensor]]:
+        if not self.ssl:
+            return [(x, lengths)]
+        x1, l1, x2, l2 = segment_views(x, lengths)
+        return [(x1, l1), (x2, l2)]
+
+    def loss(self, zs: list[Tensor], y: Tensor, idx: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        loss = (self.objective(*zs) if self.ssl
+                else self.objective(Batch(zs[0], zs[0].new_zeros(0), y, idx)))
+        return loss, {self.name: loss}
+
+    def __call__(self, embed: Callable[..., Tensor], x: Tensor, lengths: Tensor,
+                 static: Tensor, y: Tensor, idx: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        return self.loss([embed(xv, lv, static) for xv, lv in self.views(x, lengths)], y, idx)
+
+
+def pretrain_step(regime: str, pretrain: dict[str, Any]) -> PretrainStep:
+    """The pre-training loss of a regime (`PretrainStep`); the objective's own parameters come
+    from `pretrain`."""
     name = pretrain["objective"]
     params = {k: v for k, v in pretrain.items() if k not in PRETRAIN_KEYS}
     if regime == "ssl":
-        ntxent = NTXent(**params)
-
-        def ssl(embed: Callable[..., Tensor], x: Tensor, lengths: Tensor, static: Tensor, y: Tensor,
-                idx: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-            x1, l1, x2, l2 = segment_views(x, lengths)
-            loss = ntxent(embed(x1, l1, static), embed(x2, l2, static))
-            return loss, {name: loss}
-        return ssl
-    term = build_regularizer("scr" if name == "supcon" else name, **params)
-
-    def supervised(embed: Callable[..., Tensor], x: Tensor, lengths: Tensor, static: Tensor,
-                   y: Tensor, idx: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        z = embed(x, lengths, static)
-        loss = term(Batch(z, z.new_zeros(0), y, idx))
-        return loss, {name: loss}
-    return supervised
+        return PretrainStep(name, True, NTXent(**params))
+    return PretrainStep(name, False, build_regularizer("scr" if name == "supcon" else name,
+                                                       **params))

@@ -18,6 +18,7 @@ from scehr.schemas.tasks import task_spec
 from scehr.training.bootstrap import bootstrap_ci, bootstrap_metrics
 from scehr.training.config import TrainConfig
 from scehr.training.data.writer import write_json
+from scehr.training.distributed import current_world, init_from_env
 from scehr.training.evaluate import reliability_models
 from scehr.training.fit import (
     RESUME_FILE,
@@ -58,18 +59,36 @@ def train_run(cfg: TrainConfig, data: Prepared | None = None, *, resume: bool = 
     `resume`: continue the run in `cfg.out` from its `resume.pt` (written when SIGINT/SIGTERM
     stopped it). `echo=False` keeps per-epoch lines out of stdout (they still go to
     `<run>/train.log`).
+
+    Launched by torchrun (training/distributed.py), every process trains on its share of
+    each global batch of `cfg.batch_size` stays; rank 0 alone writes the run directory
+    (a named `cfg.out` is then needed: the processes must agree on it) and the others return
+    an empty dict once training ends.
     """
+    world = init_from_env()
+    if world.active and not cfg.out:
+        raise ValueError("out: training on several processes needs a run directory (--out), "
+                         "the one folder every process reads and rank 0 writes")
+    if world.active and cfg.batch_size < world.size:
+        raise ValueError(f"batch_size ({cfg.batch_size}) must be at least the number of "
+                         f"processes ({world.size}): it is the global batch they share")
     run_dir = Path(cfg.out) if cfg.out else default_run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if world.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
     files = RunArtifacts(run_dir)
     cfg.out = str(run_dir)
     state = load_resume(run_dir) if resume else None
-    if not resume:
+    if not resume and world.is_main:
         write_json(files.config, cfg.to_dict())
         (run_dir / "train.log").unlink(missing_ok=True)
     t0 = time.perf_counter()
     data = data if data is not None else prepare(cfg)
-    res = fit(cfg, data, run_dir, resume=state, echo=echo)
+    res = fit(cfg, data, run_dir if world.is_main else None, resume=state,
+              echo=echo and world.is_main)
+    if not world.is_main:
+        return {}
+    res.model.cpu()  # trained on this process's GPU, if any: evaluated and saved on the CPU
+    res.criterion.cpu()
     # A signal during the steps below (a minute at most) stops the process once they are done:
     # the run is then complete, and nothing needs resuming.
     with StopRequest() as stop:
@@ -132,6 +151,7 @@ def summarize(cfg: TrainConfig, res: FitResult, data: Prepared,
         "loss": cfg.loss,
         "lam": cfg.lam,
         "batch_size": cfg.batch_size,
+        "world_size": current_world().size,
         "seed": cfg.seed,
         "best_epoch": res.best_epoch,
         "epochs_run": len(res.history),

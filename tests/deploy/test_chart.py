@@ -206,3 +206,62 @@ def test_network_policy_allows_only_the_service_port_and_dns(chart: helm.Chart) 
 def test_schema_rejects_bad_values(chart: helm.Chart, values: dict, where: str) -> None:
     with pytest.raises(helm.HelmValuesError, match=re.escape(where)):
         chart.render(values, name=RELEASE)
+
+
+TRAINING = {"training": {"enabled": True, "image": {"tag": "0.1.0"},
+                         "data": {"claimName": "icu-data"}, "runs": {"claimName": "icu-runs"}}}
+
+
+def test_training_job_runs_torchrun_with_a_c10d_rendezvous_at_pod_0(chart: helm.Chart) -> None:
+    assert not any("train" in k for k in render(chart))  # off by default
+    objs = render(chart, {"training": {**TRAINING["training"], "pods": 3, "gpusPerPod": 4,
+                                       "extraArgs": ["--batch-size", "1024"]}})
+    name = f"{RELEASE}-scehr-train"
+    svc, job = objs[f"Service/{name}"]["spec"], objs[f"Job/{name}"]["spec"]
+    assert svc["clusterIP"] == "None" and svc["publishNotReadyAddresses"]
+    pod = job["template"]["spec"]
+    assert job["completionMode"] == "Indexed" and job["completions"] == job["parallelism"] == 3
+    assert pod["subdomain"] == name and pod["restartPolicy"] == "Never"
+    assert svc["selector"].items() <= job["template"]["metadata"]["labels"].items()
+    serving = objs[f"Service/{RELEASE}-scehr"]["spec"]["selector"]
+    assert not serving.items() <= job["template"]["metadata"]["labels"].items()
+    c = pod["containers"][0]
+    args = c["command"] + c["args"]
+    port = svc["ports"][0]["port"]
+    assert args[:6] == ["torchrun", "--nnodes=3", "--nproc-per-node=4", "--rdzv-backend=c10d",
+                        f"--rdzv-endpoint={name}-0.{name}:{port}", f"--rdzv-id={name}"]
+    assert args[6:9] == ["-m", "scehr.cli", "train"] and args[-2:] == ["--batch-size", "1024"]
+    assert args[args.index("--data") + 1] == "/data/mortality"
+    assert args[args.index("--out") + 1] == "/runs/mortality-run"
+    assert "--config" not in args and "--nproc" not in args
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert c["image"] == "scehr-train:0.1.0" and c["securityContext"]["readOnlyRootFilesystem"]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["data"]["readOnly"] and not mounts["runs"].get("readOnly")
+    claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName")
+              for v in pod["volumes"]}
+    assert claims["data"] == "icu-data" and claims["runs"] == "icu-runs"
+    assert {v["name"]: v for v in pod["volumes"]}["shm"]["emptyDir"]["medium"] == "Memory"
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["SCEHR_CACHE_DIR"].startswith(mounts["runs"]["mountPath"] + "/")
+
+    cpu = render(chart, {"training": {**TRAINING["training"], "processesPerPod": 2,
+                                      "config": "/data/configs/mortality.toml"}})
+    c = cpu[f"Job/{name}"]["spec"]["template"]["spec"]["containers"][0]
+    assert "--nproc-per-node=2" in c["args"] and "nvidia.com/gpu" not in str(c["resources"])
+    assert c["args"][c["args"].index("--config") + 1] == "/data/configs/mortality.toml"
+
+
+@pytest.mark.parametrize(("values", "where"), [
+    ({"training": {"enabled": True}}, "/training/image/tag"),
+    ({"training": {**TRAINING["training"], "runs": {"claimName": ""}}},
+     "/training/runs/claimName"),
+    ({"training": {**TRAINING["training"], "data": {"claimName": ""}}},
+     "/training/data/claimName"),
+    ({"training": {"pods": 0}}, "/training/pods"),
+    ({"training": {"runName": "../x"}}, "/training/runName"),
+])
+def test_schema_rejects_bad_training_values(chart: helm.Chart, values: dict,
+                                            where: str) -> None:
+    with pytest.raises(helm.HelmValuesError, match=re.escape(where)):
+        chart.render(values, name=RELEASE)

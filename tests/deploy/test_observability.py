@@ -185,7 +185,9 @@ def test_the_requests_panel_shows_every_scoring_interface() -> None:
     [(_, _, endpoints)] = [m for m in MATCHER.findall(expr) if m[0] == "endpoint"]
     routes = [r for m in (predict, fhir, cds_hooks, oip) for r in m.router.routes]
     scoring = {b.path for b in body_routes(routes)}
-    assert len(scoring) == 7  # 2 single-stay tasks, batch, FHIR, CDS Hooks, 2 V2 infer
+    # 3 single-stay tasks, batch, FHIR, CDS Hooks, 2 V2 infer; the trajectory's single, batch
+    # and FHIR routes
+    assert len(scoring) == 11
     assert all(re.fullmatch(endpoints, p) for p in scoring), scoring
     for other in [*(b.path for b in body_routes(admin.router.routes)), "/cds-services",
                   "/v2/models/{name}", "/models/{task}", "unmatched"]:

@@ -12,7 +12,7 @@ from scehr.service.interfaces.trajectory import JsonTrajectory, JsonTrajectoryBa
 
 router = APIRouter(tags=["predict"])
 
-for _task in TASK_NAMES:
+for _task in TASK_NAMES:  # a landmark task's risk for the whole stay (its last hour) too
     add_scoring_route(router, JsonSingle(_task))
 add_scoring_route(router, JsonBatch())
 for _task in TASK_NAMES:  # the risk at every hour of an outcome a landmark task gives

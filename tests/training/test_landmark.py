@@ -86,3 +86,36 @@ def test_trains_exports_and_the_hour_48_risk_is_the_full_stays(tmp_path: Path) -
     p, by_hour = session.run(["probability", PROBABILITY_BY_HOUR.name], feed)
     assert by_hour.shape == (len(test), 48, 1)
     np.testing.assert_allclose(by_hour[:, 47], p, atol=1e-6, rtol=0)
+
+
+def test_the_policy_and_first_hour_are_chosen_by_their_rules() -> None:
+    from scehr.training.landmark_assets import choose_policy, first_hour
+
+    def pol(t: float) -> AlertPolicy:
+        return AlertPolicy(threshold=t, silence_hours=6, realert_rise=0.1)
+
+    grid = [(pol(0.1), {"alerts_per_patient_day": 0.5, "deaths_alerted": 0.95}),
+            (pol(0.2), {"alerts_per_patient_day": 0.29, "deaths_alerted": 0.7}),
+            (pol(0.3), {"alerts_per_patient_day": 0.2, "deaths_alerted": 0.7}),
+            (pol(0.4), {"alerts_per_patient_day": 0.1, "deaths_alerted": 0.5})]
+    chosen = choose_policy(grid)  # within 0.3/day the most deaths, then the fewest alerts
+    assert chosen.threshold == 0.3 and "is met" in chosen.rule
+    assert chosen.validation["deaths_alerted"] == 0.7
+    over = choose_policy(grid[:1])  # nothing within the budget: the fewest alerts, said so
+    assert over.threshold == 0.1 and "no policy" in over.rule and "is not met" in over.rule
+
+    rng = np.random.default_rng(0)
+    y = np.r_[np.ones(50), np.zeros(150)]
+    noise = rng.standard_normal((200, 10))
+    signal = np.linspace(0.0, 3.0, 10)  # the risk separates the outcomes more every hour
+    preds = {"probability": 1 / (1 + np.exp(-(noise + y[:, None] * signal))),
+             "margin": noise, "y": y, "inside": np.ones((200, 10), bool)}
+    aurocs = [auroc_of(preds, h) for h in range(1, 11)]
+    expected = next(h for h in range(1, 11) if min(aurocs[h - 1:]) >= 0.75)
+    assert first_hour(preds, 10) == expected and 1 < expected < 10
+
+
+def auroc_of(preds: dict[str, np.ndarray], h: int) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(preds["y"], preds["probability"][:, h - 1]))

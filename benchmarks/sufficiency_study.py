@@ -52,15 +52,15 @@ from scehr.schemas.sufficiency import (  # noqa: E402
     summarize,
 )
 from scehr.schemas.tensorize import Normalizer, Observations, StaticImputer, discretize  # noqa: E402
+from scehr.training.sufficiency import (  # noqa: E402
+    AUROC_DROP,
+    LEVELS,
+    MAX_ECE,
+    choose,
+    data_minimum,
+    rule_text,
+)
 
-AUROC_DROP = 0.05  # the most AUROC a stay at the minimum may lose against full stays
-MAX_ECE = 0.05  # the worst calibration accepted at the minimum
-LEVELS = {
-    "observations": [1, 2, 3, 5, 10, 20, 50, 100, 200],
-    "channels": [1, 2, 3, 4, 6, 8, 12, 20],
-    "hours_covered": [1, 2, 4, 6, 12, 24, 36],
-    "hours_since_last": [44, 40, 36, 24, 12, 6, 2],
-}
 SEED = 0
 
 
@@ -200,29 +200,6 @@ def study(model: Model, obs: Observations, static_raw: np.ndarray, y: np.ndarray
     return out
 
 
-def choose(res: dict[str, list[dict[str, float]]]) -> dict[str, float | None]:
-    """Per way of removing data, the least data that keeps AUROC and ECE acceptable."""
-    ref = res["full"][0]["auroc"]
-
-    def ok(row: dict[str, float]) -> bool:
-        return row["auroc"] >= ref - AUROC_DROP and row["ece"] <= MAX_ECE
-
-    chosen: dict[str, float | None] = {}
-    for how in ("observations", "channels", "hours_covered"):  # more data = larger level
-        good = [r["level"] for r in res[how] if ok(r)]
-        # the least level from which every larger one is acceptable too
-        levels = [r["level"] for r in res[how]]
-        first = next((lv for lv in levels if all(lv2 in good for lv2 in levels
-                                                 if lv2 >= lv)), None)
-        chosen[how] = first
-    rows = res["hours_since_last"]  # more data = smaller gap
-    gaps = [r["level"] for r in rows]
-    good = {r["level"] for r in rows if ok(r)}
-    chosen["hours_since_last"] = next((g for g in gaps if all(g2 in good for g2 in gaps
-                                                              if g2 <= g)), None)
-    return chosen
-
-
 def on_split(model: Model, minimum: DataMinimum, obs: Observations, static_raw: np.ndarray,
              y: np.ndarray) -> SplitFigures:
     window = float(model.fs.window_hours or model.fs.max_hours)
@@ -294,15 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     res = study(model, obs, static_raw, y)
     pick = choose(res)
     print("chosen on validation:", pick, flush=True)
-    minimum = DataMinimum(
-        min_observations=int(pick["observations"] or 1),
-        min_channels=int(pick["channels"] or 1),
-        min_hours_covered=float(pick["hours_covered"] or 0.0),
-        max_hours_since_last=pick["hours_since_last"],
-        rule=(f"per way of removing data, the least data at which validation AUROC stays "
-              f"within {AUROC_DROP:g} of the full stays' and ECE at most {MAX_ECE:g} "
-              f"(validation, {len(y)} stays; benchmarks/sufficiency_study.py)"),
-        study="docs/sufficiency.md")
+    minimum = data_minimum(
+        pick, rule_text(f"validation, {len(y)} stays; benchmarks/sufficiency_study.py"),
+        "docs/sufficiency.md")
     minimum.validation = on_split(model, minimum, obs, static_raw, y)
     minimum.test = on_split(model, minimum, *splits["test"])
     write_report(model, res, pick, minimum, args.out)

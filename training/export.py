@@ -176,8 +176,9 @@ def export_run(run_dir: Path, out: Path, *, version: str | None = None, name: st
                        preds, data_description or "")
     data = prepared_data(cfg)
     audit = fairness_at_export(model, crit, data, preds, classes[0]) if spec.binary else None
-    trajectory = (landmark_trajectory(model, crit, data, logistic_input) if spec.landmarks
-                  else None)
+    roots = [Path(d) for d in (cfg["data"], *cfg.get("extra_data", []))]
+    trajectory = (landmark_trajectory(model, crit, data, roots, logistic_input)
+                  if spec.landmarks else None)
     version = version or out.name
     manifest = Manifest(
         contract_version=CONTRACT_VERSION,

@@ -4,7 +4,8 @@
   `FIRST_HOUR_AUROC` at every later hour;
 - bands of landmark hours (`BAND_STARTS`), each with its own calibration map (fitted on the
   calibration split's (stay, hour) rows of the band, chosen on validation's), uncertainty map
-  and data minimum;
+  and data minimum (the 48-hour study's rule, `scehr.training.sufficiency`, applied to
+  validation's (stay, hour) rows of the band grouped by the data each holds up to its hour);
 - the alert policy: the grid point that alerts for the most deaths at some hour while raising at
   most `MAX_ALERTS_PER_DAY` alerts per patient-day on validation (the fewest alerts among ties).
 
@@ -15,17 +16,27 @@ the evaluation are those of the served trajectory.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from scehr.schemas.alert_policy import AlertPolicy, alert_hours
+from scehr.schemas.featureset import FeatureSet
 from scehr.schemas.manifest import Trajectory, TrajectoryBand
-from scehr.schemas.sufficiency import DataMinimum
+from scehr.schemas.sufficiency import (
+    DataMinimum,
+    DataSummary,
+    SplitFigures,
+    shortfalls,
+    summarize_by_hour,
+)
+from scehr.schemas.tensorize import Observations
 from scehr.schemas.uncertainty import RiskUncertainty
 from scehr.training.calibration import expected_calibration_error
 from scehr.training.metrics import auroc
 from scehr.training.serving_assets import fit_calibration
+from scehr.training.sufficiency import choose, data_minimum, rule_text, study_by_level
 from scehr.training.uncertainty import coverage, fit_uncertainty
 
 #: Validation AUROC an hour needs (with every later hour) to be served.
@@ -48,6 +59,10 @@ UNCERTAINTY_WHERE = ("calibration split's (stay, hour) rows of the band; level c
                      "validation's")
 
 Preds = dict[str, np.ndarray]
+#: Per way of measuring data (`DataSummary`'s fields), [N, T]: what each stay holds up to hour
+#: t + 1 (NaN hours since last: nothing observed).
+Held = dict[str, np.ndarray]
+HELD_FIELDS = ("observations", "channels", "hours_covered", "hours_since_last")
 
 
 def rows(preds: Preds, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -142,7 +157,55 @@ def band_metrics(y: np.ndarray, risk: np.ndarray) -> dict[str, float]:
             "ece": round(expected_calibration_error(y, risk), 4)}
 
 
-def band(calib: Preds, val: Preds, test: Preds, first: int, last: int,
+def held_by_hour(obs: Observations, n_stays: int, last_hour: int, fs: FeatureSet) -> Held:
+    """What each stay of `obs` holds up to each hour 1..last_hour, counted as the service
+    counts it (`summarize_by_hour`)."""
+    out = {f: np.full((n_stays, last_hour), np.nan) for f in HELD_FIELDS}
+    bounds = np.searchsorted(obs.stay, np.arange(n_stays + 1))  # obs is ordered by stay
+    hours = np.arange(1, last_hour + 1, dtype=np.float64)
+    for i in range(n_stays):
+        one = obs.take(np.arange(bounds[i], bounds[i + 1]))
+        for t, s in enumerate(summarize_by_hour(one, i, hours, fs)):
+            for f in HELD_FIELDS:
+                v = getattr(s, f)
+                out[f][i, t] = np.nan if v is None else v
+    return out
+
+
+def band_minimum(inside: np.ndarray, held: Held, y: np.ndarray, risk: np.ndarray, first: int,
+                 last: int) -> DataMinimum:
+    """The band's data minimum: the 48-hour study's rule on validation's (stay, hour) rows of
+    the band (served risks `risk`, in `rows` order), grouped by the data each holds up to its
+    hour; rows with no observation stay out (they are below any minimum)."""
+    cols = np.arange(first - 1, last)
+    rows_held = {f: held[f][:, cols][inside[:, cols]] for f in HELD_FIELDS}
+    some = rows_held["observations"] >= 1
+    pick = choose(study_by_level(y[some], risk[some], {f: v[some] for f, v in rows_held.items()}))
+    n_stays = int(inside[:, cols].any(axis=1).sum())
+    minimum = data_minimum(pick, rule_text(
+        f"applied to validation's (stay, hour) rows of hours {first}-{last}, {int(some.sum())} "
+        f"rows of {n_stays} stays, grouped by the data each holds up to its hour against all "
+        "of them; the landmark export, scehr.training.landmark_assets"), "docs/risk-over-time.md")
+    kept = np.array([not shortfalls(DataSummary(int(o), int(c), float(h), None if np.isnan(g)
+                                                else float(g)), minimum)
+                     for o, c, h, g in zip(*(rows_held[f] for f in HELD_FIELDS), strict=True)],
+                    dtype=bool)
+    minimum.validation = split_figures(y, risk, kept)
+    return minimum
+
+
+def split_figures(y: np.ndarray, risk: np.ndarray, kept: np.ndarray) -> SplitFigures:
+    """How the served risks do on the rows a minimum keeps (and on all of them)."""
+    return SplitFigures(
+        n=len(y), kept=int(kept.sum()),
+        auroc=round(auroc(y[kept], risk[kept]), 4) if kept.any() else None,
+        ece=round(expected_calibration_error(y[kept], risk[kept]), 4) if kept.any() else None,
+        auroc_all=round(auroc(y, risk), 4),
+        outcome_rate_kept=round(float(y[kept].mean()), 4) if kept.any() else None,
+        outcome_rate_abstained=round(float(y[~kept].mean()), 4) if (~kept).any() else None)
+
+
+def band(calib: Preds, val: Preds, test: Preds, held: Held, first: int, last: int,
          logistic_input: Literal["margin", "probability"]) -> TrajectoryBand:
     """One band's calibration, uncertainty map and data minimum, with its figures."""
     cal = fit_calibration(rows(calib, first, last), rows(val, first, last), CALIBRATION_WHERE,
@@ -154,20 +217,19 @@ def band(calib: Preds, val: Preds, test: Preds, first: int, last: int,
 
     unc: RiskUncertainty = fit_uncertainty(risk(calib), risk(val), UNCERTAINTY_WHERE,
                                            test=risk(test))
-    minimum = DataMinimum(
-        min_observations=1, min_channels=1,
-        rule="one observation of one variable up to the landmark hour (no per-band study "
-             "yet: the stays of PhysioNet 2012 rarely have less)")
+    minimum = band_minimum(val["inside"], held, *risk(val), first, last)
     return TrajectoryBand(
         from_hour=first, to_hour=last, calibration=cal, uncertainty=unc, data_minimum=minimum,
         metrics={"validation": band_metrics(*risk(val)), "test": band_metrics(*risk(test))})
 
 
-def trajectory(calib: Preds, val: Preds, test: Preds, last_hour: int,
+def trajectory(calib: Preds, val: Preds, test: Preds, val_held: Held, last_hour: int,
                logistic_input: Literal["margin", "probability"]) -> Trajectory:
-    """The whole section, from every split's per-hour predictions (`predict_hours`)."""
+    """The whole section, from every split's per-hour predictions (`predict_hours`) and what
+    each validation stay holds by hour (`held_by_hour`)."""
     first = first_hour(val, last_hour)
-    bands = [band(calib, val, test, a, b, logistic_input) for a, b in bands_of(first, last_hour)]
+    bands = [band(calib, val, test, val_held, a, b, logistic_input)
+             for a, b in bands_of(first, last_hour)]
     placeholder = AlertPolicy(threshold=0.5, silence_hours=0, realert_rise=1.0)
     traj = Trajectory(first_hour=first, last_hour=last_hour, bands=bands,
                       alert_policy=placeholder)
@@ -190,14 +252,19 @@ def coverage_by_hour(traj: Trajectory, preds: Preds, split: str) -> dict[int, di
 
 
 
-def from_prepared(model: Any, crit: Any, data: Any,
+def from_prepared(model: Any, crit: Any, data: Any, roots: list[Path],
                   logistic_input: Literal["margin", "probability"]) -> Trajectory:
-    """The section of a trained landmark run, from its prepared splits (`fit.prepare`)."""
+    """The section of a trained landmark run, from its prepared splits (`fit.prepare`) and
+    its data folders `roots` (validation's observations, for the bands' data minimums)."""
     from scehr.training.landmark import predict_hours
+    from scehr.training.sufficiency import split_observations
 
     if data is None or data.calib is None:
         raise ValueError("a landmark model's trajectory section needs the run's data folder "
                          "and a calibration split (calibration_fraction > 0)")
     preds = {s: predict_hours(model, crit, getattr(data, s)) for s in ("calib", "val", "test")}
-    return trajectory(preds["calib"], preds["val"], preds["test"], int(data.val.x.shape[1]),
+    last_hour = int(data.val.x.shape[1])
+    raw = data.raw["val"]
+    held = held_by_hour(split_observations(roots, raw), len(raw), last_hour, raw.feature_set)
+    return trajectory(preds["calib"], preds["val"], preds["test"], held, last_hour,
                       logistic_input)

@@ -186,12 +186,28 @@ def band_minimum(inside: np.ndarray, held: Held, y: np.ndarray, risk: np.ndarray
         f"applied to validation's (stay, hour) rows of hours {first}-{last}, {int(some.sum())} "
         f"rows of {n_stays} stays, grouped by the data each holds up to its hour against all "
         "of them; the landmark export, scehr.training.landmark_assets"), "docs/risk-over-time.md")
-    kept = np.array([not shortfalls(DataSummary(int(o), int(c), float(h), None if np.isnan(g)
-                                                else float(g)), minimum)
-                     for o, c, h, g in zip(*(rows_held[f] for f in HELD_FIELDS), strict=True)],
-                    dtype=bool)
-    minimum.validation = split_figures(y, risk, kept)
+    minimum.validation = split_figures(y, risk, meets(rows_held, minimum))
     return minimum
+
+
+def meets(held: Held, minimum: DataMinimum) -> np.ndarray:
+    """Element by element over `held`'s arrays, whether the data meets `minimum` (the service's
+    rule, `shortfalls`)."""
+    flat = [held[f].ravel() for f in HELD_FIELDS]
+    ok = [not shortfalls(DataSummary(int(o), int(c), float(h), None if np.isnan(g) else float(g)),
+                         minimum) for o, c, h, g in zip(*flat, strict=True)]
+    return np.array(ok, dtype=bool).reshape(held["observations"].shape)
+
+
+def below_minimum(traj: Trajectory, held: Held) -> np.ndarray:
+    """[N, T]: the hours the served trajectory abstains at for too little data (its band's
+    minimum on the data up to the hour)."""
+    out = np.zeros(held["observations"].shape, dtype=bool)
+    for b in traj.bands:
+        if b.data_minimum is not None:
+            cols = slice(b.from_hour - 1, b.to_hour)
+            out[:, cols] = ~meets({f: held[f][:, cols] for f in HELD_FIELDS}, b.data_minimum)
+    return out
 
 
 def split_figures(y: np.ndarray, risk: np.ndarray, kept: np.ndarray) -> SplitFigures:
@@ -233,7 +249,9 @@ def trajectory(calib: Preds, val: Preds, test: Preds, val_held: Held, last_hour:
     placeholder = AlertPolicy(threshold=0.5, silence_hours=0, realert_rise=1.0)
     traj = Trajectory(first_hour=first, last_hour=last_hour, bands=bands,
                       alert_policy=placeholder)
-    policy = choose_policy(policy_grid(served_risks(traj, val), val["y"]))
+    risks = served_risks(traj, val)
+    risks[below_minimum(traj, val_held)] = np.nan  # abstained hours never alert
+    policy = choose_policy(policy_grid(risks, val["y"]))
     return traj.model_copy(update={"alert_policy": policy})
 
 

@@ -63,3 +63,26 @@ def test_levels_with_too_few_outcomes_give_no_evidence_and_no_minimum_below_them
     ok = res["observations"][0]["ece"] <= MAX_ECE
     assert pick["observations"] == (50 if ok else None)
     assert pick["hours_since_last"] in (6, None) and pick["hours_covered"] in (24, None)
+
+
+def test_the_trajectory_abstains_at_the_hours_below_their_bands_minimum() -> None:
+    from scehr.schemas.alert_policy import AlertPolicy
+    from scehr.schemas.manifest import Trajectory
+    from scehr.training.landmark_assets import band, below_minimum
+
+    y_rows, held, p, inside = known_rows()
+    y = y_rows[:, -1]  # one outcome per stay
+    preds = {"probability": p, "margin": np.log(p / (1 - p)), "y": y, "inside": inside}
+    policy = AlertPolicy(threshold=0.5, silence_hours=0, realert_rise=1.0)
+    traj = Trajectory(first_hour=2, last_hour=4, alert_policy=policy,
+                      bands=[band(preds, preds, preds, held, 2, 3, "margin"),
+                             band(preds, preds, preds, held, 4, 4, "margin")])
+    for b in traj.bands:
+        assert b.data_minimum is not None and "validation" in b.data_minimum.rule
+    below = below_minimum(traj, held)
+    for h in range(traj.first_hour, 5):
+        m = traj.band(h).data_minimum
+        np.testing.assert_array_equal(below[:, h - 1], held["observations"][:, h - 1]
+                                      < m.min_observations)
+    assert below.any()
+    assert not below[:, 0].any()  # hour 1 is before the first band: abstained for that reason

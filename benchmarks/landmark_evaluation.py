@@ -8,12 +8,14 @@ Every choice (first hour, bands, calibration, uncertainty map, alert policy) was
 validation at export and is read from the manifest's `trajectory` section; set C only reports.
 Set C's stays (the converted test split) run through the exported ONNX graph with the
 manifest's normalizer and static imputer; each hour's served risk is its band's calibration of
-that hour's output (`scehr.training.landmark_assets.served_risks`). Reports, at hours 6, 12,
-24, 36 and 48: AUROC, AUPRC and ECE with 95 % bootstrap CIs; SAPS-I and SOFA from set C's
-`Outcomes-c.txt`; the default 48-hour model's served risk (`scehr score`, the data minimum
-lifted) at 48 h, paired; each hour's coverage of the outcome sets; the alert policy's figures
-and the trade-off over the policy grid; and a plot of a few real stays' trajectories. Writes
-`<out>.json`, `<out>-tradeoff.png` and `<out>-stays.png`.
+that hour's output (`scehr.training.landmark_assets.served_risks`), abstained where the data up
+to the hour is below its band's minimum (as served). Reports, at hours 6, 12, 24, 36 and 48:
+the share of the stays abstained, AUROC, AUPRC and ECE over the stays scored with 95 %
+bootstrap CIs; SAPS-I and SOFA from set C's `Outcomes-c.txt`; the default 48-hour model's
+served risk (`scehr score`, the data minimum lifted) at 48 h, paired; each hour's coverage of
+the outcome sets; the alert policy's figures and the trade-off over the policy grid; and a
+plot of a few real stays' trajectories. Writes `<out>.json`, `<out>-tradeoff.png` and
+`<out>-stays.png`.
 """
 
 from __future__ import annotations
@@ -47,12 +49,15 @@ from scehr.training.data.splits import SplitArrays, load_split  # noqa: E402
 from scehr.training.landmark import REPORT_HOURS  # noqa: E402
 from scehr.training.landmark_assets import (  # noqa: E402
     alert_figures,
+    below_minimum,
     coverage_by_hour,
+    held_by_hour,
     policy_grid,
     served_risks,
 )
 from scehr.training.metrics import auprc, auroc  # noqa: E402
 from scehr.training.served_scores import served_scores  # noqa: E402
+from scehr.training.sufficiency import split_observations  # noqa: E402
 
 #: Variables drawn under each stay's trajectory.
 SHOWN = ("heart_rate", "invasive_mean_bp", "gcs_total", "lactate")
@@ -87,6 +92,8 @@ def ci(fn: Any, y: np.ndarray, p: np.ndarray, n_boot: int) -> dict[str, Any]:
 
 def landmark_table(traj: Trajectory, preds: dict[str, np.ndarray], risks: np.ndarray,
                    n_boot: int) -> dict[int, dict[str, Any]]:
+    """Per landmark hour, over the stays still there: the share abstained for too little data
+    (NaN served risk) and the figures over the stays scored."""
     out: dict[int, dict[str, Any]] = {}
     for h in REPORT_HOURS:
         keep = preds["inside"][:, h - 1]
@@ -97,7 +104,11 @@ def landmark_table(traj: Trajectory, preds: dict[str, np.ndarray], risks: np.nda
             row["auroc_model"] = ci(auroc, y, preds["probability"][keep, h - 1], n_boot)
         else:
             r = risks[keep, h - 1]
-            row.update(served=True, auroc=ci(auroc, y, r, n_boot), auprc=ci(auprc, y, r, n_boot),
+            scored = ~np.isnan(r)
+            y, r = y[scored], r[scored]
+            row.update(served=True, abstained=round(float(1 - scored.mean()), 4),
+                       n_scored=int(scored.sum()), deaths_scored=int(y.sum()),
+                       auroc=ci(auroc, y, r, n_boot), auprc=ci(auprc, y, r, n_boot),
                        ece=ci(expected_calibration_error, y, r, n_boot))
         out[h] = row
         print(f"  hour {h:>2}: {row}", flush=True)
@@ -119,12 +130,13 @@ def severity_scores(source: Path, stays: np.ndarray, y: np.ndarray, n_boot: int
 
 def baseline_at_48(baseline: Path, data: Path, stays: np.ndarray, y: np.ndarray,
                    risk48: np.ndarray, n_boot: int) -> dict[str, Any]:
-    """The default 48-hour model's served risk (`scehr score`, minimum lifted), paired."""
+    """The default 48-hour model's served risk (`scehr score`, minimum lifted), paired, on the
+    stays the landmark model scores at hour 48."""
     m = load_manifest(baseline / "manifest.json")
     got = served_scores(baseline, data, m.task, m.label_names[0], ("test",))["lifted"]
     order = {s: i for i, s in enumerate(got.stays)}
     r = got.risk[[order[s] for s in stays]]
-    ok = ~np.isnan(r)
+    ok = ~np.isnan(r) & ~np.isnan(risk48)  # both scored
     diff = paired_bootstrap_diff(auroc, y[ok], risk48[ok], r[ok], n_boot=n_boot, seed=SEED)
     return {"model": f"{m.task} {m.version}", "n": int(ok.sum()),
             "auroc": ci(auroc, y[ok], r[ok], n_boot),
@@ -245,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{m.name} {m.version}: {len(test.y)} set-C stays", flush=True)
     preds = run_graph(m, args.model, test)
     risks = served_risks(traj, preds)
+    held = held_by_hour(split_observations([args.data], test), len(test), risks.shape[1], fs)
+    risks[below_minimum(traj, held)] = np.nan  # the hours the service abstains at
     y = preds["y"]
     table = landmark_table(traj, preds, risks, args.n_boot)
     policy = alert_figures(traj.alert_policy, risks, y)

@@ -45,7 +45,6 @@ from scehr.schemas.contract import (  # noqa: E402
 from scehr.schemas.featureset import FeatureSet  # noqa: E402
 from scehr.schemas.manifest import Manifest, load_manifest  # noqa: E402
 from scehr.schemas.sufficiency import (  # noqa: E402
-    DESCRIPTORS,
     DataMinimum,
     SplitFigures,
     shortfalls,
@@ -58,6 +57,8 @@ from scehr.training.sufficiency import (  # noqa: E402
     MAX_ECE,
     choose,
     data_minimum,
+    degrade,
+    figures,
     rule_text,
 )
 
@@ -139,46 +140,6 @@ def subset(obs: Observations, stays: np.ndarray) -> Observations:
     keep = new[obs.stay] >= 0
     o = obs.take(keep)
     return Observations(new[o.stay], o.channel, o.time, o.value, len(stays))
-
-
-def _ranked(obs: Observations, key: np.ndarray) -> np.ndarray:
-    """Rank of each row within its stay by `key` (0 = smallest)."""
-    order = np.lexsort((key, obs.stay))
-    rank = np.empty(len(obs), dtype=np.int64)
-    starts = np.searchsorted(obs.stay[order], obs.stay[order])
-    rank[order] = np.arange(len(obs)) - starts
-    return rank
-
-
-def degrade(obs: Observations, fs: FeatureSet, how: str, level: float, window: float,
-            rng: np.random.Generator) -> Observations:
-    """`obs` with data removed as `how` at `level`; descriptors always stay."""
-    desc = np.isin(np.asarray(fs.variable_ids)[obs.channel], list(DESCRIPTORS))
-    inside = (obs.time <= window + 1e-6) & ~desc
-    if how == "observations":
-        rank = _ranked(obs, np.where(inside, rng.random(len(obs)), 2.0))
-        keep = inside & (rank < level)
-    elif how == "channels":
-        score = rng.random((obs.n_stays, fs.n_channels))
-        seen = np.zeros((obs.n_stays, fs.n_channels), dtype=bool)
-        seen[obs.stay[inside], obs.channel[inside]] = True
-        score[~seen] = 2.0
-        order = np.argsort(score, axis=1).argsort(axis=1)  # rank of each channel per stay
-        keep = inside & (order[obs.stay, obs.channel] < level)
-    elif how == "hours_covered":
-        keep = inside & (obs.time >= window - level - 1e-6)
-    elif how == "hours_since_last":
-        keep = inside & (obs.time <= window - level + 1e-6)
-    else:
-        raise ValueError(how)
-    return obs.take(keep | desc)
-
-
-def figures(y: np.ndarray, risk: np.ndarray) -> dict[str, float]:
-    from scehr.training.calibration import expected_calibration_error
-    from scehr.training.metrics import auroc
-
-    return {"auroc": float(auroc(y, risk)), "ece": float(expected_calibration_error(y, risk))}
 
 
 def study(model: Model, obs: Observations, static_raw: np.ndarray, y: np.ndarray

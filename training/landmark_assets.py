@@ -4,8 +4,8 @@
   `FIRST_HOUR_AUROC` at every later hour;
 - bands of landmark hours (`BAND_STARTS`), each with its own calibration map (fitted on the
   calibration split's (stay, hour) rows of the band, chosen on validation's), uncertainty map
-  and data minimum (the 48-hour study's rule, `scehr.training.sufficiency`, applied to
-  validation's (stay, hour) rows of the band grouped by the data each holds up to its hour);
+  and data minimum (the 48-hour sufficiency study and rule, `scehr.training.sufficiency`, on
+  validation's stays truncated at the band's first hour);
 - the alert policy: the grid point that alerts for the most deaths at some hour while raising at
   most `MAX_ALERTS_PER_DAY` alerts per patient-day on validation (the fewest alerts among ties).
 
@@ -16,6 +16,8 @@ the evaluation are those of the served trajectory.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,8 +25,9 @@ import numpy as np
 
 from scehr.schemas.alert_policy import AlertPolicy, alert_hours
 from scehr.schemas.featureset import FeatureSet
-from scehr.schemas.manifest import Trajectory, TrajectoryBand
+from scehr.schemas.manifest import Calibration, Trajectory, TrajectoryBand
 from scehr.schemas.sufficiency import (
+    EPS,
     DataMinimum,
     DataSummary,
     SplitFigures,
@@ -36,7 +39,16 @@ from scehr.schemas.uncertainty import RiskUncertainty
 from scehr.training.calibration import expected_calibration_error
 from scehr.training.metrics import auroc
 from scehr.training.serving_assets import fit_calibration
-from scehr.training.sufficiency import choose, data_minimum, rule_text, study_by_level
+from scehr.training.sufficiency import (
+    LEVELS,
+    SEED,
+    Study,
+    choose,
+    data_minimum,
+    degrade,
+    figures,
+    rule_text,
+)
 from scehr.training.uncertainty import coverage, fit_uncertainty
 
 #: Validation AUROC an hour needs (with every later hour) to be served.
@@ -172,21 +184,49 @@ def held_by_hour(obs: Observations, n_stays: int, last_hour: int, fs: FeatureSet
     return out
 
 
-def band_minimum(inside: np.ndarray, held: Held, y: np.ndarray, risk: np.ndarray, first: int,
-                 last: int) -> DataMinimum:
-    """The band's data minimum: the 48-hour study's rule on validation's (stay, hour) rows of
-    the band (served risks `risk`, in `rows` order), grouped by the data each holds up to its
-    hour; rows with no observation stay out (they are below any minimum)."""
+#: (probability, margin) [N] of every validation stay at hour h, from its observations
+#: (`Observations` of all the split's stays) with the window ending at h.
+RiskAt = Callable[[Observations, int], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class MinimumStudy:
+    """What choosing the bands' data minimums needs: validation's observations as read, what
+    each stay holds by hour, and the model run on (degraded) observations."""
+
+    obs: Observations
+    fs: FeatureSet
+    held: Held
+    risk_at: RiskAt
+
+
+def band_minimum(study: MinimumStudy, val: Preds, cal: Calibration, first: int, last: int
+                 ) -> DataMinimum:
+    """The band's data minimum: the 48-hour study and rule (`scehr.training.sufficiency`) on
+    validation's stays truncated at the band's first hour (its least data), served risks
+    through the band's calibration; with the validation figures of the band's rows it keeps."""
+    alive = val["inside"][:, first - 1]
+    y = val["y"][alive]
+    upto = study.obs.take(study.obs.time <= first + EPS)
+
+    def served(obs: Observations) -> np.ndarray:
+        p, m = study.risk_at(obs, first)
+        return cal.apply(p[alive], m[alive])
+
+    res: Study = {"full": [figures(y, served(upto))]}
+    for how, levels in LEVELS.items():
+        res[how] = [{"level": lv, **figures(y, served(degrade(
+            upto, study.fs, how, lv, float(first), np.random.default_rng(SEED))))}
+            for lv in levels]
+    minimum = data_minimum(choose(res), rule_text(
+        f"applied to validation's {int(alive.sum())} stays truncated at hour {first}, the "
+        f"first of the band {first}-{last}, data removed and the model run again; the landmark "
+        "export, scehr.training.landmark_assets"), "docs/risk-over-time.md")
     cols = np.arange(first - 1, last)
-    rows_held = {f: held[f][:, cols][inside[:, cols]] for f in HELD_FIELDS}
-    some = rows_held["observations"] >= 1
-    pick = choose(study_by_level(y[some], risk[some], {f: v[some] for f, v in rows_held.items()}))
-    n_stays = int(inside[:, cols].any(axis=1).sum())
-    minimum = data_minimum(pick, rule_text(
-        f"applied to validation's (stay, hour) rows of hours {first}-{last}, {int(some.sum())} "
-        f"rows of {n_stays} stays, grouped by the data each holds up to its hour against all "
-        "of them; the landmark export, scehr.training.landmark_assets"), "docs/risk-over-time.md")
-    minimum.validation = split_figures(y, risk, meets(rows_held, minimum))
+    inside = val["inside"][:, cols]
+    rows_held = {f: study.held[f][:, cols][inside] for f in HELD_FIELDS}
+    yr, pr, mr = rows(val, first, last)
+    minimum.validation = split_figures(yr, cal.apply(pr, mr), meets(rows_held, minimum))
     return minimum
 
 
@@ -221,7 +261,7 @@ def split_figures(y: np.ndarray, risk: np.ndarray, kept: np.ndarray) -> SplitFig
         outcome_rate_abstained=round(float(y[~kept].mean()), 4) if (~kept).any() else None)
 
 
-def band(calib: Preds, val: Preds, test: Preds, held: Held, first: int, last: int,
+def band(calib: Preds, val: Preds, test: Preds, study: MinimumStudy, first: int, last: int,
          logistic_input: Literal["margin", "probability"]) -> TrajectoryBand:
     """One band's calibration, uncertainty map and data minimum, with its figures."""
     cal = fit_calibration(rows(calib, first, last), rows(val, first, last), CALIBRATION_WHERE,
@@ -233,24 +273,24 @@ def band(calib: Preds, val: Preds, test: Preds, held: Held, first: int, last: in
 
     unc: RiskUncertainty = fit_uncertainty(risk(calib), risk(val), UNCERTAINTY_WHERE,
                                            test=risk(test))
-    minimum = band_minimum(val["inside"], held, *risk(val), first, last)
+    minimum = band_minimum(study, val, cal, first, last)
     return TrajectoryBand(
         from_hour=first, to_hour=last, calibration=cal, uncertainty=unc, data_minimum=minimum,
         metrics={"validation": band_metrics(*risk(val)), "test": band_metrics(*risk(test))})
 
 
-def trajectory(calib: Preds, val: Preds, test: Preds, val_held: Held, last_hour: int,
+def trajectory(calib: Preds, val: Preds, test: Preds, study: MinimumStudy, last_hour: int,
                logistic_input: Literal["margin", "probability"]) -> Trajectory:
-    """The whole section, from every split's per-hour predictions (`predict_hours`) and what
-    each validation stay holds by hour (`held_by_hour`)."""
+    """The whole section, from every split's per-hour predictions (`predict_hours`) and
+    validation's minimum study."""
     first = first_hour(val, last_hour)
-    bands = [band(calib, val, test, val_held, a, b, logistic_input)
+    bands = [band(calib, val, test, study, a, b, logistic_input)
              for a, b in bands_of(first, last_hour)]
     placeholder = AlertPolicy(threshold=0.5, silence_hours=0, realert_rise=1.0)
     traj = Trajectory(first_hour=first, last_hour=last_hour, bands=bands,
                       alert_policy=placeholder)
     risks = served_risks(traj, val)
-    risks[below_minimum(traj, val_held)] = np.nan  # abstained hours never alert
+    risks[below_minimum(traj, study.held)] = np.nan  # abstained hours never alert
     policy = choose_policy(policy_grid(risks, val["y"]))
     return traj.model_copy(update={"alert_policy": policy})
 
@@ -274,6 +314,10 @@ def from_prepared(model: Any, crit: Any, data: Any, roots: list[Path],
                   logistic_input: Literal["margin", "probability"]) -> Trajectory:
     """The section of a trained landmark run, from its prepared splits (`fit.prepare`) and
     its data folders `roots` (validation's observations, for the bands' data minimums)."""
+    import torch
+
+    from scehr.schemas.tensorize import discretize
+    from scehr.training.fit import TensorSplit
     from scehr.training.landmark import predict_hours
     from scehr.training.sufficiency import split_observations
 
@@ -283,6 +327,17 @@ def from_prepared(model: Any, crit: Any, data: Any, roots: list[Path],
     preds = {s: predict_hours(model, crit, getattr(data, s)) for s in ("calib", "val", "test")}
     last_hour = int(data.val.x.shape[1])
     raw = data.raw["val"]
-    held = held_by_hour(split_observations(roots, raw), len(raw), last_hour, raw.feature_set)
-    return trajectory(preds["calib"], preds["val"], preds["test"], held, last_hour,
+    obs = split_observations(roots, raw)
+
+    def risk_at(o: Observations, hour: int) -> tuple[np.ndarray, np.ndarray]:
+        x, lengths = discretize(o, raw.feature_set, np.full(o.n_stays, float(hour)))
+        split = TensorSplit(torch.from_numpy(data.normalizer.transform(x, lengths)),
+                            torch.from_numpy(lengths.astype(np.int64)), data.val.static,
+                            data.val.y, data.val.stays)
+        p = predict_hours(model, crit, split)
+        return p["probability"][:, hour - 1], p["margin"][:, hour - 1]
+
+    study = MinimumStudy(obs, raw.feature_set,
+                         held_by_hour(obs, len(raw), last_hour, raw.feature_set), risk_at)
+    return trajectory(preds["calib"], preds["val"], preds["test"], study, last_hour,
                       logistic_input)

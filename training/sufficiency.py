@@ -1,7 +1,7 @@
-"""How a model's data minimum is chosen on validation: the one rule, shared by the 48-hour
-sufficiency study (`benchmarks/sufficiency_study.py`, stays with data removed) and a landmark
-model's export (each band's validation stays truncated at its hours, grouped by the data they
-hold), so both minimums mean the same thing.
+"""How a model's data minimum is chosen on validation: the one study and rule, shared by the
+48-hour sufficiency study (`benchmarks/sufficiency_study.py`) and a landmark model's export
+(each band's validation stays truncated at its first hour), so both minimums mean the same
+thing. Validation stays have data removed (`degrade`) in four ways at several levels.
 
 `choose` reads figures per way of removing data and level ({"level", "auroc", "ece"} rows, plus
 the reference "full" row) and keeps, per way, the least data from which every level with more
@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scehr.schemas.sufficiency import DataMinimum
+from scehr.schemas.featureset import FeatureSet
+from scehr.schemas.sufficiency import DESCRIPTORS, DataMinimum
 from scehr.schemas.tensorize import Observations
 
 if TYPE_CHECKING:
@@ -77,38 +78,49 @@ def rule_text(where: str) -> str:
             f"{AUROC_DROP:g} of the full stays' and ECE at most {MAX_ECE:g} ({where})")
 
 
-#: A group of (stay, hour) rows is judged only with at least this many of each outcome.
-MIN_PER_OUTCOME = 10
+#: The study's seed (which observations and variables are kept).
+SEED = 0
 
 
-def study_by_level(y: np.ndarray, risk: np.ndarray, held: dict[str, np.ndarray]) -> Study:
-    """`choose`'s input from stays as they are, not degraded: for each way and level, the rows
-    that a minimum at that level keeps and the next level (more data) would not, i.e. the rows
-    holding that much data (`held[how]`, one value per row; NaN gap: nothing observed). A level
-    whose rows hold fewer than MIN_PER_OUTCOME of either outcome is left out (no evidence)."""
+def _ranked(obs: Observations, key: np.ndarray) -> np.ndarray:
+    """Rank of each row within its stay by `key` (0 = smallest)."""
+    order = np.lexsort((key, obs.stay))
+    rank = np.empty(len(obs), dtype=np.int64)
+    starts = np.searchsorted(obs.stay[order], obs.stay[order])
+    rank[order] = np.arange(len(obs)) - starts
+    return rank
+
+
+def degrade(obs: Observations, fs: FeatureSet, how: str, level: float, window: float,
+            rng: np.random.Generator) -> Observations:
+    """`obs` with data removed as `how` at `level`; descriptors always stay."""
+    desc = np.isin(np.asarray(fs.variable_ids)[obs.channel], list(DESCRIPTORS))
+    inside = (obs.time <= window + 1e-6) & ~desc
+    if how == "observations":
+        rank = _ranked(obs, np.where(inside, rng.random(len(obs)), 2.0))
+        keep = inside & (rank < level)
+    elif how == "channels":
+        score = rng.random((obs.n_stays, fs.n_channels))
+        seen = np.zeros((obs.n_stays, fs.n_channels), dtype=bool)
+        seen[obs.stay[inside], obs.channel[inside]] = True
+        score[~seen] = 2.0
+        order = np.argsort(score, axis=1).argsort(axis=1)  # rank of each channel per stay
+        keep = inside & (order[obs.stay, obs.channel] < level)
+    elif how == "hours_covered":
+        keep = inside & (obs.time >= window - level - 1e-6)
+    elif how == "hours_since_last":
+        keep = inside & (obs.time <= window - level + 1e-6)
+    else:
+        raise ValueError(how)
+    return obs.take(keep | desc)
+
+
+def figures(y: np.ndarray, risk: np.ndarray) -> dict[str, float]:
+    """The figures the rule reads: AUROC and ECE."""
     from scehr.training.calibration import expected_calibration_error
     from scehr.training.metrics import auroc
 
-    def row(level: float, keep: np.ndarray) -> dict[str, Any] | None:
-        pos = int((y[keep] > 0.5).sum())
-        if min(pos, int(keep.sum()) - pos) < MIN_PER_OUTCOME:
-            return None
-        return {"level": level, "n": int(keep.sum()), "auroc": float(auroc(y[keep], risk[keep])),
-                "ece": float(expected_calibration_error(y[keep], risk[keep]))}
-
-    res: Study = {"full": [row(0, np.ones(len(y), dtype=bool)) or
-                           {"level": 0, "n": len(y), "auroc": float("nan"), "ece": float("nan")}]}
-    for how, levels in LEVELS.items():
-        v = held[how]
-        if how in GROWING:
-            lv = [0.0, *levels] if how == "hours_covered" else levels  # a span of 0 h is data
-            uppers = [*lv[1:], np.inf]
-            groups = [(a, (v >= a) & (v < b)) for a, b in zip(lv, uppers, strict=True)]
-        else:  # gaps, largest first: a gap g keeps rows whose last observation is within g h
-            lowers = [*levels[1:], -np.inf]
-            groups = [(g, (v <= g) & (v > b)) for g, b in zip(levels, lowers, strict=True)]
-        res[how] = [r for r in (row(a, k) for a, k in groups) if r is not None]
-    return res
+    return {"auroc": float(auroc(y, risk)), "ece": float(expected_calibration_error(y, risk))}
 
 
 def split_observations(roots: list[Path], a: SplitArrays) -> Observations:

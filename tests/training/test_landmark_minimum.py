@@ -1,88 +1,97 @@
-"""A landmark band's data minimum is chosen on validation by the 48-hour study's rule, applied
-to the band's (stay, hour) rows grouped by the data each holds up to its hour."""
+"""A landmark band's data minimum is chosen on validation by the 48-hour study and rule
+(`scehr.training.sufficiency`): validation stays truncated at the band's first hour, data
+removed, the model run again; the served trajectory abstains below it."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from scehr.training.landmark_assets import HELD_FIELDS, band_minimum
-from scehr.training.sufficiency import MAX_ECE, choose, study_by_level
+from scehr.schemas.alert_policy import AlertPolicy
+from scehr.schemas.featureset import FEATURE_SETS
+from scehr.schemas.manifest import Calibration, Trajectory
+from scehr.schemas.sufficiency import counted
+from scehr.schemas.tensorize import Observations
+from scehr.training.landmark_assets import (
+    HELD_FIELDS,
+    MinimumStudy,
+    band,
+    band_minimum,
+    below_minimum,
+    held_by_hour,
+)
+
+FS = FEATURE_SETS["physionet2012-full"]
+HOURS = 12
+N = 1500
 
 
-def known_rows(seed: int = 0) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray,
-                                       np.ndarray]:
-    """Validation of 1500 stays x 4 hours: rows holding 1-3 observations get an uninformative
-    risk (0.3, the outcome rate there), rows holding 5 or more a calibrated, informative one."""
+def known_validation(seed: int = 0) -> tuple[MinimumStudy, dict[str, np.ndarray]]:
+    """1500 stays, each with 4 variables observed every hour (hours 0-12), and a "model" that
+    knows a stay's true risk when it holds at least 5 observations up to the hour and says
+    0.3 (the outcome rate) otherwise: the rule must ask for 5 observations."""
     rng = np.random.default_rng(seed)
-    n, t = 1500, 4
-    obs = rng.choice([1, 2, 3, 5, 10, 20], size=(n, t)).astype(float)
-    informative = obs >= 5
-    p = np.where(informative, rng.uniform(0.02, 0.98, (n, t)), 0.3)
-    y_rows = (rng.random((n, t)) < p).astype(float)
-    held = {"observations": obs, "channels": np.full((n, t), 3.0),
-            "hours_covered": np.full((n, t), 0.5), "hours_since_last": np.full((n, t), 1.0)}
-    assert set(held) == set(HELD_FIELDS)
-    return y_rows, held, p, np.ones((n, t), dtype=bool)
+    chans = np.flatnonzero(counted(FS))[:4]
+    stay, ch, t = (a.ravel() for a in np.meshgrid(np.arange(N), chans, np.arange(HOURS + 1.0),
+                                                  indexing="ij"))
+    obs = Observations(stay, ch, t, np.ones(len(t)), N)
+    p_true = rng.uniform(0.02, 0.98, N)
+    y = (rng.random(N) < p_true).astype(float)
+
+    def risk_at(o: Observations, hour: int) -> tuple[np.ndarray, np.ndarray]:
+        keep = counted(FS)[o.channel] & (o.time <= hour)
+        n = np.bincount(o.stay[keep], minlength=N)
+        p = np.where(n >= 5, p_true, 0.3)
+        return p, np.log(p / (1 - p))
+
+    study = MinimumStudy(obs, FS, held_by_hour(obs, N, HOURS, FS), risk_at)
+    inside = np.ones((N, HOURS), dtype=bool)
+    inside[: N // 2, 8:] = False  # half the stays leave after hour 8
+    p_rows = np.tile(p_true[:, None], (1, HOURS))
+    val = {"probability": p_rows, "margin": np.log(p_rows / (1 - p_rows)), "y": y,
+           "inside": inside}
+    return study, val
 
 
-def test_the_band_minimum_is_the_least_data_whose_rows_validation_supports() -> None:
-    y_rows, held, p, inside = known_rows()
-    # `rows` order: row-major over (stay, hour) of the band
-    m = band_minimum(inside, held, y_rows.ravel(), p.ravel(), 1, 4)
-    assert m.min_observations == 5  # 1, 2 and 3 observations: AUROC 0.5, far below all rows'
-    assert m.min_channels == 3 and m.min_hours_covered == 0.0
-    assert m.max_hours_since_last == 2  # every row's last observation is 1 h before its hour
-    assert "validation" in m.rule and "hours 1-4" in m.rule and "6000 rows of 1500 stays" in m.rule
+IDENTITY = Calibration(method="none")
+
+
+def test_the_band_minimum_is_the_least_data_the_validation_study_supports() -> None:
+    study, val = known_validation()
+    m = band_minimum(study, val, IDENTITY, 3, HOURS)
+    assert m.min_observations == 5  # 1, 2 and 3 observations: AUROC 0.5, far below full
+    assert m.min_channels == 2  # one variable up to hour 3 holds 4 observations only
+    assert "validation's 1500 stays truncated at hour 3" in m.rule and "3-12" in m.rule
     v = m.validation
-    assert v is not None and v.n == 6000
-    assert v.kept == int((held["observations"] >= 5).sum())
-    assert v.auroc is not None and v.auroc_all is not None and v.auroc > v.auroc_all + 0.05
+    assert v is not None and v.n == int(val["inside"][:, 2:].sum())  # the band's rows
+    assert v.kept == v.n  # every row holds 4 variables, >= 12 observations, last within 1 h
+    assert set(HELD_FIELDS) == set(study.held)
 
 
-def test_hours_outside_the_band_or_the_population_take_no_part() -> None:
-    y_rows, held, p, inside = known_rows()
-    # hours 3-4 only, and stays gone after hour 3: those rows never reach the study
-    inside[:500, 3] = False
-    cols = slice(2, 4)
-    keep = inside[:, cols]
-    m = band_minimum(inside, held, y_rows[:, cols][keep], p[:, cols][keep], 3, 4)
-    assert m.validation is not None and m.validation.n == int(keep.sum()) == 2500
-    assert "hours 3-4" in m.rule
-
-
-def test_levels_with_too_few_outcomes_give_no_evidence_and_no_minimum_below_them() -> None:
-    rng = np.random.default_rng(1)
-    y = (rng.random(500) < 0.3).astype(float)
-    risk = np.clip(0.3 + 0.4 * (y - 0.3) + rng.normal(0, 0.1, 500), 0.01, 0.99)
-    obs = np.where(np.arange(500) < 5, 1.0, 50.0)  # 5 rows hold 1 observation: no evidence
-    res = study_by_level(y, risk, {"observations": obs, "channels": np.full(500, 8.0),
-                                   "hours_covered": np.full(500, 30.0),
-                                   "hours_since_last": np.full(500, 3.0)})
-    assert [r["level"] for r in res["observations"]] == [50]
-    pick = choose(res)
-    ok = res["observations"][0]["ece"] <= MAX_ECE
-    assert pick["observations"] == (50 if ok else None)
-    assert pick["hours_since_last"] in (6, None) and pick["hours_covered"] in (24, None)
+def test_only_the_stays_still_there_at_the_first_hour_count() -> None:
+    study, val = known_validation()
+    m = band_minimum(study, val, IDENTITY, 10, HOURS)
+    assert "validation's 750 stays truncated at hour 10" in m.rule
 
 
 def test_the_trajectory_abstains_at_the_hours_below_their_bands_minimum() -> None:
-    from scehr.schemas.alert_policy import AlertPolicy
-    from scehr.schemas.manifest import Trajectory
-    from scehr.training.landmark_assets import band, below_minimum
-
-    y_rows, held, p, inside = known_rows()
-    y = y_rows[:, -1]  # one outcome per stay
-    preds = {"probability": p, "margin": np.log(p / (1 - p)), "y": y, "inside": inside}
+    study, val = known_validation()
     policy = AlertPolicy(threshold=0.5, silence_hours=0, realert_rise=1.0)
-    traj = Trajectory(first_hour=2, last_hour=4, alert_policy=policy,
-                      bands=[band(preds, preds, preds, held, 2, 3, "margin"),
-                             band(preds, preds, preds, held, 4, 4, "margin")])
+    traj = Trajectory(first_hour=2, last_hour=HOURS, alert_policy=policy,
+                      bands=[band(val, val, val, study, 2, 5, "margin"),
+                             band(val, val, val, study, 6, HOURS, "margin")])
     for b in traj.bands:
         assert b.data_minimum is not None and "validation" in b.data_minimum.rule
-    below = below_minimum(traj, held)
-    for h in range(traj.first_hour, 5):
+    below = below_minimum(traj, study.held)
+    # 4 observations per hour from hour 0: hour 1 holds 8 (before the first band)
+    held_obs = study.held["observations"]
+    for h in range(2, HOURS + 1):
         m = traj.band(h).data_minimum
-        np.testing.assert_array_equal(below[:, h - 1], held["observations"][:, h - 1]
-                                      < m.min_observations)
-    assert below.any()
-    assert not below[:, 0].any()  # hour 1 is before the first band: abstained for that reason
+        assert m is not None
+        np.testing.assert_array_equal(below[:, h - 1], held_obs[:, h - 1] < m.min_observations)
+    assert not below[:, 0].any()
+    # a stay that held less: its observations thinned to one variable
+    thin = study.obs.take(study.obs.channel == study.obs.channel.min())
+    below_thin = below_minimum(traj, held_by_hour(thin, N, HOURS, FS))
+    first = traj.bands[0].data_minimum
+    assert first is not None and first.min_channels == 2
+    assert below_thin[:, 1:5].all()  # hours 2-5: one variable, the band needs two

@@ -127,3 +127,28 @@ async def test_later_values_changed_leave_the_earlier_hours_as_they_were(
         later = (await client.post(ROUTE, json=changed_after(payload, 24.0))).json()["hours"]
         assert later[:24] == base[:24]  # risk, score, interval, status, reasons, alert
         assert [h["score"] for h in later[24:]] != [h["score"] for h in base[24:]]
+
+
+async def test_each_band_minimum_is_chosen_on_validation_and_served_as_the_export_counts_it(
+        client: httpx.AsyncClient, landmark: tuple[Path, TrainConfig]) -> None:
+    from scehr.training.data.reader import read_timeseries
+    from scehr.training.landmark_assets import below_minimum, held_by_hour
+
+    models, cfg = landmark
+    (folder,) = (models / "mortality-landmark").iterdir()
+    m = load_manifest(folder / "manifest.json")
+    assert m.trajectory is not None
+    for b in m.trajectory.bands:
+        d = b.data_minimum
+        assert d is not None and d.validation is not None and d.validation.n > 0
+        assert f"truncated at hour {b.from_hour}, the first of the band {b.from_hour}-" in d.rule
+    fs = load_model(folder, "mortality-landmark",
+                    Settings(model_dir=models, device="cpu")).spec.fs
+    for path in long_stays(cfg):
+        obs, _ = read_timeseries([path], fs, progress=False)
+        below = below_minimum(m.trajectory, held_by_hour(obs, 1, 48, fs))[0]
+        hours = (await client.post(ROUTE, json=benchmark_payload(path, end_hours=48.0))
+                 ).json()["hours"]
+        served_below = [h["status"] == "abstained"
+                        and h["reasons"][0]["code"] == "below_data_minimum" for h in hours]
+        assert served_below == below.tolist()

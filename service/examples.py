@@ -7,7 +7,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from scehr.schemas.tasks import task_spec
+from scehr.schemas.tasks import TASK_NAMES, landmark_task, task_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLE_FILE = EXAMPLES / "mortality_stay.json"
@@ -38,10 +38,19 @@ def _long_form(hours: list[float]) -> dict[str, Any]:
             "demographics": {"age": 67, "sex": "female"}}
 
 
+def _example_task(task: str) -> str:
+    """A landmark task reads the stays of the outcome it gives at every hour, so it shows theirs.
+    """
+    if not task_spec(task).landmarks:
+        return task
+    return next((t for t in TASK_NAMES if t != task and landmark_task(t) == task), task)
+
+
 @cache
 def task_stay(task: str) -> dict[str, Any]:
-    """`examples/<task>_stay.json` when present, else a long-form stay inside the task's window."""
-    path = EXAMPLES / f"{task}_stay.json"
+    """`examples/<task>_stay.json` (a landmark task: its outcome's) when present, else a
+    long-form stay inside the task's window."""
+    path = EXAMPLES / f"{_example_task(task)}_stay.json"
     if path.is_file():
         try:
             return json.loads(path.read_text())

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from scehr.schemas.manifest import load_manifest, sha256_file
+from scehr.schemas.tasks import TASK_NAMES
 from scehr.service.settings import Settings
 from tests.service.conftest import serve
 
@@ -22,7 +23,7 @@ INDEX = json.loads((MODELS / "index.json").read_text())
 
 
 def test_every_task_has_a_shipped_default_with_card_and_valid_manifest() -> None:
-    assert set(INDEX["defaults"]) == {"mortality", "phenotypes"}
+    assert set(INDEX["defaults"]) == set(TASK_NAMES)
     for entry in INDEX["models"]:
         folder = MODELS / entry["path"]
         m = load_manifest(folder / "manifest.json")
@@ -52,6 +53,30 @@ async def test_shipped_default_scores_the_example(task: str) -> None:
         assert ri is not None and 0.0 <= ri["low"] <= ri["high"] <= 1.0
     assert "provider" in json.dumps(models) and models["uncertainty"] is True
 
+
+
+async def test_the_shipped_landmark_default_gives_the_example_its_risk_at_every_hour() -> None:
+    """The mortality example through the trajectory route of the shipped landmark model: one
+    entry per hour up to 48, hours before the first landmark abstained, each scored hour with
+    its band's interval, and the last hour the whole-stay route's score."""
+    payload = json.loads((REPO / "examples" / "mortality_stay.json").read_text())
+    async with serve(Settings(model_dir=MODELS, device="cpu")) as client:
+        r = await client.post("/predict/mortality/trajectory", json=payload)
+        whole = (await client.post("/predict/mortality-landmark", json=payload)).json()
+    assert r.status_code == 200, r.text
+    traj = r.json()
+    m = load_manifest(MODELS / "mortality-landmark" / INDEX["defaults"]["mortality-landmark"]
+                      / "manifest.json")
+    assert traj["model"]["version"] == m.version
+    hours = traj["hours"]
+    assert [h["hour"] for h in hours] == list(range(1, len(hours) + 1)) and len(hours) <= 48
+    first = m.trajectory.first_hour
+    assert all(h["status"] == "abstained" for h in hours[:first - 1])
+    scored = [h for h in hours if h["status"] == "scored"]
+    assert scored, "the example has enough data for some hour"
+    for h in scored:
+        assert h["interval"]["low"] <= h["risk"] <= h["interval"]["high"]
+    assert hours[-1]["score"] == pytest.approx(whole["results"][0]["score"], abs=1e-6)
 
 def test_the_default_mortality_points_mean_their_names() -> None:
     """Thresholds and validation PPV rise from high_sensitivity through balanced to high_ppv

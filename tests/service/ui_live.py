@@ -119,8 +119,8 @@ def shrink(path: Path) -> None:
 
 def screenshots(out: Path) -> list[Path]:
     """The pages as docs/ shows them: the default mortality model's facts, the example
-    stay's risk (with two heart rates the cleaning rules change), an abstained stay,
-    monitoring after those, and a stay's risk over time (`risk_over_time_screenshot`)."""
+    stay's risk (with two heart rates the cleaning rules change) and its risk over time from
+    the shipped landmark model, an abstained stay, and monitoring after those."""
     exe = chromium_path()
     if exe is None:
         raise SystemExit("no chromium binary: apt-get install chromium (or set SCEHR_CHROMIUM)")
@@ -134,8 +134,11 @@ def screenshots(out: Path) -> list[Path]:
         page.screenshot(path=shots[-1], full_page=True)
         page.goto(f"{base}/ui/stay")
         score_in_page(page, json.dumps(with_cleaned_values(), indent=1))
+        page.wait_for_selector("#trajectory svg")
         shots.append(out / "pages-stay.png")
         page.screenshot(path=shots[-1], full_page=True)
+        shots.append(out / "pages-trajectory.png")
+        page.locator("#trajectory").screenshot(path=shots[-1])
         page.goto(f"{base}/ui/stay")
         score_in_page(page, json.dumps(abstained_stay(), indent=1))
         shots.append(out / "pages-abstained.png")
@@ -143,33 +146,9 @@ def screenshots(out: Path) -> list[Path]:
         page.goto(f"{base}/ui/monitoring")
         shots.append(out / "pages-monitoring.png")
         page.screenshot(path=shots[-1], full_page=True)
-        shots.append(risk_over_time_screenshot(b, out / "pages-trajectory.png"))
     for path in shots:
         shrink(path)
     return shots
-
-
-def risk_over_time_screenshot(b: Any, path: Path) -> Path:
-    """A stay's risk over time: no landmark model is shipped yet, so the tests' fixture models
-    (a 48-hour mortality model and a landmark one, untrained) score a 40-hour stay whose
-    values change at hour 20; the figure's form, not a model's figures."""
-    import tempfile
-
-    from tests.service.fixture_model import write_index, write_model
-    from tests.service.test_svc_trajectory import hourly_stay
-
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        write_model(root, "mortality", "v1", seed=1)
-        write_model(root, "mortality-landmark", "v1", seed=7)
-        write_index(root, [("mortality", "v1"), ("mortality-landmark", "v1")])
-        with live_server(Settings(model_dir=root, device="cpu", log_level="WARNING")) as base:
-            page = b.new_page(viewport={"width": 1100, "height": 900})
-            page.goto(f"{base}/ui/stay")
-            score_in_page(page, json.dumps(hourly_stay(40, late_from=20.0), indent=1))
-            page.wait_for_selector("#trajectory svg")
-            page.locator("#trajectory").screenshot(path=path)
-    return path
 
 
 if __name__ == "__main__":

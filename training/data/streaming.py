@@ -261,8 +261,11 @@ class StreamedSplit:
         if self.workers <= 0 or not batches:
             return
         self._plan = deque(batches)
+        # its own generator: the loader's worker seed must not draw from the global RNG, which
+        # the training step's dropout draws from (workers or not, the same run)
         self._ahead = iter(DataLoader(_BatchReader(self.index, self.norm), sampler=batches,
-                                      batch_size=None, num_workers=self.workers))
+                                      batch_size=None, num_workers=self.workers,
+                                      generator=torch.Generator().manual_seed(0)))
 
     def batch(self, idx: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(x, lengths, static, y) of the stays at `idx`, x trimmed to the longest of them."""

@@ -147,7 +147,7 @@ def main() -> None:
             data = tmp / f"x{scale}"
             n = write_scaled(tmp / "extracted", args.task, scale, data)
             cells = []
-            for k, (mode, extra) in enumerate(modes.items()):
+            for k, extra in enumerate(modes.values()):
                 env_cache = data / f".cache-{k}"  # in-memory runs build their array cache
                 cmd = [*train, "--data", str(data), "--out", str(tmp / f"run-{scale}-{k}"),
                        *extra]

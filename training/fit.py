@@ -133,13 +133,23 @@ def load_sources(cfg: TrainConfig, split: str) -> SplitArrays:
 def prepare(cfg: TrainConfig) -> Prepared:
     """Load the three splits (cached arrays) and fit normalisation on the training split."""
     fs = cfg.features()
-    if cfg.stream:
-        from scehr.training.data.streaming import prepare_streamed
+    if cfg.stream:  # the splits' indexes: their stays are read batch by batch, never whole
+        from scehr.training.data import streaming
 
-        return prepare_streamed(cfg)
-    raw = {s: load_sources(cfg, s) for s in ("train", "val", "test")}
+        raw = {s: streaming.index_split(cfg.data, cfg.task, s, fs)
+               for s in ("train", "val", "test")}
+    else:
+        raw = {s: load_sources(cfg, s) for s in ("train", "val", "test")}
     check_splits(raw, cfg.task)
+    whole = raw["train"]
     train = raw["train"] = hold_out(cfg, raw)
+    if cfg.stream:
+        data = streaming.stream_splits(raw, cfg.workers, cfg.cache_stays,
+                                       from_masks=train is not whole)
+        return Prepared(*(data.splits[s] for s in ("train", "val", "test")),
+                        calib=data.splits.get("calib"), normalizer=data.normalizer,
+                        static_imputer=data.static_imputer, label_names=list(train.label_names),
+                        coverage=data.coverage, raw=raw)
     norm = Normalizer.fit(train.x, train.lengths, fs)
     imp = StaticImputer.fit(train.static_raw)
     cov = {v.id: float(c) for v, c in zip(fs.variables, train.coverage, strict=True)}

@@ -1,13 +1,14 @@
 """Training data that streams: each split is read from disk batch by batch, never whole.
 
-`prepare_streamed` indexes each split of a benchmark-layout dataset from its listfile (stay,
-labels, demographics, window length: a few numbers per stay), fits the normalizer, the static
-imputer and the coverage on the training split in one streaming pass, and hands the training
-loop `StreamedSplit`s in place of in-memory `TensorSplit`s. A batch is read with the reader and
-tensorizer `load_split` uses and normalised as the in-memory path does, so its tensors are the
-same. Memory: the batches in flight plus at most `cache_stays` cached stays per split.
-`workers` DataLoader processes read an epoch's batches ahead, in the order the seed drew them;
-`shard(rank, world_size)` gives one process of a distributed run its part of the stays.
+For `TrainConfig.stream`, `fit.prepare` indexes each split of a benchmark-layout dataset from
+its listfile (`index_split`: stay, labels, demographics, window length, a few numbers per
+stay), and `stream_splits` fits the normalizer, the static imputer and the coverage on the
+training split in one streaming pass and hands the training loop `StreamedSplit`s in place of
+in-memory `TensorSplit`s. A batch is read with the reader and tensorizer `load_split` uses and
+normalised as the in-memory path does, so its tensors are the same. Memory: the batches in
+flight plus at most `cache_stays` cached stays per split. `workers` DataLoader processes read
+an epoch's batches ahead, in the order the seed drew them; `shard(rank, world_size)` gives one
+process of a distributed run its part of the stays.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -35,10 +35,6 @@ from scehr.training.data.reader import (
     resolve_split,
 )
 from scehr.training.data.splits import StayTensors, _end_hours, tensorize_stays
-
-if TYPE_CHECKING:
-    from scehr.training.config import TrainConfig
-    from scehr.training.fit import Prepared
 
 #: Stays read per step of the statistics pass.
 STATS_CHUNK_STAYS = 512
@@ -302,27 +298,24 @@ class StreamedSplit:
         return x
 
 
-def prepare_streamed(cfg: TrainConfig) -> Prepared:
-    """`fit.prepare` for `cfg.stream`: the same splits, hold-outs and fitted statistics, with
-    `StreamedSplit`s in place of in-memory tensors; `raw` holds each split's `StayIndex`."""
-    from scehr.training.fit import Prepared, check_splits, hold_out
+@dataclass
+class StreamedData:
+    """The splits of a streamed run and what was fitted on its training split."""
 
-    fs = cfg.features()
-    raw = {s: index_split(cfg.data, cfg.task, s, fs) for s in ("train", "val", "test")}
-    check_splits(raw, cfg.task)  # type: ignore[arg-type]
-    whole = raw["train"]
-    train = raw["train"] = hold_out(cfg, raw)
-    stats = fit_statistics(train, from_masks=train is not whole)
+    splits: dict[str, StreamedSplit]
+    normalizer: Normalizer
+    static_imputer: StaticImputer
+    coverage: dict[str, float]  # variable id -> share of training stays observing it
+
+
+def stream_splits(raw: dict[str, StayIndex], workers: int, cache_stays: int, *,
+                  from_masks: bool) -> StreamedData:
+    """`fit.prepare`'s second half for a streamed run: the statistics of `raw["train"]` (the
+    stays kept after the hold-outs) in one streaming pass, and every split streamed."""
+    train = raw["train"]
+    stats = fit_statistics(train, from_masks=from_masks)
     imp = StaticImputer.fit(train.static_raw)
-
-    def stream(index: StayIndex) -> StreamedSplit:
-        return StreamedSplit(index, stats.normalizer, imp, workers=cfg.workers,
-                             cache_stays=cfg.cache_stays)
-
-    return Prepared(
-        *(stream(raw[s]) for s in ("train", "val", "test")),  # type: ignore[arg-type]
-        calib=stream(raw["calib"]) if "calib" in raw else None,  # type: ignore[arg-type]
-        normalizer=stats.normalizer, static_imputer=imp, label_names=list(train.label_names),
-        coverage={v.id: float(c) for v, c in zip(fs.variables, stats.coverage, strict=True)},
-        raw=raw,  # type: ignore[arg-type]
-    )
+    splits = {s: StreamedSplit(index, stats.normalizer, imp, workers=workers,
+                               cache_stays=cache_stays) for s, index in raw.items()}
+    cov = {v.id: float(c) for v, c in zip(train.fs.variables, stats.coverage, strict=True)}
+    return StreamedData(splits, stats.normalizer, imp, cov)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from scehr import cli as scehr_cli
 from scehr.schemas.tensorize import Normalizer
 from scehr.training.config import TrainConfig
 from scehr.training.data.streaming import StreamedSplit, fit_statistics, index_split
@@ -147,11 +148,17 @@ def test_a_streamed_run_trains_to_the_same_weights(tmp_path: Path,
         assert torch.equal(value, weights[1][name]), name
 
 
-def test_stream_settings_are_checked() -> None:
+def test_stream_settings_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError, match="workers and cache_stays must be >= 0"):
         TrainConfig(stream=True, workers=-1)
     with pytest.raises(ValueError, match="no extra_data"):
         TrainConfig(stream=True, extra_data=["elsewhere"])
+    for option in ("--workers", "--cache-stays"):
+        with pytest.raises(SystemExit) as e:
+            scehr_cli.main(["train", "--stream", option, "-1"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert f"{option}: -1 must be >= 0" in err[-1]
 
 
 @needs_shared_data

@@ -131,7 +131,8 @@ def load_sources(cfg: TrainConfig, split: str) -> SplitArrays:
 
 
 def prepare(cfg: TrainConfig) -> Prepared:
-    """Load the three splits (cached arrays) and fit normalisation on the training split."""
+    """Load the three splits (cached arrays; with `cfg.stream`, indexes whose stays are read
+    batch by batch) and fit normalisation on the training split."""
     fs = cfg.features()
     if cfg.stream:  # the splits' indexes: their stays are read batch by batch, never whole
         from scehr.training.data import streaming

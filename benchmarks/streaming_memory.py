@@ -14,7 +14,7 @@ every split, a small bootstrap; no plots), whose memory is read from /proc (Linu
 Memory is no timing: the figures hold on a busy machine. Nothing is written into the repo.
 
     .venv/bin/python benchmarks/streaming_memory.py [--task mortality] [--scales 1 5 10]
-        [--workers 2] [--cache-stays 256]
+        [--workers 2] [--cache-stays 256] [--modes memory stream]
 """
 
 from __future__ import annotations
@@ -122,6 +122,8 @@ def main() -> None:
     ap.add_argument("--scales", type=int, nargs="+", default=[1, 5, 10])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cache-stays", type=int, default=256)
+    ap.add_argument("--modes", nargs="+", choices=["memory", "stream"],
+                    default=["memory", "stream"], help="which runs to measure")
     ap.add_argument("--demo", type=Path, default=data_dir() / "mimic3-demo",
                     help="the raw MIMIC-III demo (default: the shared data folder's)")
     args = ap.parse_args()
@@ -138,6 +140,8 @@ def main() -> None:
                  f"streamed, {args.workers} workers, cache {args.cache_stays}":
                      ["--stream", "--workers", str(args.workers),
                       "--cache-stays", str(args.cache_stays)]}
+        modes = {m: a for (m, a), key in zip(modes.items(), ("memory", "stream"), strict=True)
+                 if key in args.modes}
         print(f"{args.task}: one training epoch over the MIMIC-III demo scaled k times "
               "(MiB; main: peak RSS of the training process; tree: peak PSS of it and its "
               "loader workers)")

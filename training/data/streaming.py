@@ -201,9 +201,11 @@ class StayCache:
             self._items.popitem(last=False)
 
 
-class _BatchReader(Dataset[Tensor]):
-    """What a loader worker runs: a batch of row indices -> its normalised tensor. It holds
-    no cache, so the memory of a worker is the batches it has read ahead."""
+class _BatchReader(Dataset[np.ndarray]):
+    """What a loader worker runs: a batch of row indices -> its normalised array. It holds
+    no cache, so the memory of a worker is the batches it has read ahead. Arrays, not tensors,
+    travel back: pickled through the pipe rather than left in shared memory, which torch
+    would still be tracking when the interpreter exits."""
 
     def __init__(self, index: StayIndex, norm: Normalizer) -> None:
         self.index, self.norm = index, norm
@@ -211,8 +213,13 @@ class _BatchReader(Dataset[Tensor]):
     def __len__(self) -> int:
         return len(self.index)
 
-    def __getitem__(self, idx: Tensor) -> Tensor:
-        return read_normalised(self.index, self.norm, idx.numpy())
+    def __getitem__(self, idx: Tensor) -> np.ndarray:
+        return read_normalised(self.index, self.norm, idx.numpy()).numpy()
+
+
+def _as_read(batch: np.ndarray) -> np.ndarray:
+    """The loader's collate step: the batch as the worker read it (no conversion)."""
+    return batch
 
 
 class StreamedSplit:
@@ -261,6 +268,7 @@ class StreamedSplit:
         # the training step's dropout draws from (workers or not, the same run)
         self._ahead = iter(DataLoader(_BatchReader(self.index, self.norm), sampler=batches,
                                       batch_size=None, num_workers=self.workers,
+                                      collate_fn=_as_read,
                                       generator=torch.Generator().manual_seed(0)))
 
     def batch(self, idx: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -277,7 +285,7 @@ class StreamedSplit:
             self._plan, self._ahead = deque(), None
             return None
         self._plan.popleft()
-        x = next(self._ahead)
+        x = torch.from_numpy(next(self._ahead))
         if not self._plan:
             self._ahead = None
         return x

@@ -38,6 +38,8 @@ from scehr.training.data.splits import StayTensors, _end_hours, tensorize_stays
 
 #: Stays read per step of the statistics pass.
 STATS_CHUNK_STAYS = 512
+#: Stays read at a time into one batch: bounds the working memory of reading a batch.
+READ_CHUNK_STAYS = 128
 
 
 @dataclass
@@ -170,10 +172,20 @@ def fit_statistics(index: StayIndex, *, from_masks: bool,
     return TrainStatistics(Normalizer.of(cols, moments.mean, moments.std), cov)
 
 
-def read_normalised(index: StayIndex, norm: Normalizer, rows: np.ndarray) -> Tensor:
-    """[len(rows), longest of them, F] normalised stays, zero after each one's length."""
-    t = index.read(rows)
-    return torch.from_numpy(norm.transform(t.x, t.lengths))
+def read_normalised(index: StayIndex, norm: Normalizer, rows: np.ndarray,
+                    chunk_stays: int = READ_CHUNK_STAYS) -> Tensor:
+    """[len(rows), longest of them, F] normalised stays, zero after each one's length.
+
+    Read `chunk_stays` at a time: the working memory of reading (text, parsed cells,
+    observations) is that of a chunk, whatever the batch (prediction asks for 1,024 stays)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    longest = int(index.lengths[rows].max()) if len(rows) else 1
+    out = torch.zeros((len(rows), longest, index.fs.n_features), dtype=torch.float32)
+    for k in range(0, len(rows), chunk_stays):
+        t = index.read(rows[k : k + chunk_stays])
+        x = norm.transform(t.x, t.lengths)
+        out[k : k + len(x), : x.shape[1]] = torch.from_numpy(x)
+    return out
 
 
 class StayCache:

@@ -14,7 +14,12 @@ import torch
 from scehr import cli as scehr_cli
 from scehr.schemas.tensorize import Normalizer
 from scehr.training.config import TrainConfig
-from scehr.training.data.streaming import StreamedSplit, fit_statistics, index_split
+from scehr.training.data.streaming import (
+    StreamedSplit,
+    fit_statistics,
+    index_split,
+    read_normalised,
+)
 from scehr.training.data.synthetic import write_synthetic
 from scehr.training.fit import Prepared, fit, prepare
 from tests.conftest import SHARED_DATA, needs_shared_data
@@ -81,6 +86,16 @@ def test_statistics_in_small_chunks_equal_the_in_memory_fit(dataset: tuple[str, 
     np.testing.assert_allclose(stats.normalizer.stds, ref.stds, rtol=1e-12)
     assert np.array_equal(stats.normalizer.columns, ref.columns)
     assert [mem.coverage[v.id] for v in fs.variables] == stats.coverage.tolist()
+
+
+def test_a_batch_read_in_chunks_is_the_batch_read_at_once(dataset: tuple[str, Path]) -> None:
+    task, root = dataset
+    mem, streamed = both(task, root)
+    rows = torch.randperm(len(mem.train), generator=torch.Generator().manual_seed(5))[:61]
+    x = mem.train.batch(rows)[0]
+    for chunk in (1, 7, 61):
+        got = read_normalised(streamed.train.index, streamed.normalizer, rows.numpy(), chunk)
+        assert torch.equal(got, x)
 
 
 def test_the_cache_never_holds_more_stays_than_its_setting(dataset: tuple[str, Path]) -> None:

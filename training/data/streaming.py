@@ -216,7 +216,7 @@ class StayCache:
 class _BatchReader(Dataset[np.ndarray]):
     """What a loader worker runs: a batch of row indices -> its normalised array. It holds
     no cache, so the memory of a worker is the batches it has read ahead. Arrays, not tensors,
-    travel back: pickled through the pipe rather than left in shared memory, which torch
+    travel both ways: pickled through the pipe rather than moved to shared memory, which torch
     would still be tracking when the interpreter exits."""
 
     def __init__(self, index: StayIndex, norm: Normalizer) -> None:
@@ -225,8 +225,8 @@ class _BatchReader(Dataset[np.ndarray]):
     def __len__(self) -> int:
         return len(self.index)
 
-    def __getitem__(self, idx: Tensor) -> np.ndarray:
-        return read_normalised(self.index, self.norm, idx.numpy()).numpy()
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        return read_normalised(self.index, self.norm, rows).numpy()
 
 
 def _as_read(batch: np.ndarray) -> np.ndarray:
@@ -278,7 +278,8 @@ class StreamedSplit:
         self._plan = deque(batches)
         # its own generator: the loader's worker seed must not draw from the global RNG, which
         # the training step's dropout draws from (workers or not, the same run)
-        self._ahead = iter(DataLoader(_BatchReader(self.index, self.norm), sampler=batches,
+        rows = [b.numpy() for b in batches]
+        self._ahead = iter(DataLoader(_BatchReader(self.index, self.norm), sampler=rows,
                                       batch_size=None, num_workers=self.workers,
                                       collate_fn=_as_read,
                                       generator=torch.Generator().manual_seed(0)))

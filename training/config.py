@@ -102,9 +102,9 @@ class TrainConfig:
         if self.workers < 0 or self.cache_stays < 0:
             raise ValueError(f"workers and cache_stays must be >= 0, not {self.workers!r} and "
                              f"{self.cache_stays!r}")
-        if self.stream and (self.extra_data or self.regularizers):
-            raise ValueError("stream reads one dataset (no extra_data) and supports no "
-                             "regularizers (they need every training stay's summary in memory)")
+        if self.stream and self.extra_data:
+            raise ValueError("stream reads one dataset: extra_data must be empty with stream "
+                             "(train on the datasets converted into one)")
         if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
             raise ValueError("label_fraction must be in (0, 1]")
         # torch: imported only when a config is made

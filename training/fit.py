@@ -684,10 +684,14 @@ def criterion(cfg: TrainConfig) -> CombinedLoss:
 
 def stay_summaries(split: TensorSplit) -> Tensor:
     """[N, F] mean of each (normalised) input column over a stay's observed steps: the prior
-    space of attribute-kNN positives and of the debiased loss."""
+    space of attribute-kNN positives and of the debiased loss.
+
+    Read by `batch` 1,024 stays at a time, so a streamed split (`data.streaming.StreamedSplit`)
+    gives the same summaries in one pass without ever being whole in memory (the result is
+    O(stays), like its labels)."""
     out = []
-    for i in range(0, len(split), 1024):  # chunks: x * mask would copy the whole split
-        x, lengths = split.x[i : i + 1024], split.lengths[i : i + 1024]
+    for idx in torch.arange(len(split)).split(1024):  # chunks: x * mask would copy the split
+        x, lengths, _, _ = split.batch(idx)
         steps = torch.arange(x.shape[1])[None, :, None] < lengths[:, None, None]
         out.append((x * steps).sum(dim=1) / lengths.clamp(min=1)[:, None].to(x))
     return torch.cat(out)

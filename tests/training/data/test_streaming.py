@@ -13,7 +13,7 @@ import torch
 
 from scehr import cli as scehr_cli
 from scehr.schemas.tensorize import Normalizer
-from scehr.training.config import TrainConfig
+from scehr.training.config import TrainConfig, load_config
 from scehr.training.data.streaming import (
     StreamedSplit,
     fit_statistics,
@@ -22,7 +22,7 @@ from scehr.training.data.streaming import (
 )
 from scehr.training.data.synthetic import write_synthetic
 from scehr.training.fit import Prepared, fit, prepare
-from tests.conftest import SHARED_DATA, needs_shared_data
+from tests.conftest import REPO, SHARED_DATA, needs_shared_data
 
 SPLITS = ("train", "val", "test", "calib")
 
@@ -163,10 +163,33 @@ def test_a_streamed_run_trains_to_the_same_weights(tmp_path: Path,
         assert torch.equal(value, weights[1][name]), name
 
 
+def test_the_mortality_recipe_with_whole_split_regularizers_streams_to_the_same_weights(
+        tmp_path: Path) -> None:
+    """The shipped mortality recipe (CSCE + λ·SCR, its encoder and features) with the
+    regularizers that need the whole training split: attribute-kNN positives and the debiased
+    prior (every stay's summary, read in one streaming pass), feature-kNN positives (every
+    epoch's embeddings). Streamed, with a loader worker, it trains to the in-memory weights."""
+    root = write_synthetic(tmp_path / "data", "mortality", n_train=160, n_test=40,
+                           prevalence=0.3, seed=3)
+    regularizers = {"supcon_knn_attribute": {"weight": 0.01, "k": 3},
+                    "supcon_knn_feature": {"weight": 0.01, "k": 3},
+                    "debiased_supcon": {"weight": 0.01, "queue_size": 64}}
+    weights = []
+    for extra in ({}, {"stream": True, "workers": 1, "cache_stays": 8}):
+        cfg = load_config(REPO / "configs" / "default_mortality_full.toml",
+                          regularizers=regularizers, data=str(root), epochs=2, progress=False,
+                          **extra)
+        assert cfg.loss == "csce" and cfg.lam > 0
+        res = fit(cfg, prepare(cfg), echo=False)
+        weights.append(res.model.state_dict())
+    for name, value in weights[0].items():
+        assert torch.equal(value, weights[1][name]), name
+
+
 def test_stream_settings_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError, match="workers and cache_stays must be >= 0"):
         TrainConfig(stream=True, workers=-1)
-    with pytest.raises(ValueError, match="no extra_data"):
+    with pytest.raises(ValueError, match="extra_data must be empty with stream"):
         TrainConfig(stream=True, extra_data=["elsewhere"])
     for option in ("--workers", "--cache-stays"):
         with pytest.raises(SystemExit) as e:

@@ -119,3 +119,16 @@ def iter_subjects(groups: Sequence[RowGroup], per_batch: int,
             done += n
         rest = starts[done] if done < len(starts) else len(ids)
         pending = [buffer.slice(rest)] if rest < len(ids) else []
+
+
+def code_counts(groups: Sequence[RowGroup]) -> dict[str, int]:
+    """Every code of the dataset with its number of events, in order of first appearance;
+    one row group is read at a time."""
+    counts: dict[str, int] = {}
+    for group in groups:
+        table = _read(group, ["code"])
+        codes, n = (a.to_pylist() for a in pc.value_counts(table["code"]).flatten())
+        for code, k in zip(codes, n, strict=True):
+            counts[code] = counts.get(code, 0) + k
+    return counts
+

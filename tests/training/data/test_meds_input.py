@@ -147,6 +147,43 @@ def test_no_code_that_maps_is_an_error(demo: dict[str, object], tmp_path: Path) 
     assert not (tmp_path / "out" / "in-hospital-mortality").exists()
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file under `root` by its relative path, but the provenance (it names the source)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "provenance.json"}
+
+
+@needs_shared_data
+def test_meds_converts_a_few_subjects_at_a_time_to_the_same_files(
+        demo: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards of many row groups, read one row group and a few whole subjects at a time (never
+    the whole dataset), give the stay files, listfiles and label tables of converting each
+    shard whole, byte for byte, and the same counts."""
+    lab = demo["lab"]
+    split = dict(zip(lab.subject_id, lab.split, strict=True))  # type: ignore[union-attr]
+    grouped = write_meds_from_demo(SHARED_DATA / "mimic3-demo", tmp_path / "meds",
+                                   {s: MEDS_SPLIT[p] for s, p in split.items()},
+                                   row_group_size=20_000)
+    shards = sorted((grouped / meds.data_subdirectory).rglob("*.parquet"))
+    assert sum(pq.ParquetFile(f).metadata.num_row_groups for f in shards) > 3 * len(shards)
+    labels = Path(demo["labels"])  # type: ignore[arg-type]
+    whole = convert_meds(Path(demo["plain"]), labels, tmp_path / "whole",  # type: ignore[arg-type]
+                         subjects_per_chunk=10**6)
+    import scehr.training.data.meds_input as meds_input
+
+    def no_whole_read(*_a: object) -> None:
+        raise AssertionError("the conversion read every shard at once")
+
+    monkeypatch.setattr(meds_input, "read_meds", no_whole_read)
+    reference = _files(tmp_path / "whole")
+    assert len(reference) == 57 + 2 + 2 + 3  # stays, listfile and labels of each part, splits
+    for per_chunk in (1, 7):
+        out = tmp_path / f"chunks-{per_chunk}"
+        counts = convert_meds(grouped, labels, out, subjects_per_chunk=per_chunk)
+        assert counts == whole
+        assert _files(out) == reference
+
+
 @needs_shared_data
 def test_unknown_variable_in_code_map_is_named(demo: dict[str, object], tmp_path: Path
                                                ) -> None:

@@ -412,3 +412,12 @@ def test_the_meds_dev_recipe_commands_parse() -> None:
         parser, _ = build_parser(argv[1])
         args = parser.parse_args(argv[1:])
         assert callable(args.func), line
+
+
+def test_a_subject_in_two_shards_is_named(tmp_path: Path) -> None:
+    """Read a few subjects at a time, a subject whose events two shards hold would be written
+    twice, the second over the first: MEDS keeps a subject in one shard, so it is refused."""
+    src, labels = _small(tmp_path, [(1.0, "LOINC/8867-4", 80.0, None)])
+    (src / "data" / "1.parquet").write_bytes((src / "data" / "0.parquet").read_bytes())
+    with pytest.raises(ValueError, match="subject 1 has events in more than one place"):
+        convert_meds(src, labels, tmp_path / "out")

@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from scehr.schemas.featureset import FEATURE_SETS
 from scehr.training.data.meds_input import convert_meds, parse_split_map, read_meds
@@ -182,6 +183,25 @@ def test_meds_converts_a_few_subjects_at_a_time_to_the_same_files(
         counts = convert_meds(grouped, labels, out, subjects_per_chunk=per_chunk)
         assert counts == whole
         assert _files(out) == reference
+
+
+@needs_shared_data
+def test_converted_meds_streams_as_it_loads(demo: dict[str, object], tmp_path: Path) -> None:
+    """convert-meds then `scehr train --stream`: the streamed splits of the output are the
+    in-memory ones (stays, normalizer, coverage, every batch)."""
+    from tests.training.data.test_streaming import SPLITS, assert_same_batches, both
+
+    via = tmp_path / "via"
+    convert_meds(Path(demo["plain"]), Path(demo["labels"]), via,  # type: ignore[arg-type]
+                 subjects_per_chunk=5)
+    mem, streamed = both("mortality", via)
+    assert mem.normalizer.to_dict() == streamed.normalizer.to_dict()
+    assert mem.coverage == streamed.coverage
+    assert sum(len(getattr(mem, s)) for s in SPLITS) == 57
+    for s in SPLITS:
+        a, b = getattr(mem, s), getattr(streamed, s)
+        assert a.stays == b.stays
+        assert_same_batches(a, b, list(torch.arange(len(a)).split(8)))
 
 
 @needs_shared_data

@@ -90,6 +90,11 @@ class TensorSplit:
     def n_features(self) -> int:
         return int(self.x.shape[2])
 
+    @property
+    def width(self) -> int:
+        """Time steps of the split's tensor (batches trim the padding they share)."""
+        return int(self.x.shape[1])
+
     def prefetch(self, batches: list[Tensor]) -> None:
         """The batches about to be read, in order: in memory, nothing to read ahead (a streamed
         split, `data.streaming.StreamedSplit`, starts its loader workers on them)."""

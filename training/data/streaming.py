@@ -56,6 +56,9 @@ class StayIndex:
     end_hours: np.ndarray  # [N] float64
     lengths: np.ndarray  # [N] int64
     label_names: tuple[str, ...]
+    #: Time steps of the split as `load_split` pads it (its longest stay when indexed); kept
+    #: by `subset`, as a cut of an in-memory split keeps its tensor's width.
+    width: int = 1
 
     def __len__(self) -> int:
         return len(self.spec.table)
@@ -98,10 +101,10 @@ def index_split(root: str | Path, task: str, split: str, fs: FeatureSet, *, seed
     none = Observations(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), n)
     end = _end_hours(task, fs, spec, none)  # from the window or the listfile's period_length
     stays = spec.table["stay"].astype(str).tolist()
+    lengths = np.maximum(fs.n_bins(end), 1).astype(np.int64)
     return StayIndex(task, split, fs, spec, labels(spec.table, task),
-                     read_demographics(spec.demographics, stays), end,
-                     np.maximum(fs.n_bins(end), 1).astype(np.int64),
-                     label_names(spec.table, task))
+                     read_demographics(spec.demographics, stays), end, lengths,
+                     label_names(spec.table, task), int(lengths.max()) if n else 1)
 
 
 @dataclass
@@ -256,6 +259,11 @@ class StreamedSplit:
     @property
     def n_features(self) -> int:
         return self.index.fs.n_features
+
+    @property
+    def width(self) -> int:
+        """Time steps of the split's in-memory tensor (`fit.TensorSplit.width`)."""
+        return self.index.width
 
     def subset(self, idx: Tensor | np.ndarray) -> StreamedSplit:
         rows = idx.numpy() if isinstance(idx, Tensor) else np.asarray(idx)

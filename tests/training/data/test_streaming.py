@@ -22,6 +22,7 @@ from scehr.training.data.streaming import (
 )
 from scehr.training.data.synthetic import write_synthetic
 from scehr.training.fit import Prepared, fit, prepare
+from scehr.training.landmark import predict_hours
 from tests.conftest import REPO, SHARED_DATA, needs_shared_data
 
 SPLITS = ("train", "val", "test", "calib")
@@ -184,6 +185,30 @@ def test_the_mortality_recipe_with_whole_split_regularizers_streams_to_the_same_
         weights.append(res.model.state_dict())
     for name, value in weights[0].items():
         assert torch.equal(value, weights[1][name]), name
+
+
+def test_a_streamed_landmark_run_trains_and_predicts_every_hour_the_same(tmp_path: Path) -> None:
+    """A landmark task reads every hour's outputs of a split at the width of its in-memory
+    tensor; streamed, the split has that width too (it had none: the run stopped)."""
+    root = write_synthetic(tmp_path / "data", "mortality", n_train=160, n_test=40,
+                           prevalence=0.3, seed=3)
+    kw = dict(task="mortality-landmark", data=str(root), encoder="causal_sumlstm",
+              encoder_hparams={"units": 4, "summary_dim": 4}, loss="csce", lam=0.007,
+              batch_size=32, epochs=1, seed=0, threads=1, progress=False,
+              landmark={"hours_per_batch": 4})
+    runs = []
+    for extra in ({}, {"stream": True, "cache_stays": 8}):
+        cfg = TrainConfig(**kw, **extra)
+        data = prepare(cfg)
+        res = fit(cfg, data, echo=False)
+        runs.append((res.model, res, data))
+    (m0, r0, d0), (m1, r1, d1) = runs
+    assert d0.train.width == d1.train.width and d0.val.width == d1.val.width
+    for name, value in m0.state_dict().items():
+        assert torch.equal(value, m1.state_dict()[name]), name
+    a, b = (predict_hours(m, r.criterion, d.val) for m, r, d in ((m0, r0, d0), (m1, r1, d1)))
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key
 
 
 def test_stream_settings_are_checked(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,6 +23,7 @@ from scehr.training.data.streaming import (
 from scehr.training.data.synthetic import write_synthetic
 from scehr.training.fit import Prepared, fit, prepare
 from scehr.training.landmark import predict_hours
+from scehr.training.losses import REGULARIZERS
 from tests.conftest import REPO, SHARED_DATA, needs_shared_data
 
 SPLITS = ("train", "val", "test", "calib")
@@ -185,6 +186,22 @@ def test_the_mortality_recipe_with_whole_split_regularizers_streams_to_the_same_
         weights.append(res.model.state_dict())
     for name, value in weights[0].items():
         assert torch.equal(value, weights[1][name]), name
+
+
+@pytest.mark.parametrize("name", [n for n in REGULARIZERS if n != "scr"])  # SCR: by `lam`
+def test_every_regularizer_streams_to_the_same_weights(tmp_path: Path, name: str) -> None:
+    root = write_synthetic(tmp_path / "data", "phenotypes", n_train=120, n_test=30,
+                           prevalence=0.3, seed=3)
+    kw = dict(task="phenotypes", data=str(root), encoder="lstm", progress=False, batch_size=32,
+              epochs=1, seed=0, threads=1, regularizers={name: {"weight": 0.05}},
+              encoder_hparams={"units": 4, "depth": 1, "bidirectional": False,
+                               "dropout": 0.3, "static": True})
+    weights = []
+    for extra in ({}, {"stream": True, "cache_stays": 8}):
+        cfg = TrainConfig(**kw, **extra)
+        weights.append(fit(cfg, prepare(cfg), echo=False).model.state_dict())
+    for key, value in weights[0].items():
+        assert torch.equal(value, weights[1][key]), key
 
 
 def test_a_streamed_landmark_run_trains_and_predicts_every_hour_the_same(tmp_path: Path) -> None:

@@ -312,8 +312,13 @@ class Normalizer:
         cols = fs.continuous_columns
         valid = np.arange(x.shape[1])[None, :] < lengths[:, None]
         vals = x[valid][:, cols].astype(np.float64)
-        std = vals.std(axis=0)
-        return cls(cols, vals.mean(axis=0), np.where(std < 1e-7, 1.0, std))
+        return cls.of(cols, vals.mean(axis=0), vals.std(axis=0))
+
+    @classmethod
+    def of(cls, columns: np.ndarray, means: np.ndarray, stds: np.ndarray) -> Normalizer:
+        """From the statistics however they were summed (in memory or streamed): a constant
+        column (std below 1e-7) keeps std 1, so it is only shifted."""
+        return cls(columns, means, np.where(stds < 1e-7, 1.0, stds))
 
     def transform(self, x: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
         out = np.array(x, dtype=np.float32, copy=True)

@@ -51,6 +51,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return value
+
+
 def _prevalence(text: str) -> float:
     value = _nonnegative(text)
     if not 0 < value < 1:
@@ -107,6 +117,14 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    help="seed of the data split (calibration hold-out); default: --seed. "
                         "Ensemble members share it")
     p.add_argument("--threads", type=_positive_int, help="torch CPU threads" + _d("threads"))
+    p.add_argument("--stream", action="store_true", default=None,
+                   help="read the data from disk batch by batch instead of loading it all "
+                   "into memory (for data larger than memory)" + _d("stream"))
+    p.add_argument("--workers", type=_nonnegative_int,
+                   help="with --stream, loader processes reading batches ahead" + _d("workers"))
+    p.add_argument("--cache-stays", type=_nonnegative_int, dest="cache_stays",
+                   help="with --stream, stays kept in memory per split (the memory bound)"
+                   + _d("cache_stays"))
     p.add_argument("--ensemble-seeds", type=int, nargs="+", dest="ensemble_seeds",
                    metavar="SEED", help="train one member per seed (sharing the data split of "
                    "--split-seed, else --seed) into OUT/member-s<SEED> and combine them into "

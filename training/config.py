@@ -52,6 +52,15 @@ class TrainConfig:
     #: (`scehr ensemble --select greedy`, docs/training.md).
     ensemble_seeds: list[int] = field(default_factory=list)
     threads: int = 2
+    #: Read the training data from disk batch by batch instead of loading every split into
+    #: memory (training/data/streaming.py): for datasets larger than the machine's memory.
+    stream: bool = False
+    #: DataLoader worker processes that read streamed batches ahead of the step (0: the
+    #: training process reads them itself).
+    workers: int = 0
+    #: Streamed stays kept in memory per split (normalised tensors, least recently used out):
+    #: the bound on the data a streamed run holds besides the batches in flight.
+    cache_stays: int = 2048
     n_boot: int = 1000
     train_prevalence: float | None = None
     max_train_stays: int | None = None
@@ -90,6 +99,12 @@ class TrainConfig:
             raise ValueError("train_prevalence must be in (0, 1)")
         if not 0 <= self.channel_dropout < 1:  # also rejects NaN
             raise ValueError(f"channel_dropout must be in [0, 1), not {self.channel_dropout!r}")
+        if self.workers < 0 or self.cache_stays < 0:
+            raise ValueError(f"workers and cache_stays must be >= 0, not {self.workers!r} and "
+                             f"{self.cache_stays!r}")
+        if self.stream and self.extra_data:
+            raise ValueError("stream reads one dataset: extra_data must be empty with stream "
+                             "(train on the datasets converted into one)")
         if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
             raise ValueError("label_fraction must be in (0, 1]")
         # torch: imported only when a config is made

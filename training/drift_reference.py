@@ -53,8 +53,11 @@ def value_reference(cfg: dict[str, Any], data: Any = None) -> dict[str, Histogra
 
 
 def prepared_data(cfg: dict[str, Any]) -> Any:
-    """The run's splits as training prepared them (`scehr.training.fit.prepare`); None when its data
-    folder is gone."""
+    """The run's splits as training prepared them (`scehr.training.fit.prepare`), in memory even
+    for a streamed run (the same splits and statistics; the exact deciles and the fairness
+    audit read whole splits); None when its data folder is gone."""
     from scehr.training.fit import prepare
 
-    return prepare(TrainConfig(**cfg)) if Path(cfg["data"]).is_dir() else None
+    if not Path(cfg["data"]).is_dir():
+        return None
+    return prepare(TrainConfig(**{**cfg, "stream": False}))

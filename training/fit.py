@@ -86,6 +86,19 @@ class TensorSplit:
     def __len__(self) -> int:
         return int(self.x.shape[0])
 
+    @property
+    def n_features(self) -> int:
+        return int(self.x.shape[2])
+
+    @property
+    def width(self) -> int:
+        """Time steps of the split's tensor (batches trim the padding they share)."""
+        return int(self.x.shape[1])
+
+    def prefetch(self, batches: list[Tensor]) -> None:
+        """The batches about to be read, in order: in memory, nothing to read ahead (a streamed
+        split, `data.streaming.StreamedSplit`, starts its loader workers on them)."""
+
     def subset(self, idx: Tensor) -> TensorSplit:
         return TensorSplit(self.x[idx], self.lengths[idx], self.static[idx], self.y[idx],
                            [self.stays[i] for i in idx.tolist()])
@@ -139,10 +152,41 @@ def load_sources(cfg: TrainConfig, split: str) -> SplitArrays:
 
 
 def prepare(cfg: TrainConfig) -> Prepared:
-    """Load the three splits (cached arrays) and fit normalisation on the training split."""
+    """Load the three splits (cached arrays; with `cfg.stream`, indexes whose stays are read
+    batch by batch) and fit normalisation on the training split."""
     fs = cfg.features()
-    raw = {s: load_sources(cfg, s) for s in ("train", "val", "test")}
+    if cfg.stream:  # the splits' indexes: their stays are read batch by batch, never whole
+        from scehr.training.data import streaming
+
+        raw = {s: streaming.index_split(cfg.data, cfg.task, s, fs)
+               for s in ("train", "val", "test")}
+    else:
+        raw = {s: load_sources(cfg, s) for s in ("train", "val", "test")}
     check_splits(raw, cfg.task)
+    whole = raw["train"]
+    train = raw["train"] = hold_out(cfg, raw)
+    if cfg.stream:
+        data = streaming.stream_splits(raw, cfg.workers, cfg.cache_stays,
+                                       from_masks=train is not whole)
+        return Prepared(*(data.splits[s] for s in ("train", "val", "test")),
+                        calib=data.splits.get("calib"), normalizer=data.normalizer,
+                        static_imputer=data.static_imputer, label_names=list(train.label_names),
+                        coverage=data.coverage, raw=raw)
+    norm = Normalizer.fit(train.x, train.lengths, fs)
+    imp = StaticImputer.fit(train.static_raw)
+    cov = {v.id: float(c) for v, c in zip(fs.variables, train.coverage, strict=True)}
+    return Prepared(
+        *(_to_tensors(raw[s], norm, imp) for s in ("train", "val", "test")),
+        calib=_to_tensors(raw["calib"], norm, imp) if "calib" in raw else None,
+        normalizer=norm, static_imputer=imp, label_names=list(train.label_names),
+        coverage=cov, raw=raw,
+    )
+
+
+def hold_out(cfg: TrainConfig, raw: dict[str, Any]) -> Any:
+    """The training stays `cfg` keeps of `raw["train"]` (down-sampled positives, at most
+    `max_train_stays`), less the calibration hold-out, which goes to `raw["calib"]`. Needs only
+    the split's labels and `subset`, so in-memory and streamed splits are cut alike."""
     train = raw["train"]
     if cfg.train_prevalence is not None:
         if not task_spec(cfg.task).binary:
@@ -159,16 +203,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
         if 0 < k < len(perm):  # too few stays for a hold-out: no calibration split
             raw["calib"] = train.subset(np.sort(perm[:k]))
             train = train.subset(np.sort(perm[k:]))
-    raw["train"] = train
-    norm = Normalizer.fit(train.x, train.lengths, fs)
-    imp = StaticImputer.fit(train.static_raw)
-    cov = {v.id: float(c) for v, c in zip(fs.variables, train.coverage, strict=True)}
-    return Prepared(
-        *(_to_tensors(raw[s], norm, imp) for s in ("train", "val", "test")),
-        calib=_to_tensors(raw["calib"], norm, imp) if "calib" in raw else None,
-        normalizer=norm, static_imputer=imp, label_names=list(train.label_names),
-        coverage=cov, raw=raw,
-    )
+    return train
 
 
 def check_splits(raw: dict[str, SplitArrays], task: str) -> None:
@@ -203,8 +238,9 @@ def predict(
     model.eval()
     dev = next(model.parameters()).device
     zs, logits = [], []
-    for i in range(0, len(data), batch_size):
-        idx = torch.arange(i, min(i + batch_size, len(data)))
+    batches = list(torch.arange(len(data)).split(batch_size))
+    data.prefetch(batches)
+    for idx in batches:
         x, lengths, static, _ = data.batch(idx)
         z, lg = model(x.to(dev), lengths.to(dev), static.to(dev))
         zs.append(z.cpu())
@@ -360,7 +396,7 @@ class _Fit:
         torch.set_num_threads(cfg.threads)
         gen = seed_everything(cfg.seed)
         n_classes = data.train.y.shape[1]
-        model = build_model(cfg, data.train.x.shape[2], data.train.static.shape[1], n_classes)
+        model = build_model(cfg, data.train.n_features, data.train.static.shape[1], n_classes)
         crit = criterion(cfg)
         labelled = data.train
         if cfg.label_fraction is not None:
@@ -466,6 +502,7 @@ class _Fit:
                 self.crit.refresh(torch.from_numpy(predict(self.model, self.crit, split)["z"]),
                                   split.y)
                 self.model.train()
+        split.prefetch(st.batches[st.next_batch:])
 
     def train_step(self, split: TensorSplit, pre: bool) -> None:
         """One batch: forward, the objective (or the pre-training loss), backward, clipping,
@@ -634,7 +671,7 @@ def save_checkpoint(path: Path, cfg: TrainConfig, res: FitResult, data: Prepared
         "encoder": {"name": cfg.encoder, "hparams": res.model.encoder.hparams(),
                     "out_dim": res.model.encoder.out_dim,
                     "uses_static": res.model.encoder.uses_static},
-        "n_features": int(data.train.x.shape[2]),
+        "n_features": data.train.n_features,
         "n_static": int(data.train.static.shape[1]),
         "label_names": data.label_names,
         "normalizer": data.normalizer.to_dict(),
@@ -652,10 +689,14 @@ def criterion(cfg: TrainConfig) -> CombinedLoss:
 
 def stay_summaries(split: TensorSplit) -> Tensor:
     """[N, F] mean of each (normalised) input column over a stay's observed steps: the prior
-    space of attribute-kNN positives and of the debiased loss."""
+    space of attribute-kNN positives and of the debiased loss.
+
+    Read by `batch` 1,024 stays at a time, so a streamed split (`data.streaming.StreamedSplit`)
+    gives the same summaries in one pass without ever being whole in memory (the result is
+    O(stays), like its labels)."""
     out = []
-    for i in range(0, len(split), 1024):  # chunks: x * mask would copy the whole split
-        x, lengths = split.x[i : i + 1024], split.lengths[i : i + 1024]
+    for idx in torch.arange(len(split)).split(1024):  # chunks: x * mask would copy the split
+        x, lengths, _, _ = split.batch(idx)
         steps = torch.arange(x.shape[1])[None, :, None] < lengths[:, None, None]
         out.append((x * steps).sum(dim=1) / lengths.clamp(min=1)[:, None].to(x))
     return torch.cat(out)

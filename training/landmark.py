@@ -76,14 +76,13 @@ def predict_hours(model: Any, crit: Any, split: Any, batch_size: int = 512
         x, lengths, static, _ = split.batch(idx)
         logits = model.head(model.encoder.steps(x, lengths, static).flatten(0, 1))
         logits = logits.unflatten(0, (x.shape[0], x.shape[1]))[:, :, 0]  # [B, T, 2]
-        t_all = split.x.shape[1]
-        pad = t_all - x.shape[1]  # batches trim shared padding: put it back
+        pad = split.width - x.shape[1]  # batches trim shared padding: put it back
         p = torch.nn.functional.pad(crit.probability(logits), (0, pad))
         m = torch.nn.functional.pad(logits[..., 0] - logits[..., 1], (0, pad))
         probs.append(p)
         margins.append(m)
     lengths = split.lengths.numpy()
-    t = split.x.shape[1]
+    t = split.width
     return {"probability": torch.cat(probs).numpy(), "margin": torch.cat(margins).numpy(),
             "y": split.y.numpy()[:, 0],
             "inside": np.arange(1, t + 1)[None, :] <= lengths[:, None]}

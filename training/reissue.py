@@ -96,6 +96,7 @@ def held_out_outputs(folder: Path, config: Path, data: Path) -> HeldOut:
         cfg = TrainConfig(**{**json.loads(config.read_text()), "data": str(data)})
     else:
         cfg = load_config(config, data=str(data), task=model.manifest.task)
+    cfg.stream = False  # the held-out splits are scored whole (their raw tensors)
     prep = prepare(cfg)
     if "calib" not in prep.raw:
         raise SplitMismatch(f"{config} holds out no calibration split: nothing to fit on")

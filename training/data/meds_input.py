@@ -38,6 +38,7 @@ from scehr.schemas.ingest import ObservationColumns, read_columns
 from scehr.schemas.tensorize import Observations
 from scehr.schemas.variables import by_loinc, loinc_index, lookup
 from scehr.training.data.layout import TASK_DIRS
+from scehr.training.data.meds_shards import SUBJECT, code_counts, iter_subjects, row_groups
 from scehr.training.data.mimic3.items import item_unit_as_read
 from scehr.training.data.writer import write_json, write_task_listfiles, write_timeseries
 
@@ -48,6 +49,11 @@ OUR_SPLITS = ("train", "val", "test")
 DEFAULT_SPLITS = {"train": "train", "tuning": "val", "held_out": "test"}
 #: Code parts that stand for "no unit" in MEDS ETLs' codes.
 NO_UNIT = {"", "UNK", "UNKNOWN", "NONE", "NULL", "NAN"}
+#: The columns of the data shards the conversion reads.
+MEDS_COLUMNS = ["subject_id", "time", "code", "numeric_value", "text_value"]
+#: Whole subjects converted at a time: with a row group, the bound on the memory of a
+#: conversion (`convert_meds`' `subjects_per_chunk`).
+SUBJECTS_PER_CHUNK = 64
 _ITEM = re.compile(r"^\d+$")
 _NUMBER = re.compile(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")
 
@@ -92,9 +98,8 @@ def read_meds(meds_dir: Path) -> pa.Table:
     if not files:
         raise FileNotFoundError(f"no MEDS data under {Path(meds_dir) / meds.data_subdirectory} "
                                 "(expected data/**/*.parquet)")
-    columns = ["subject_id", "time", "code", "numeric_value", "text_value"]
     return pa.concat_tables([_validated(pq.read_table(f), meds.DataSchema, str(f))
-                             .select(columns) for f in files])
+                             .select(MEDS_COLUMNS) for f in files])
 
 
 def read_dataset_metadata(meds_dir: Path) -> dict[str, Any]:
@@ -239,9 +244,15 @@ def convert_meds(meds_dir: Path, labels: Path, out: Path, *,
                  code_map: pd.DataFrame | Mapping[str, str] | None = None,
                  items: str = "auto", item_map: Path | None = None,
                  split_map: Mapping[str, str] | None = None,
-                 fs: FeatureSet | None = None) -> dict[str, Any]:
+                 fs: FeatureSet | None = None,
+                 subjects_per_chunk: int = SUBJECTS_PER_CHUNK) -> dict[str, Any]:
     """Write `out/in-hospital-mortality/` from a MEDS dataset and a label table (or a folder
     of them, as ACES writes per shard).
+
+    The shards are read by row groups, `subjects_per_chunk` whole subjects converted at a time
+    (`meds_shards.iter_subjects`); the codes are counted in a first pass over the code column,
+    so a dataset none of whose codes maps is refused before anything is written. Memory: a row
+    group, a chunk's events and the label table, whatever the size of the dataset.
 
     `items`: "mimic" maps MIMIC item ids by `item_map` (default: the benchmark's, see
     `Resources`), "none" does not, "auto" does when `dataset.json` names a MIMIC dataset.
@@ -258,45 +269,72 @@ def convert_meds(meds_dir: Path, labels: Path, out: Path, *,
         metadata.get("dataset_name", "")).lower())
     mapper = CodeMapper(fs, code_map, _item_map(item_map) if use_items else None,
                         read_code_metadata(meds_dir))
-    data = read_meds(meds_dir).to_pandas()
-    codes = pd.Series(data.code.unique())
-    resolved = {c: r for c in codes if (r := mapper.resolve(c)) is not None}
+    groups = row_groups(meds_dir)
+    code_events = code_counts(groups)
+    resolved = {c: r for c in code_events if (r := mapper.resolve(c)) is not None}
     if not resolved:
+        codes = list(code_events)
         raise ValueError(
             f"no code of {meds_dir} maps to a variable of feature set {fs.name} ({len(codes)} "
             "codes; e.g. " + ", ".join(map(repr, codes[:5])) + "): declare them with "
             "--code-map, give LOINC parent codes in metadata/codes.parquet, or --items mimic "
             "for MIMIC item ids")
     lab = _with_splits(read_labels(labels), meds_dir, split_map or DEFAULT_SPLITS)
-    mapped = data.code.isin(resolved)
     counts: dict[str, Any] = {"labels": len(lab), "events_used": 0,
                               "codes_mapped": len(resolved),
-                              "codes_ignored": int(codes.size - len(resolved)),
-                              "events_ignored": int((~mapped).sum()),
+                              "codes_ignored": len(code_events) - len(resolved),
+                              "events_ignored": sum(n for c, n in code_events.items()
+                                                    if c not in resolved),
                               "values_refused": Counter(), "same_time_values_dropped": 0}
-    numeric_subjects = _all_numeric_subjects(data)
-    data = data[mapped]
-    events = data.groupby("subject_id")
-    for part in ("train", "test"):
-        rows = lab[(lab.split == "test") == (part == "test")].reset_index(drop=True)
-        obs = _observations(rows, events, resolved, numeric_subjects, fs, counts)
-        counts["events_used"] += len(obs)
-        write_timeseries(out / TASK_DIRS["mortality"] / part, list(rows.stay), obs, fs,
-                         progress=False)
-        table = pd.DataFrame({"stay": rows.stay, "y_true": rows.boolean_value.astype(int)})
-        write_stay_labels(out / TASK_DIRS["mortality"] / part, rows)
-        if part == "train":
-            train, val = table, (rows.split == "val").to_numpy()
-        else:
-            test = table
+    parts = {part: lab[(lab.split == "test") == (part == "test")].reset_index(drop=True)
+             for part in ("train", "test")}
+    seen: set[int] = set()
+    for chunk in iter_subjects(groups, subjects_per_chunk, MEDS_COLUMNS):
+        subjects = _new_subjects(chunk, seen)
+        data = chunk.to_pandas()
+        numeric_subjects = _all_numeric_subjects(data)
+        events = data[data.code.isin(resolved)].groupby("subject_id")
+        for part, rows in parts.items():
+            rows = rows[rows.subject_id.isin(subjects)].reset_index(drop=True)
+            obs = _observations(rows, events, resolved, numeric_subjects, fs, counts)
+            _write_stays(out / TASK_DIRS["mortality"] / part, rows, obs, fs, counts)
+    for part, rows in parts.items():  # labelled subjects without events: empty stays
+        rows = rows[~rows.subject_id.isin(seen)].reset_index(drop=True)
+        none = Observations(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), len(rows))
+        _write_stays(out / TASK_DIRS["mortality"] / part, rows, none, fs, counts)
+        write_stay_labels(out / TASK_DIRS["mortality"] / part, parts[part])
+    train = pd.DataFrame({"stay": parts["train"].stay,
+                          "y_true": parts["train"].boolean_value.astype(int)})
+    test = pd.DataFrame({"stay": parts["test"].stay,
+                         "y_true": parts["test"].boolean_value.astype(int)})
+    val = (parts["train"].split == "val").to_numpy()
     write_task_listfiles(out / TASK_DIRS["mortality"], train, val, test)
-    counts["values_refused"] = dict(counts["values_refused"])
+    counts["values_refused"] = dict(sorted(counts["values_refused"].items()))  # any file order
     write_json(out / "provenance.json", {
         "source": "MEDS", "meds_dir": str(meds_dir),
         "dataset": {k: metadata.get(k) for k in ("dataset_name", "dataset_version",
                                                  "etl_name", "etl_version")},
         "mimic_items": use_items, "feature_set": {"name": fs.name}, **counts})
     return counts
+
+
+def _new_subjects(chunk: pa.Table, seen: set[int]) -> list[int]:
+    """The subjects of a chunk, added to `seen`; an error if one came before (MEDS keeps each
+    subject's events together, in one shard, sorted by subject)."""
+    subjects = np.unique(chunk[SUBJECT].to_numpy()).tolist()
+    again = seen.intersection(subjects)
+    if again:
+        raise ValueError(f"subject {min(again)} has events in more than one place: MEDS data "
+                         "shards hold each subject in one shard, sorted by subject_id")
+    seen.update(subjects)
+    return subjects
+
+
+def _write_stays(split_dir: Path, rows: pd.DataFrame, obs: Observations, fs: FeatureSet,
+                 counts: dict[str, Any]) -> None:
+    """The stay files of `rows` (stay i = rows[i]), counting their events."""
+    counts["events_used"] += len(obs)
+    write_timeseries(split_dir, list(rows.stay), obs, fs, progress=False)
 
 
 #: Label columns ACES writes with no value for a binary task; `meds.LabelSchema` refuses an

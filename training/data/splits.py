@@ -23,6 +23,7 @@ from scehr.schemas.tasks import task_spec
 from scehr.schemas.tensorize import Observations, coverage, discretize
 from scehr.training.data.layout import cache_dir, task_dir, task_name
 from scehr.training.data.reader import (
+    ReadReport,
     SplitSpec,
     label_names,
     labels,
@@ -162,16 +163,36 @@ def _end_hours(task: str, fs: FeatureSet, spec: SplitSpec, obs: Observations) ->
     return np.minimum(last, fs.max_hours)
 
 
-def _build(task: str, split: str, fs: FeatureSet, spec: SplitSpec, paths: list[Path],
-           progress: bool | None) -> SplitArrays:
-    obs, report = read_timeseries(paths, fs, progress=progress, desc=f"{task}/{split} read")
+@dataclass
+class StayTensors:
+    """The stays of a listfile table as un-normalised tensors, with what reading them found."""
+
+    x: np.ndarray  # [N, T, F] float32
+    lengths: np.ndarray  # [N] int64
+    end_hours: np.ndarray  # [N] float64
+    obs: Observations
+    report: ReadReport
+
+    @property
+    def in_window(self) -> np.ndarray:
+        """[n obs] whether each observation falls in its stay's window (coverage counts it)."""
+        if not self.obs.n_stays:
+            return np.zeros(0, dtype=bool)
+        return self.obs.time <= self.end_hours[self.obs.stay] + 1e-6
+
+
+def tensorize_stays(task: str, fs: FeatureSet, spec: SplitSpec, paths: list[Path],
+                    progress: bool | None = False, desc: str = "") -> StayTensors:
+    """Read and tensorize the stays of `spec.table` (stay i = paths[i]): the one reading path
+    of a whole split (`load_split`) and of a batch of streamed stays (`data.streaming`)."""
+    obs, report = read_timeseries(paths, fs, progress=progress, desc=f"{desc} read")
     end = _end_hours(task, fs, spec, obs)
     n = obs.n_stays
     lengths = np.maximum(fs.n_bins(end), 1) if n else np.zeros(0, dtype=np.int64)
     n_t = int(lengths.max()) if n else 1
     x = np.zeros((n, n_t, fs.n_features), dtype=np.float32)
     bounds = np.searchsorted(obs.stay, np.arange(0, n + CHUNK_STAYS, CHUNK_STAYS))
-    for k in tqdm(range(0, n, CHUNK_STAYS), desc=f"{task}/{split} tensorize", unit="chunk",
+    for k in tqdm(range(0, n, CHUNK_STAYS), desc=f"{desc} tensorize", unit="chunk",
                   disable=_disable(progress), leave=False):
         b = min(k + CHUNK_STAYS, n)
         lo, hi = bounds[k // CHUNK_STAYS], bounds[k // CHUNK_STAYS + 1]
@@ -180,7 +201,14 @@ def _build(task: str, split: str, fs: FeatureSet, spec: SplitSpec, paths: list[P
         xs, ls = discretize(part, fs, end[k:b])
         x[k:b, : xs.shape[1]] = xs
         lengths[k:b] = ls
-    in_window = obs.time <= end[obs.stay] + 1e-6 if n else np.zeros(0, dtype=bool)
+    return StayTensors(x, lengths.astype(np.int64), end, obs, report)
+
+
+def _build(task: str, split: str, fs: FeatureSet, spec: SplitSpec, paths: list[Path],
+           progress: bool | None) -> SplitArrays:
+    t = tensorize_stays(task, fs, spec, paths, progress, f"{task}/{split}")
+    obs, report, x, lengths, end = t.obs, t.report, t.x, t.lengths, t.end_hours
+    in_window = t.in_window
     stays = np.array([p.name for p in paths], dtype=str)
     return SplitArrays(
         task=task, split=split, x=x, lengths=lengths.astype(np.int64),

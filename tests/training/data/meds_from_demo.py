@@ -118,9 +118,10 @@ def _codes(mimic_dir: Path, codes: pd.Series) -> pd.DataFrame:
 
 
 def write_meds_from_demo(mimic_dir: Path, dest: Path, splits: Mapping[int, str], *,
-                         seed: int | None = None) -> Path:
+                         seed: int | None = None, row_group_size: int | None = None) -> Path:
     """Write the MEDS dataset to `dest`; `splits` gives each subject's split name (subjects it
-    does not name go to `train`); `seed` shuffles the events of each subject and time."""
+    does not name go to `train`); `seed` shuffles the events of each subject and time;
+    `row_group_size`: rows per Parquet row group of the shards (None: pyarrow's default)."""
     ev = _events(mimic_dir)
     if seed is not None:
         ev = ev.iloc[np.random.default_rng(seed).permutation(len(ev))]
@@ -130,7 +131,7 @@ def write_meds_from_demo(mimic_dir: Path, dest: Path, splits: Mapping[int, str],
         shard = dest / meds.data_subdirectory / name / "0.parquet"
         shard.parent.mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_pandas(ev[split == name], preserve_index=False)
-        pq.write_table(meds.DataSchema.align(table), shard)
+        pq.write_table(meds.DataSchema.align(table), shard, row_group_size=row_group_size)
     (dest / "metadata").mkdir(parents=True, exist_ok=True)
     pq.write_table(meds.CodeMetadataSchema.align(pa.Table.from_pandas(
         _codes(mimic_dir, ev.code), preserve_index=False)), dest / meds.code_metadata_filepath)

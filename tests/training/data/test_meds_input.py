@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from scehr.schemas.featureset import FEATURE_SETS
 from scehr.training.data.meds_input import convert_meds, parse_split_map, read_meds
@@ -145,6 +146,62 @@ def test_no_code_that_maps_is_an_error(demo: dict[str, object], tmp_path: Path) 
     assert main(["data", "convert-meds", str(src), str(demo["labels"]), str(tmp_path / "out"),
                  "--items", "none"]) == 1
     assert not (tmp_path / "out" / "in-hospital-mortality").exists()
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file under `root` by its relative path, but the provenance (it names the source)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "provenance.json"}
+
+
+@needs_shared_data
+def test_meds_converts_a_few_subjects_at_a_time_to_the_same_files(
+        demo: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards of many row groups, read one row group and a few whole subjects at a time (never
+    the whole dataset), give the stay files, listfiles and label tables of converting each
+    shard whole, byte for byte, and the same counts."""
+    lab = demo["lab"]
+    split = dict(zip(lab.subject_id, lab.split, strict=True))  # type: ignore[union-attr]
+    grouped = write_meds_from_demo(SHARED_DATA / "mimic3-demo", tmp_path / "meds",
+                                   {s: MEDS_SPLIT[p] for s, p in split.items()},
+                                   row_group_size=20_000)
+    shards = sorted((grouped / meds.data_subdirectory).rglob("*.parquet"))
+    assert sum(pq.ParquetFile(f).metadata.num_row_groups for f in shards) > 3 * len(shards)
+    labels = Path(demo["labels"])  # type: ignore[arg-type]
+    whole = convert_meds(Path(demo["plain"]), labels, tmp_path / "whole",  # type: ignore[arg-type]
+                         subjects_per_chunk=10**6)
+    import scehr.training.data.meds_input as meds_input
+
+    def no_whole_read(*_a: object) -> None:
+        raise AssertionError("the conversion read every shard at once")
+
+    monkeypatch.setattr(meds_input, "read_meds", no_whole_read)
+    reference = _files(tmp_path / "whole")
+    assert len(reference) == 57 + 2 + 2 + 3  # stays, listfile and labels of each part, splits
+    for per_chunk in (1, 7):
+        out = tmp_path / f"chunks-{per_chunk}"
+        counts = convert_meds(grouped, labels, out, subjects_per_chunk=per_chunk)
+        assert counts == whole
+        assert _files(out) == reference
+
+
+@needs_shared_data
+def test_converted_meds_streams_as_it_loads(demo: dict[str, object], tmp_path: Path) -> None:
+    """convert-meds then `scehr train --stream`: the streamed splits of the output are the
+    in-memory ones (stays, normalizer, coverage, every batch)."""
+    from tests.training.data.test_streaming import SPLITS, assert_same_batches, both
+
+    via = tmp_path / "via"
+    convert_meds(Path(demo["plain"]), Path(demo["labels"]), via,  # type: ignore[arg-type]
+                 subjects_per_chunk=5)
+    mem, streamed = both("mortality", via)
+    assert mem.normalizer.to_dict() == streamed.normalizer.to_dict()
+    assert mem.coverage == streamed.coverage
+    assert sum(len(getattr(mem, s)) for s in SPLITS) == 57
+    for s in SPLITS:
+        a, b = getattr(mem, s), getattr(streamed, s)
+        assert a.stays == b.stays
+        assert_same_batches(a, b, list(torch.arange(len(a)).split(8)))
 
 
 @needs_shared_data
@@ -375,3 +432,12 @@ def test_the_meds_dev_recipe_commands_parse() -> None:
         parser, _ = build_parser(argv[1])
         args = parser.parse_args(argv[1:])
         assert callable(args.func), line
+
+
+def test_a_subject_in_two_shards_is_named(tmp_path: Path) -> None:
+    """Read a few subjects at a time, a subject whose events two shards hold would be written
+    twice, the second over the first: MEDS keeps a subject in one shard, so it is refused."""
+    src, labels = _small(tmp_path, [(1.0, "LOINC/8867-4", 80.0, None)])
+    (src / "data" / "1.parquet").write_bytes((src / "data" / "0.parquet").read_bytes())
+    with pytest.raises(ValueError, match="subject 1 has events in more than one place"):
+        convert_meds(src, labels, tmp_path / "out")

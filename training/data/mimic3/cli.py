@@ -63,6 +63,9 @@ def register(sub: Any) -> None:
     p.add_argument("--split-map", default=None,
                    help="MEDS split name -> train|val|test, e.g. "
                         "train=train,tuning=val,held_out=test (the default)")
+    p.add_argument("--subjects-per-chunk", type=_positive_int, default=None,
+                   help="whole subjects converted at a time, the shards read one Parquet row "
+                        "group at a time: with a row group, the bound on memory (default 64)")
     p.set_defaults(func=_meds)
 
     p = sub.add_parser("meds-predictions",
@@ -80,6 +83,13 @@ def register(sub: Any) -> None:
     p.add_argument("--label", default=None,
                    help="which of the model's labels (needed only if it has several)")
     p.set_defaults(func=_meds_predictions)
+
+
+def _positive_int(text: str) -> int:
+    """The training CLI's rule for a count >= 1 (imported when the option is given)."""
+    from scehr.training.cli import _positive_int as rule
+
+    return rule(text)
 
 
 def _extract_args(p: argparse.ArgumentParser, source_help: str) -> None:
@@ -129,7 +139,9 @@ def _meds(args: argparse.Namespace) -> int:
     items = Resources.from_dir(args.resources).itemid_map if args.resources else None
     counts = convert_meds(args.meds_dir, args.labels, args.out, code_map=cmap,
                           items=args.items, item_map=items,
-                          split_map=parse_split_map(args.split_map) if args.split_map else None)
+                          split_map=parse_split_map(args.split_map) if args.split_map else None,
+                          **({"subjects_per_chunk": args.subjects_per_chunk}
+                             if args.subjects_per_chunk else {}))
     refused = counts["values_refused"]
     print(f"{counts['labels']} stays, {counts['events_used']} events in their windows; "
           f"{counts['codes_mapped']} codes mapped, {counts['events_ignored']} events of "

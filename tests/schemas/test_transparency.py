@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "models"
 INDEX = json.loads((MODELS / "index.json").read_text())
 DEFAULTS = [MODELS / task / v for task, v in INDEX["defaults"].items()]
+MORTALITY, PHENOTYPES = (MODELS / t / INDEX["defaults"][t] for t in ("mortality", "phenotypes"))
 SHIPPED = [MODELS / e["path"] for e in INDEX["models"]]
 
 
@@ -57,7 +58,7 @@ def test_hti1_has_the_31_attributes_each_answered_or_marked_with_why(folder: Pat
 
 
 def test_hti1_answers_come_from_the_manifest() -> None:
-    mort, phen = (manifest(f) for f in DEFAULTS)
+    mort, phen = manifest(MORTALITY), manifest(PHENOTYPES)
     m_attrs, p_attrs = hti1(mort)["attributes"], hti1(phen)["attributes"]
     # (4)(ii) demographic inputs: the ensemble reads age and sex; the phenotype LSTM none
     assert mort.encoder.uses_static and not phen.encoder.uses_static
@@ -85,7 +86,7 @@ def test_the_chai_card_of_every_shipped_model_validates_against_the_chai_schema(
 def test_a_broken_chai_card_fails_validation() -> None:
     """The check can fail: a card without its model summary, one with an element out of
     order, and one with an element the schema does not know are each refused."""
-    xml = chai_card_xml(manifest(DEFAULTS[0]))
+    xml = chai_card_xml(manifest(MORTALITY))
     no_summary = re.sub(r"<ModelSummary>.*?</ModelSummary>", "", xml, flags=re.S)
     assert any("ModelSummary" in e or "UsesAndDirections" in e
                for e in chai_card_errors(no_summary))
@@ -117,7 +118,7 @@ def test_tripod_ai_maps_every_item_to_sections_the_model_card_has(folder: Path) 
 
 
 def test_the_markdown_rendering_has_a_row_per_attribute_and_item() -> None:
-    m = manifest(DEFAULTS[0])
+    m = manifest(MORTALITY)
     text = document_text("markdown", m)
     hti, tripod = text.split("## TRIPOD+AI checklist")
     assert len(re.findall(r"^\| \d+ \| \(b\)\(11\)", hti, flags=re.M)) == 31
@@ -126,7 +127,7 @@ def test_the_markdown_rendering_has_a_row_per_attribute_and_item() -> None:
 
 
 def test_documents_are_deterministic_text_of_their_builders() -> None:
-    m = manifest(DEFAULTS[1])
+    m = manifest(PHENOTYPES)
     for name in DOCUMENTS:
         assert document_text(name, m) == document_text(name, m)
     assert json.loads(document_text("hti1", m)) == hti1(m)
@@ -137,11 +138,11 @@ def test_the_command_summarizes_validates_and_writes_outside_the_model(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from scehr.schemas.transparency import main
 
-    assert main([str(DEFAULTS[0]), "--out", str(tmp_path)]) == 0
+    assert main([str(MORTALITY), "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    m = manifest(DEFAULTS[0])
+    m = manifest(MORTALITY)
     assert "hti1: answered" in printed and "chai-model-card: valid against" in printed
     for name, (_, _, file) in DOCUMENTS.items():
         written = tmp_path / m.task / m.version / "transparency" / file
         assert written.read_text() == document_text(name, m)
-    assert not (DEFAULTS[0] / "transparency").exists()  # the shipped folder is untouched
+    assert not (MORTALITY / "transparency").exists()  # the shipped folder is untouched

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_the_route_serves_each_document_of_every_served_version() -> None:
-    settings = Settings(model_dir=MODELS, device="cpu", tasks=["mortality", "phenotypes"],
+    settings = Settings(model_dir=MODELS, device="cpu", tasks=list(DEFAULTS),
                         versions={"mortality": [DEFAULTS["mortality"], OLDER]})
     async with serve(settings) as c:
         for task, version in (*DEFAULTS.items(), ("mortality", OLDER)):

@@ -126,7 +126,8 @@ def screenshots(out: Path) -> list[Path]:
         raise SystemExit("no chromium binary: apt-get install chromium (or set SCEHR_CHROMIUM)")
     out.mkdir(parents=True, exist_ok=True)
     shots = []
-    with live_server(shipped_settings()) as base, browser(exe) as b:
+    with live_server(shipped_settings(tasks="mortality,mortality-landmark")) as base, \
+            browser(exe) as b:
         page = b.new_page(viewport={"width": 1100, "height": 900})
         version = httpx.get(f"{base}/models/mortality").json()["version"]
         page.goto(f"{base}/ui/models/mortality/{version}")

@@ -8,11 +8,12 @@ import json
 import math
 import shlex
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from scehr.schemas.featureset import FEATURE_SETS
-from scehr.schemas.tasks import TASK_NAMES
+from scehr.schemas.tasks import TASK_NAMES, task_spec
 
 # The registries (and with them torch): a serve-only install fails here, and `scehr` reports
 # in one line that these commands need the `train` extra.
@@ -218,12 +219,19 @@ def echo_overrides(args: argparse.Namespace, cfg: Any) -> None:
           f"torch threads: {cfg.threads}", flush=True)
 
 
+def _recipe_task(path: Path) -> str:
+    """The task a config trains (a landmark recipe shares its outcome's file-name prefix)."""
+    with path.open("rb") as f:
+        return str(tomllib.load(f).get("task", _DEFAULTS.task))
+
+
 def no_recipe_note(task: str) -> str:
     """Plain `scehr train` trains with the library defaults, not a shipped model's recipe: say
     so, and name the recipes (configs/default_<task>*.toml) that built the shipped models."""
-    recipes = sorted(Path("configs").glob(f"default_{task}*.toml"))
+    pattern = f"default_{task.replace('-', '_')}*.toml"
+    recipes = [p for p in sorted(Path("configs").glob(pattern)) if _recipe_task(p) == task]
     where = (", ".join(str(p) for p in recipes) if recipes
-             else f"configs/default_{task}*.toml in the scehr repository")
+             else f"configs/{pattern} in the scehr repository")
     return (f"note: no --config, so this run uses the library defaults (loss "
             f"{_DEFAULTS.loss}, lam {_DEFAULTS.lam}, the task's paper encoder), not the recipe "
             f"of a shipped model; to train like the shipped {task} model pass --config "
@@ -302,6 +310,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if cfg.ensemble_seeds and "WORLD_SIZE" in os.environ:
         raise ValueError("ensemble_seeds: an ensemble trains its members one by one; train "
                          "them on one process each")
+    if task_spec(cfg.task).landmarks and "WORLD_SIZE" in os.environ:
+        raise ValueError(f"task: {cfg.task}'s objective over (stay, hour) rows is not gathered "
+                         "across processes; train a landmark task on one process")
     try:
         if cfg.ensemble_seeds:
             from scehr.training.ensemble import train_ensemble

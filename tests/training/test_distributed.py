@@ -160,3 +160,14 @@ def test_nproc_runs_torchrun_without_its_own_option_and_needs_a_run_folder(
     assert command[6:] == ["scehr.cli", "train", "--data", "D", "--out", "R", "--epochs", "3"]
     assert scehr_cli.main(["train", "--data", str(tmp_path), "--nproc", "2"]) != 0
     assert "--nproc needs --out" in capsys.readouterr().err
+
+
+def test_a_landmark_task_is_refused_on_several_processes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its objective over (stay, hour) rows has no global-batch form: refused, not trained on
+    each process's rows as if it were the 48-hour objective."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert scehr_cli.main(["train", "--task", "mortality-landmark", "--data", str(tmp_path),
+                           "--out", str(tmp_path / "run")]) != 0
+    assert "train a landmark task on one process" in capsys.readouterr().err

@@ -16,7 +16,7 @@ import numpy as np
 
 from scehr.schemas.alert_policy import alert_hours
 from scehr.schemas.manifest import Trajectory, TrajectoryBand
-from scehr.schemas.sufficiency import EPS, shortfalls, summarize_by_hour
+from scehr.schemas.sufficiency import EPS, DataSummary, shortfalls, summarize_by_hour
 from scehr.schemas.trajectory_payloads import TrajectoryPrediction
 from scehr.service.batcher import ModelOutputs
 from scehr.service.model import ModelSpec
@@ -46,15 +46,15 @@ def _before_first(traj: Trajectory) -> dict[str, str]:
             "validation)"}
 
 
-def _band_hours(spec: ModelSpec, prep: PreparedStays, r: int, band: TrajectoryBand,
-                hours: np.ndarray, p: np.ndarray, margin: np.ndarray) -> list[dict[str, Any]]:
-    """The hours of one band (all inside it), as `TrajectoryHour` fields."""
+def _band_hours(band: TrajectoryBand, hours: np.ndarray, p: np.ndarray, margin: np.ndarray,
+                data: list[DataSummary] | None) -> list[dict[str, Any]]:
+    """The hours of one band (all inside it), as `TrajectoryHour` fields; `data`: the stay's
+    data up to each of those hours (None: no band of the model has a data minimum)."""
     risk = band.calibration.apply(p, margin)
     intervals = risk_intervals(band.uncertainty, risk)
     why: list[list[str]] = [[] for _ in hours]
     if band.data_minimum is not None:
-        assert prep.observations is not None
-        data = summarize_by_hour(prep.observations, r, hours, spec.fs)
+        assert data is not None
         why = [shortfalls(d, band.data_minimum) for d in data]
     out = []
     for h, rk, s, iv, short in zip(hours.tolist(), risk.tolist(), p.tolist(), intervals, why,
@@ -77,10 +77,17 @@ def stay_trajectory(spec: ModelSpec, prep: PreparedStays, r: int, idx: int,
     entries: list[dict[str, Any]] = [
         {"hour": h, "status": "abstained", "risk": None, "score": None,
          "reasons": [_before_first(traj)]} for h in range(1, min(traj.first_hour, len(p) + 1))]
+    # the data up to every hour in one pass over the stay (not one per band)
+    data = None
+    if any(band.data_minimum is not None for band in traj.bands):
+        assert prep.observations is not None
+        data = summarize_by_hour(prep.observations, r, hours, spec.fs)
     for band in traj.bands:
         sel = (hours >= band.from_hour) & (hours <= band.to_hour)
         if sel.any():
-            entries += _band_hours(spec, prep, r, band, hours[sel], p[sel], margin[sel])
+            band_data = None if data is None else [d for d, s in zip(data, sel.tolist(),
+                                                                     strict=True) if s]
+            entries += _band_hours(band, hours[sel], p[sel], margin[sel], band_data)
     policy = traj.alert_policy
     for e in entries:
         e["alert"] = e["risk"] is not None and e["risk"] >= policy.threshold

@@ -62,9 +62,11 @@ def task_config(codes: list[str]) -> dict[str, Any]:
             "input": {"start": "trigger", "end": "start -> icu_discharge",
                       "start_inclusive": True, "end_inclusive": True,
                       "index_timestamp": "end"},
-            # the rest of the admission: no later ICU stay; its diagnoses give the label
-            "target": {"start": "input.end", "end": "start -> hospital_discharge",
-                       "start_inclusive": True, "end_inclusive": True,
+            # the admission from the ICU admission on: no later ICU stay; its diagnoses give the
+            # label. Anchored at the trigger, not the ICU discharge: MIMIC dates many ICU
+            # discharges minutes to hours after the hospital discharge.
+            "target": {"start": "trigger", "end": "start -> hospital_discharge",
+                       "start_inclusive": False, "end_inclusive": True,
                        "has": {"icu_admission": "(None, 0)"}, "label": "phenotype"},
         },
     }

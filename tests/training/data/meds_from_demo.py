@@ -12,7 +12,8 @@ discharge. `metadata/codes.parquet` describes every code, with the lab items' LO
 and time are in table order, or shuffled (`seed`): MEDS leaves that order undefined.
 
 The labels are the mortality stays of an `extract-mimic3` run (`mortality_labels`): the cohort
-is not what the MEDS input is tested on. As a command (docs/meds.md):
+is not what the MEDS input is tested on. `phenotype_labels` gives its phenotyping stays, to
+compare the ACES phenotype tasks with. As a command (docs/meds.md):
 `python -m tests.training.data.meds_from_demo MIMIC_DIR MEDS_DIR --labels-from EXTRACTION`.
 """
 
@@ -151,23 +152,47 @@ def write_meds_from_demo(mimic_dir: Path, dest: Path, splits: Mapping[int, str],
 MEDS_SPLIT = {"train": "train", "val": "tuning", "test": "held_out"}
 
 
+def _listed_stays(extraction: Path, task_dir: str) -> pd.DataFrame:
+    """The listfile rows of a task folder of an `extract-mimic3` output, with each stay's
+    subject, ICU stay id and split (train, val, test)."""
+    parts = []
+    for part in ("train", "val", "test"):
+        listing = pd.read_csv(extraction / task_dir / f"{part}_listfile.csv")
+        ids = []
+        for stay in listing.stay:
+            sid, episode = stay.split("_")[:2]
+            ep = pd.read_csv(extraction / "root" / ("test" if part == "test" else "train") / sid
+                             / f"{episode}.csv")
+            ids.append((int(sid), int(ep.Icustay[0])))
+        listing[["subject_id", "icustay_id"]] = pd.DataFrame(ids, index=listing.index)
+        parts.append(listing.assign(split=part))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _stay_times(extraction: Path) -> pd.DataFrame:
+    return pd.read_csv(extraction / "root" / "all_stays.csv",
+                       parse_dates=["INTIME", "OUTTIME"]).set_index("ICUSTAY_ID")
+
+
 def mortality_labels(extraction: Path) -> pd.DataFrame:
     """The in-hospital-mortality stays of an `extract-mimic3` output as MEDS labels: subject_id,
     prediction_time (in-time + 48 h), boolean_value, and the stay file and split (train, val,
     test) they come from."""
-    intime = pd.read_csv(extraction / "root" / "all_stays.csv", parse_dates=["INTIME"]) \
-        .set_index("ICUSTAY_ID").INTIME
-    rows = []
-    for part in ("train", "val", "test"):
-        listing = pd.read_csv(extraction / "in-hospital-mortality" / f"{part}_listfile.csv")
-        for stay, y in zip(listing.stay, listing.y_true, strict=True):
-            sid, episode = stay.split("_")[:2]
-            ep = pd.read_csv(extraction / "root" / ("test" if part == "test" else "train") / sid
-                             / f"{episode}.csv")
-            rows.append((int(sid), intime[int(ep.Icustay[0])] + pd.Timedelta(hours=48),
-                         bool(y), stay, part))
-    return pd.DataFrame(rows, columns=["subject_id", "prediction_time", "boolean_value",
-                                       "stay", "split"])
+    lab = _listed_stays(extraction, "in-hospital-mortality")
+    lab["prediction_time"] = (_stay_times(extraction).INTIME[lab.icustay_id].to_numpy()
+                              + pd.Timedelta(hours=48))
+    lab["boolean_value"] = lab.y_true.astype(bool)
+    return lab[["subject_id", "prediction_time", "boolean_value", "stay", "split"]]
+
+
+def phenotype_labels(extraction: Path) -> pd.DataFrame:
+    """The phenotyping stays of an `extract-mimic3` output: subject_id, prediction_time (the ICU
+    discharge, where the ACES phenotype tasks predict) and the 25 labels, one column each."""
+    lab = _listed_stays(extraction, "phenotyping")
+    lab["prediction_time"] = _stay_times(extraction).OUTTIME[lab.icustay_id].to_numpy()
+    labels = [c for c in lab.columns if c not in (
+        "stay", "period_length", "subject_id", "icustay_id", "split", "prediction_time")]
+    return lab[["subject_id", "prediction_time", *labels]]
 
 
 def write_labels(lab: pd.DataFrame, path: Path) -> Path:
@@ -184,14 +209,17 @@ def main() -> None:
     p.add_argument("dest", type=Path, help="MEDS dataset to write")
     p.add_argument("--labels-from", type=Path, required=True,
                    help="extract-mimic3 output: its mortality stays become DEST-labels.parquet "
-                        "and their splits the MEDS splits (train, tuning, held_out)")
+                        "and their splits the MEDS splits (train, tuning, held_out); its "
+                        "phenotyping stays DEST-phenotypes.parquet")
     p.add_argument("--seed", type=int, default=None, help="shuffle same-time events")
     args = p.parse_args()
     lab = mortality_labels(args.labels_from)
     write_meds_from_demo(args.mimic_dir, args.dest, {s: MEDS_SPLIT[p] for s, p in zip(
         lab.subject_id, lab.split, strict=True)}, seed=args.seed)
     labels = write_labels(lab, args.dest.with_name(args.dest.name + "-labels.parquet"))
-    print(f"wrote {args.dest} and {labels} ({len(lab)} stays)")
+    phenotypes = args.dest.with_name(args.dest.name + "-phenotypes.parquet")
+    phenotype_labels(args.labels_from).to_parquet(phenotypes, index=False)
+    print(f"wrote {args.dest}, {labels} ({len(lab)} stays) and {phenotypes}")
 
 
 if __name__ == "__main__":

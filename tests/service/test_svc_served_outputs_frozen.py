@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from scehr.schemas.model_index import ModelIndex, read_index, write_index
+from scehr.schemas.tasks import TASK_NAMES
 from scehr.service.settings import Settings
 from tests.service.conftest import serve
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = Path(__file__).parent / "golden"
-TASKS = ("mortality", "phenotypes")
 
 #: Recorded name -> where the current response keeps that number (per class result).
 FIELDS = {"probability": "score", "calibrated_probability": "risk"}
@@ -78,7 +78,7 @@ def test_every_shipped_version_has_a_golden_file() -> None:
 
 
 @pytest.mark.parametrize(("version", "task"), [(v, t) for v in recorded_versions()
-                                                for t in TASKS if t in tasks_of(v)])
+                                                for t in TASK_NAMES if t in tasks_of(v)])
 async def test_served_probabilities_of_the_examples_did_not_move(
         task: str, version: str, tmp_path: Path) -> None:
     want = json.loads(golden(version).read_text())[task]

@@ -14,14 +14,11 @@ from scehr.schemas.alert_policy import AlertPolicy
 from scehr.schemas.contract import PROBABILITY_BY_HOUR
 from scehr.schemas.manifest import load_manifest
 from scehr.training.config import TrainConfig
-from scehr.training.data.synthetic import write_synthetic
 from scehr.training.encoders import CausalSummaryLSTM
-from scehr.training.export import export_run
 from scehr.training.fit import AnchorModel, prepare
 from scehr.training.heads import AnchorHead
 from scehr.training.landmark import LandmarkObjective
 from scehr.training.landmark_assets import alert_figures, bands_of
-from scehr.training.run import train_run
 
 
 def test_rows_are_the_drawn_hours_of_the_stays_still_there() -> None:
@@ -60,17 +57,10 @@ def test_alert_figures_count_alerts_per_day_and_deaths_alerted() -> None:
     assert bands_of(13, 48) == [(13, 23), (24, 35), (36, 48)]
 
 
-def test_trains_exports_and_the_hour_48_risk_is_the_full_stays(tmp_path: Path) -> None:
-    data = write_synthetic(tmp_path / "data", "mortality", n_train=400, n_test=100,
-                           prevalence=0.3, seed=3)
-    cfg = TrainConfig(task="mortality-landmark", data=str(data), out=str(tmp_path / "run"),
-                      encoder="causal_sumlstm", encoder_hparams={"units": 4, "summary_dim": 4},
-                      loss="csce", lam=0.007, batch_size=32, epochs=1, seed=0, threads=1,
-                      n_boot=10, plots=False, progress=False, calibration_fraction=0.25,
-                      landmark={"hours_per_batch": 4})
-    train_run(cfg)
-    folder, _ = export_run(tmp_path / "run",
-                           tmp_path / "models" / "mortality-landmark" / "0.1.0")
+def test_trains_exports_and_the_hour_48_risk_is_the_full_stays(
+        landmark: tuple[Path, TrainConfig]) -> None:
+    models, cfg = landmark
+    (folder,) = (models / "mortality-landmark").iterdir()
     m = load_manifest(folder / "manifest.json")
     t = m.trajectory
     assert m.task == "mortality-landmark" and t is not None and t.last_hour == 48

@@ -16,16 +16,12 @@ import pytest
 
 from scehr.schemas.contract import PROBABILITY_BY_HOUR
 from scehr.schemas.manifest import load_manifest
-from scehr.schemas.model_index import import_model
 from scehr.schemas.payloads import StayPayload
 from scehr.service.offline_scoring import benchmark_payload
 from scehr.service.pipeline import prepare as pipeline_prepare
 from scehr.service.registry import load_model
 from scehr.service.settings import Settings
 from scehr.training.config import TrainConfig
-from scehr.training.data.synthetic import write_synthetic
-from scehr.training.export import export_run
-from scehr.training.run import train_run
 from tests.service.conftest import serve
 
 pytestmark = pytest.mark.anyio
@@ -35,24 +31,6 @@ ROUTE = "/predict/mortality/trajectory"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def landmark(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TrainConfig]:
-    """`<root>/models` with a tiny mortality-landmark 0.1.0 (causal summary LSTM), and its
-    training config (the synthetic data's test split)."""
-    root = tmp_path_factory.mktemp("landmark-model")
-    data = write_synthetic(root / "data", "mortality", n_train=300, n_test=60,
-                           prevalence=0.3, seed=5)
-    cfg = TrainConfig(task="mortality-landmark", data=str(data), out=str(root / "run"),
-                      encoder="causal_sumlstm", encoder_hparams={"units": 4, "summary_dim": 4},
-                      loss="csce", lam=0.007, batch_size=32, epochs=1, seed=0, threads=1,
-                      n_boot=10, plots=False, progress=False, calibration_fraction=0.25,
-                      landmark={"hours_per_batch": 4})
-    train_run(cfg)
-    built, _ = export_run(root / "run", root / "build")
-    import_model(root / "models", built, set_default=True)
-    return root / "models", cfg
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ from typing import Final
 #: the model's data minimum, withheld operating points and warning/critical levels. 1.4 adds
 #: each class's uncertainty map (`scehr.schemas.uncertainty`); a manifest without it still loads.
 #: 1.5 adds landmark tasks: the optional `trajectory` section and the per-hour graph outputs
-#: `anchor_logits_by_hour` and `probability_by_hour` (`LANDMARK_OUTPUTS`).
-CONTRACT_VERSION: Final = "1.5"
+#: `anchor_logits_by_hour` and `probability_by_hour` (`LANDMARK_OUTPUTS`). 1.6 adds the optional
+#: `explanation_screen` (`scehr.schemas.explanation_screen`): the channels `explain=top` occludes.
+CONTRACT_VERSION: Final = "1.6"
 
 #: Major.minor of the prediction response (`response_version` in every answer and the
 #: `RESPONSE_VERSION_HEADER` header). 1.1 leads with `risk` (calibrated) and `score` (raw);

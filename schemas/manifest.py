@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from scehr.schemas.alert_policy import AlertPolicy
 from scehr.schemas.contract import CONTRACT_VERSION, RISK_EPS
+from scehr.schemas.explanation_screen import ExplanationScreen
 from scehr.schemas.sufficiency import DataMinimum
 from scehr.schemas.tasks import TASK_NAMES, task_spec
 from scehr.schemas.uncertainty import RiskUncertainty
@@ -356,6 +357,9 @@ class Manifest(_M):
     trajectory: Trajectory | None = Field(
         None, description="Contract 1.5: a landmark task's per-hour calibration, uncertainty, "
         "data minimum and alert policy (required for a landmark task, absent otherwise)")
+    explanation_screen: ExplanationScreen | None = Field(
+        None, description="Contract 1.6: the screen that picks the channels `explain=top` "
+        "occludes exactly (absent: every observed channel, as `explain=full`)")
 
     @model_validator(mode="after")
     def _trajectory_iff_landmarks(self) -> Manifest:
@@ -363,6 +367,20 @@ class Manifest(_M):
             raise ValueError(f"trajectory: a {self.task} manifest must "
                              f"{'' if task_spec(self.task).landmarks else 'not '}have one "
                              "(only landmark tasks serve a risk per hour)")
+        return self
+
+    @model_validator(mode="after")
+    def _screen_fits_the_model(self) -> Manifest:
+        screen = self.explanation_screen
+        if screen is None:
+            return self
+        if len(self.label_names) != 1:
+            raise ValueError("explanation_screen: only a one-class model can carry one (it "
+                             f"ranks channels for one class), this one has {len(self.label_names)}")
+        n = len(self.feature_set.get("variables", ()))
+        if len(screen.coefficients) != n:
+            raise ValueError(f"explanation_screen.coefficients must have one row per channel "
+                             f"of the feature set ({n}), got {len(screen.coefficients)}")
         return self
 
 

@@ -171,6 +171,7 @@ class Notice(BaseModel):
         "value_rescaled",
         "channel_not_observed",
         "channel_not_seen_in_training",
+        "contributions_screened",
         "stay_shorter_than_window",
         "observations_after_window",
         "stay_end_unknown",

@@ -32,6 +32,9 @@ class Level:
 
     occlusion: bool
     contributions: int | None
+    #: occlude only the channels the model's explanation screen picks, when it has one
+    #: (`scehr.schemas.explanation_screen`); else every observed channel (exact occlusion)
+    screened: bool = False
 
     @property
     def every_channel(self) -> bool:
@@ -41,7 +44,9 @@ class Level:
 
 
 #: The one reading of `explain`: everything else asks its level.
-LEVELS: dict[str, Level] = {"basic": Level(False, 0), "top": Level(True, TOP_CONTRIBUTIONS),
+#: `top` is screened where the model carries a screen; `full` is always exact occlusion.
+LEVELS: dict[str, Level] = {"basic": Level(False, 0),
+                            "top": Level(True, TOP_CONTRIBUTIONS, screened=True),
                             "full": Level(True, None)}
 
 _EPS = 1e-12

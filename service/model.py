@@ -60,6 +60,14 @@ class ModelSpec:
                    PointTable.from_manifest(m), fs_hash, bins, fixed_t)
 
     @cached_property
+    def screen(self) -> tuple[np.ndarray, int] | None:
+        """The explanation screen's coefficients [channels, features] and its number of
+        candidates, when the manifest carries one (contract 1.6)."""
+        sc = self.manifest.explanation_screen
+        return None if sc is None else (np.asarray(sc.coefficients, dtype=np.float64),
+                                        sc.candidates)
+
+    @cached_property
     def calibrations(self) -> list[Calibration]:
         """Per class, the map from the model's probability (or margin) to the risk."""
         return [c.calibration for c in self.manifest.classes]

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from scehr.schemas.audit import input_hash
+from scehr.schemas.explanation_screen import candidates
 from scehr.schemas.featureset import FeatureSet
 from scehr.schemas.ingest import DEFAULT_MAX_OBSERVATIONS, Stay, ingest
 from scehr.schemas.payloads import Notice, Problem, StayPayload
@@ -140,6 +141,26 @@ def _observed_channels(obs: Observations, n_ok: int, end_hours: np.ndarray
     return out
 
 
+def _screened(spec: ModelSpec, x: np.ndarray, unobserved: np.ndarray, lengths: np.ndarray,
+              observed: list[np.ndarray], notices: list[list[Notice]]) -> list[np.ndarray]:
+    """Per stay, the observed channels its explanation screen picks for exact occlusion, and a
+    notice on each stay where it left some out (its contributions are then screened)."""
+    assert spec.screen is not None
+    coefficients, m = spec.screen
+    out = []
+    for s, chans in enumerate(observed):
+        picked = candidates(x[s], unobserved[s], int(lengths[s]), chans, spec.fs,
+                            coefficients, m)
+        if len(picked) < len(chans):
+            notices[s].append(Notice(
+                code="contributions_screened",
+                message=f"contributions were computed exactly for the {len(picked)} of "
+                f"{len(chans)} observed channels the model's explanation screen ranked "
+                "highest; explain=full computes every channel's"))
+        out.append(picked)
+    return out
+
+
 def _occlusion_rows(x: np.ndarray, unobserved: np.ndarray, occluded: list[np.ndarray],
                     fs: FeatureSet) -> tuple[np.ndarray, np.ndarray]:
     """The stays' rows, then per stay one copy per occluded channel with that channel's
@@ -181,11 +202,12 @@ def data_end(stay: Stay, times: np.ndarray) -> float:
 
 def prepare(spec: ModelSpec, stays: list[Stay], *, strict: bool = False,
             max_observations: int = DEFAULT_MAX_OBSERVATIONS,
-            occlusion: bool = False) -> PreparedStays:
+            occlusion: bool = False, screened: bool = False) -> PreparedStays:
     """Validate, clean, neutralise and tensorize; problems and notices are kept per stay.
 
     `occlusion` adds one occlusion variant per observed channel of each stay, from which
-    contributions are read (`scehr.service.explain.Level.occlusion`)."""
+    contributions are read (`scehr.service.explain.Level.occlusion`); `screened` only for the
+    channels the model's explanation screen picks, when it has one (`Level.screened`)."""
     res = ingest(stays, spec.fs, strict=strict, max_observations=max_observations)
     notices = [list(s.notices) for s in res.stays]
     problems = {i: s.problems for i, s in enumerate(res.stays) if s.problems}
@@ -216,6 +238,9 @@ def prepare(spec: ModelSpec, stays: list[Stay], *, strict: bool = False,
         prep.occluded = _observed_channels(obs, n, res.end_hours)
         nothing = Observations(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), n)
         unobserved = spec.normalizer.transform(*_tensor(spec, nothing, res.end_hours))
+        if screened and spec.screen is not None:
+            prep.occluded = _screened(spec, x, unobserved, lengths, prep.occluded,
+                                      [notices[i] for i in res.ok])
         x, src = _occlusion_rows(x, unobserved, prep.occluded, spec.fs)
         lengths = lengths[src]
     static = None

@@ -26,7 +26,7 @@ from scehr.service.pipeline import PreparedStays
 N_PROTOTYPES = 3
 #: Notices about how the model's input was filled in, untrue of an answer that computed no
 #: risk (an abstention keeps the others: they are about the data).
-SCORED_ONLY_NOTICES = frozenset({"channel_not_observed"})
+SCORED_ONLY_NOTICES = frozenset({"channel_not_observed", "contributions_screened"})
 
 
 def alerts(choice: Choice, risk: np.ndarray, probability: np.ndarray) -> np.ndarray:

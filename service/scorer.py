@@ -167,7 +167,8 @@ def prepared(spec: ModelSpec, stays: list[Stay], options: ScoreOptions,
     stay's unread variables compacted, with the `served` version that reads them
     (`scehr.service.unread_variables`)."""
     prep = prepare(spec, stays, strict=options.strict, max_observations=max_observations,
-                   occlusion=LEVELS[options.explain].occlusion)
+                   occlusion=LEVELS[options.explain].occlusion,
+                   screened=LEVELS[options.explain].screened)
     if prep.problems:
         others = served()
         for i, problems in prep.problems.items():

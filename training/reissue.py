@@ -12,6 +12,12 @@ the sufficiency study, and (with --uncertainty) the uncertainty map served with 
 
     .venv/bin/python -m scehr.training.reissue models/phenotypes/1.1.3 models/phenotypes/1.1.4 \
         --recalibrate configs/default_phenotypes.toml --data data/eicu-benchmark
+    .venv/bin/python -m scehr.training.reissue models/mortality/1.3.2 models/mortality/1.3.3 \
+        --explanation-screen runs/screen-mortality-1.3.2.json
+
+--explanation-screen adds the screen of `explain=top` (`scehr.schemas.explanation_screen`),
+fitted on the model's own graph by `python -m scehr.service.screen_fit` (refused when it was
+fitted on another graph); the risk, points and figures are unchanged by it.
 
 --uncertainty rebuilds the model's held-out calibration and validation splits from its
 training config and data (checked against the manifest's recorded split sizes and
@@ -51,7 +57,8 @@ from typing import Any
 import numpy as np
 
 from scehr.schemas.contract import CONTRACT_VERSION
-from scehr.schemas.manifest import ClassCard, Manifest, load_manifest
+from scehr.schemas.explanation_screen import ExplanationScreen
+from scehr.schemas.manifest import ClassCard, Manifest, load_manifest, sha256_file
 from scehr.schemas.model_index import add_model, entry_for, refuse_existing
 from scehr.schemas.sufficiency import DataMinimum
 from scehr.schemas.uncertainty import RiskUncertainty
@@ -207,13 +214,15 @@ def repoint(card: ClassCard, val: tuple[np.ndarray, np.ndarray],
 def reissue(folder: Path, out: Path, *, minimum: DataMinimum | None,
             command: str, uncertainty: list[RiskUncertainty] | None = None,
             held: tuple[HeldOut, str] | None = None, recalibrate: bool = False,
-            points: bool = False) -> tuple[Path, list[str]]:
+            points: bool = False, screen: ExplanationScreen | None = None
+            ) -> tuple[Path, list[str]]:
     """Write the new version and add it to the index (never as the default).
 
     `held`: the model's held-out outputs (`held_out_outputs`) and where they come from; with
     them the uncertainty map is fitted (unless `uncertainty` is given or `points`) and the test
     figures are computed on the served risk; `recalibrate` also refits the calibration maps on
-    them; `points` only chooses every class's named points again on them (`repoint`)."""
+    them; `points` only chooses every class's named points again on them (`repoint`);
+    `screen` is the explanation screen the new version carries (else the shipped one's)."""
     from scehr.training.export import code_version, manifest_json
     from scehr.training.model_card import write_model_card
 
@@ -255,10 +264,14 @@ def reissue(folder: Path, out: Path, *, minimum: DataMinimum | None,
                "on the held-out calibration split"
                if uncertainty is not None or refit else "")
             + ("; test figures computed on the served risk, the score's beside them"
-               if refit else ""))
+               if refit else "")
+            + (f"; the explanation screen of explain=top (exact occlusion of the "
+               f"{screen.candidates} observed channels it ranks highest, chosen on "
+               f"{screen.chosen_on.split(':')[0]})" if screen is not None else ""))
     new = m.model_copy(update={
         "contract_version": CONTRACT_VERSION, "version": version, "classes": cards,
         "data_minimum": minimum if minimum is not None else m.data_minimum,
+        "explanation_screen": screen if screen is not None else m.explanation_screen,
         "metrics": metrics,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "code_version": code_version(), "notes": [*m.notes, note]})
@@ -290,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=None,
                     help="the converted data the model was trained on (with --uncertainty, "
                     "--points or --recalibrate)")
+    ap.add_argument("--explanation-screen", type=Path, default=None, metavar="JSON",
+                    help="the screen of explain=top fitted on this model's graph "
+                    "(python -m scehr.service.screen_fit)")
     args = ap.parse_args(argv)
     modes = [c for c in (args.uncertainty, args.points, args.recalibrate) if c is not None]
     if len(modes) > 1:
@@ -302,6 +318,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_minimum is not None:
         doc = json.loads(args.data_minimum.read_text())
         minimum = DataMinimum.model_validate(doc["data_minimum"])
+    screen = None
+    if args.explanation_screen is not None:
+        screen = ExplanationScreen.model_validate_json(args.explanation_screen.read_text())
+        graph = sha256_file(args.model / "model.onnx")
+        if screen.onnx_sha256 != graph:
+            print(f"error: {args.explanation_screen} was fitted on another graph (sha256 "
+                  f"{screen.onnx_sha256[:12]}..., {args.model}'s is {graph[:12]}...)",
+                  file=sys.stderr)
+            return 2
     command = "python -m scehr.training.reissue " + " ".join(sys.argv[1:] if argv is None else argv)
     held = None
     if config is not None:
@@ -313,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     out, changes = reissue(args.model, args.out, minimum=minimum, command=command, held=held,
                            recalibrate=args.recalibrate is not None,
-                           points=args.points is not None)
+                           points=args.points is not None, screen=screen)
     print(f"wrote {out}; index: {'; '.join(changes) or 'unchanged'}")
     return 0
 

@@ -44,6 +44,8 @@ FEATURE_NAMES: Final = (
     *(f"max(0, {v} - {k:g})" for v in ("d last", "mean d observed", "max d") for k in KNOTS),
     *(f"max(0, -{v} - {k:g})" for v in ("d last", "mean d observed", "min d") for k in KNOTS),
 )
+#: The notice of a stay whose contributions were screened (about the method, not the data).
+SCREENED_NOTICE: Final = "contributions_screened"
 #: How the rows' budget is counted: a lone stay's run is padded to a multiple of this.
 ROW_BLOCK: Final = 4
 

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from scehr.schemas.audit import input_hash
-from scehr.schemas.explanation_screen import candidates
+from scehr.schemas.explanation_screen import SCREENED_NOTICE, candidates
 from scehr.schemas.featureset import FeatureSet
 from scehr.schemas.ingest import DEFAULT_MAX_OBSERVATIONS, Stay, ingest
 from scehr.schemas.payloads import Notice, Problem, StayPayload
@@ -153,7 +153,7 @@ def _screened(spec: ModelSpec, x: np.ndarray, unobserved: np.ndarray, lengths: n
                             coefficients, m)
         if len(picked) < len(chans):
             notices[s].append(Notice(
-                code="contributions_screened",
+                code=SCREENED_NOTICE,
                 message=f"contributions were computed exactly for the {len(picked)} of "
                 f"{len(chans)} observed channels the model's explanation screen ranked "
                 "highest; explain=full computes every channel's"))

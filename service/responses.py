@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from scehr.schemas.contract import PREVIOUS_RESPONSE_VERSION, RESPONSE_VERSION
+from scehr.schemas.explanation_screen import SCREENED_NOTICE
 from scehr.schemas.payloads import Audit, Contribution, Notice, Prediction, PredictionV1_1
 from scehr.schemas.sufficiency import DataSummary, shortfalls
 from scehr.schemas.uncertainty import WIDE_INTERVAL, RiskUncertainty
@@ -26,7 +27,7 @@ from scehr.service.pipeline import PreparedStays
 N_PROTOTYPES = 3
 #: Notices about how the model's input was filled in, untrue of an answer that computed no
 #: risk (an abstention keeps the others: they are about the data).
-SCORED_ONLY_NOTICES = frozenset({"channel_not_observed", "contributions_screened"})
+SCORED_ONLY_NOTICES = frozenset({"channel_not_observed", SCREENED_NOTICE})
 
 
 def alerts(choice: Choice, risk: np.ndarray, probability: np.ndarray) -> np.ndarray:

@@ -29,8 +29,9 @@ from scehr.service.scorer import ScoreOptions
 
 _EXPLAIN = ("basic (the default): anchors, margin percentiles and nearest prototypes; top: "
             "also the 3 channels contributing most to the risk (occlusion: one more model row "
-            "per observed channel, about 3x the CPU of a basic request); full: every "
-            "channel's contribution")
+            "per observed channel; for a model with an explanation screen, only for the "
+            "channels it ranks highest, with the warning contributions_screened); full: every "
+            "channel's contribution by exact occlusion of every observed channel")
 ExplainParam = Annotated[Explain, Query(description=_EXPLAIN)]
 PointName = Annotated[str | None, Query(
     max_length=64, description="A named operating point of the model (GET /models/{task} "

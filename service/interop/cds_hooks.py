@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from scehr.schemas.explanation_screen import SCREENED_NOTICE
 from scehr.schemas.manifest import Manifest
 from scehr.schemas.payloads import ClassResult, Prediction, Problem, RiskInterval
 from scehr.schemas.tasks import outcome_coding
@@ -245,11 +246,14 @@ def card(r: ClassResult, pred: Prediction, manifest: Manifest, card_url: str | N
     top = top_contributions(r)
     lines = [rationale(r, manifest), ""]
     if top:
+        screened = any(w.code == SCREENED_NOTICE for w in pred.warnings)
         lines += ["**Top contributing variables** (occlusion: risk points added by each "
-                  "variable's values)", ""]
+                  "variable's values" + ("; among the variables the model's screen ranked "
+                                         "highest" if screened else "") + ")", ""]
         lines += [f"- `{v}`: +{d * 100:.1f}" for v, d in top]
         lines.append("")
-    codes = [w.code for w in pred.warnings] + [i.code for i in issues]
+    # the data's warnings: a screened explanation is about the method (said beside it)
+    codes = [w.code for w in pred.warnings if w.code != SCREENED_NOTICE] + [i.code for i in issues]
     if codes:
         lines.append(f"{len(codes)} data warning(s): " + ", ".join(sorted(set(codes))) + ".")
     lines.append("Research software: not for clinical use without local validation.")

@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: an explanation screen ranks channels for one class; this model has "
               f"{len(model.spec.manifest.label_names)}", file=sys.stderr)
         return 2
+    where = f"{args.data.parent.name}/{args.data.name}"  # e.g. physionet2012-full/in-hospital-...
     runs = {}
     for split, limit in (("train", args.train_stays), ("val", args.val_stays)):
         stays = listed_stays(args.data, f"{split}_listfile.csv", limit)
@@ -218,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         features=FEATURES_VERSION, candidates=enough[0], coefficients=coef.tolist(),
         target=f"{target}, per-channel ridge (strength {lam:g}) towards the pooled fit",
         fitted_on=f"exact occlusion of the {len(runs['train'])} stays of "
-        f"{args.data.name}/train_listfile.csv",
-        chosen_on=f"the {len(runs['val'])} stays of {args.data.name}/val_listfile.csv: the "
+        f"{where}/train_listfile.csv",
+        chosen_on=f"the {len(runs['val'])} stays of {where}/val_listfile.csv: the "
         f"smallest m with 1 + m a multiple of {ROW_BLOCK} finding the whole top 3 of at "
         f"least {args.share:.0%}",
         validation={str(m): round(v, 4) for m, v in every.items()},

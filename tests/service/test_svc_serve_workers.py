@@ -165,3 +165,70 @@ def test_port_in_use_is_one_clear_line_before_any_worker_starts(
     lines = r.stderr.strip().splitlines()
     assert lines == [f"scehr serve: cannot listen on 127.0.0.1:{port}: Address already in use"]
     assert "Started server process" not in r.stdout + r.stderr
+
+
+# ------------------------------------------------------------- service/workers.py in-process
+
+
+def test_a_worker_receives_a_socket_of_its_own_on_the_reserved_address() -> None:
+    """What crosses to a worker (pickled, as uvicorn's spawn does) is a fresh SO_REUSEPORT
+    socket bound to the reserved address, not a copy of the parent's."""
+    import pickle
+
+    from scehr.service.workers import Reservation
+
+    reservation = Reservation("127.0.0.1", free_port())
+    try:
+        own = pickle.loads(pickle.dumps([reservation]))[0]
+        with own:
+            assert isinstance(own, socket.socket) and own.fileno() != reservation.socket.fileno()
+            assert own.getsockname() == reservation.socket.getsockname()
+            assert own.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+            own.listen()
+            assert listening_sockets(own.getsockname()[1])  # it, not the reservation, listens
+    finally:
+        reservation.close()
+
+
+@pytest.mark.parametrize("reserved", [True, False])
+def test_run_workers_hands_uvicorns_supervisor_the_right_socket(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str], reserved: bool) -> None:
+    """A reservation goes to the supervisor as the workers' socket; without one (no
+    SO_REUSEPORT balancing) one shared socket, said in the log. A worker that failed at
+    startup makes the exit status 1."""
+    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+
+    from scehr.service import workers
+
+    seen: list[object] = []
+
+    class FakeSupervisor:
+        def __init__(self, config: uvicorn.Config, sockets: list[object]) -> None:
+            seen.extend(sockets)
+            self.processes = [type("P", (), {"exitcode": 0})(),
+                              type("P", (), {"exitcode": STARTUP_FAILURE})()]
+
+        def run(self) -> None:
+            pass
+
+    monkeypatch.setattr(workers, "Multiprocess", FakeSupervisor)
+    port = free_port()
+    config = uvicorn.Config("scehr.service.app:build_app", host="127.0.0.1", port=port,
+                            workers=2, log_config=None)
+    workers.logger.addHandler(caplog.handler)  # uvicorn's loggers need not propagate
+    reservation = workers.Reservation("127.0.0.1", port) if reserved else None
+    try:
+        with caplog.at_level("INFO", logger="uvicorn.error"):
+            assert workers.run_workers(config, reservation) == 1
+    finally:
+        workers.logger.removeHandler(caplog.handler)
+        if reservation is not None:
+            reservation.close()
+    assert "a worker failed to start" in capsys.readouterr().err
+    if reserved:
+        assert seen == [reservation] and "its own SO_REUSEPORT socket" in caplog.text
+    else:
+        assert isinstance(seen[0], socket.socket) and seen[0].fileno() == -1  # closed after
+        assert "share one listening socket" in caplog.text

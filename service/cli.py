@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument("--workers", type=int, default=None,
                        help="worker processes, each with its own models and batcher (default: "
                        "one per available core, cgroup CPU quota included; ORT intra-op "
-                       "threads per worker = cores // workers)")
+                       "threads per worker = cores // workers; on Linux each worker accepts "
+                       "on its own SO_REUSEPORT socket)")
     serve.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     serve.add_argument("--device", choices=["auto", "cuda", "cpu"], help="SCEHR_DEVICE")
     serve.add_argument("--version", metavar="TASK=VERSION", action="append",

@@ -95,7 +95,8 @@ def run_workers(config: uvicorn.Config, reservation: Reservation | None) -> int:
     shared = None
     if reservation is None:
         shared = config.bind_socket()
-        logger.info("SO_REUSEPORT is not available here: the workers share one listening socket")
+        logger.info("SO_REUSEPORT does not spread connections here: the workers share one "
+                    "listening socket")
     else:
         logger.info("Listening on %s:%d with %d workers, each accepting on its own SO_REUSEPORT "
                     "socket", config.host, config.port, config.workers)

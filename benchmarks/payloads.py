@@ -1,5 +1,6 @@
 """Real stays as request payloads: converted benchmark CSVs (PhysioNet 2012 set C for
-mortality, eICU for phenotypes) turned into the wide-form JSON a client would send.
+mortality, eICU for phenotypes) turned into the wide-form JSON a client would send, or
+(`loinc_payload`) into the LOINC-coded long form a client integrating an EHR sends.
 
 Needs pandas (the `dev`/`train` extras) and the converted data under `data/` (see docs/data.md);
 `real_stays` returns None when the folder is absent so that callers can fall back to
@@ -24,6 +25,7 @@ SOURCES = {"benchmark76-48h": ("physionet2012-benchmark", "in-hospital-mortality
            "benchmark76-stay": ("eicu-benchmark", "phenotyping")}
 
 UNITS = {v.benchmark_name: v.unit for v in CATALOG if v.unit_required and v.unit}
+BY_NAME = {v.benchmark_name: v for v in CATALOG}
 
 
 def default_feature_set(task: str, models: Path) -> str:
@@ -64,6 +66,22 @@ def stay_payload(folder: Path, name: str, demo: dict[str, Any],
     return body
 
 
+def loinc_payload(body: dict[str, Any]) -> dict[str, Any]:
+    """A wide-form payload (`stay_payload`) as an EHR interface sends the same stay: one
+    long-form observation per measurement, in time order, named by the variable's main LOINC
+    code (its catalogue id where it has none), with the variable's unit where it has one."""
+    wide = body["wide"]
+    obs = []
+    for name, values in wide["columns"].items():
+        v = BY_NAME[name]
+        named = {"variable": v.loinc or v.id}
+        unit = {"unit": v.unit} if v.unit else {}
+        obs += [{**named, "time": t, "value": x, **unit}
+                for t, x in zip(wide["hours"], values, strict=True) if x is not None]
+    obs.sort(key=lambda o: o["time"])
+    return {**{k: x for k, x in body.items() if k != "wide"}, "observations": obs}
+
+
 def real_stays(task: str, n: int, models: Path,
                data: Path | None = None) -> tuple[list[dict], str] | None:
     """The first `n` test stays of the task's converted data in the feature set of the task's
@@ -87,17 +105,20 @@ def real_stays(task: str, n: int, models: Path,
 
 
 def default_model_stays(task: str, n: int, models: Path, hours: int = 48,
-                        real: bool = True) -> tuple[list[dict[str, Any]], str]:
+                        real: bool = True, form: str = "wide") -> tuple[list[dict[str, Any]], str]:
     """Stays the task's default model in `models` accepts, with a description: the real test
-    stays when the converted data is there (and `real`), else synthetic `hours`-hour stays in
-    that model's feature set (`common.full_stay`), with `end_hours` for whole-stay tasks."""
+    stays when the converted data is there (and `real`), in `form` "wide" or "loinc"
+    (`loinc_payload`), else synthetic `hours`-hour stays in that model's feature set
+    (`common.full_stay`), with `end_hours` for whole-stay tasks."""
     from common import full_stay
 
     from scehr.schemas.featureset import FEATURE_SETS
 
     found = real_stays(task, n, models) if real else None
     if found is not None:
-        return found
+        if form == "loinc":
+            return [loinc_payload(s) for s in found[0]], f"{found[1]}, LOINC-coded long form"
+        return found[0], f"{found[1]}, wide form"
     fs = FEATURE_SETS[default_feature_set(task, models)]
     stays = [full_stay(i, hours, fs) for i in range(n)]
     if task_spec(task).ends_at_period_length:

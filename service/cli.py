@@ -11,6 +11,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from scehr.schemas.tasks import TASK_NAMES
 
@@ -26,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument("--workers", type=int, default=None,
                        help="worker processes, each with its own models and batcher (default: "
                        "one per available core, cgroup CPU quota included; ORT intra-op "
-                       "threads per worker = cores // workers)")
+                       "threads per worker = cores // workers; on Linux each worker accepts "
+                       "on its own SO_REUSEPORT socket)")
     serve.add_argument("--model-dir", type=Path, help="folder with index.json (SCEHR_MODEL_DIR)")
     serve.add_argument("--device", choices=["auto", "cuda", "cpu"], help="SCEHR_DEVICE")
     serve.add_argument("--version", metavar="TASK=VERSION", action="append",
@@ -121,6 +123,7 @@ def _serve(args: argparse.Namespace) -> int:
     from scehr.service.registry import ModelLoadError, Registry, load_model
     from scehr.service.runtime import CUDA_UNUSABLE_ENV
     from scehr.service.settings import Settings, available_cores
+    from scehr.service.workers import Reservation, check_port_free, reuse_port_balances, run_workers
 
     for opt, env in (("model_dir", "SCEHR_MODEL_DIR"), ("device", "SCEHR_DEVICE"),
                      ("log_level", "SCEHR_LOG_LEVEL")):
@@ -153,24 +156,40 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     if registry.runtime.cuda_works is False:  # warned once here; the workers need not retry
         os.environ[CUDA_UNUSABLE_ENV] = "1"
+    reservation = None
+    if workers > 1:  # the port checked before any worker starts, as one clear line
+        try:
+            check_port_free(args.host, args.port)
+            if reuse_port_balances():
+                reservation = Reservation(args.host, args.port)
+        except OSError as e:
+            print(f"scehr serve: cannot listen on {args.host}:{args.port}: {e.strerror}",
+                  file=sys.stderr)
+            return 1
     created = _multiprocess_dir(workers)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler;
     # a no-op handler here makes a graceful stop exit with status 0, as process managers expect.
     signal.signal(signal.SIGTERM, lambda *_: None)
+    app = "scehr.service.app:build_app"
+    config: dict[str, Any] = dict(factory=True, host=args.host, port=args.port, workers=workers,
+                  log_config=uvicorn_log_config(settings.log_level), access_log=False,
+                  timeout_graceful_shutdown=30,
+                  # Longer than a load balancer's idle timeout (60 s is common) and than the
+                  # longest Retry-After: refused clients come back on the same connection
+                  # instead of paying a new one each time.
+                  timeout_keep_alive=75)
     try:
-        uvicorn.run("scehr.service.app:build_app", factory=True, host=args.host, port=args.port,
-                    workers=workers, log_config=uvicorn_log_config(settings.log_level),
-                    access_log=False, timeout_graceful_shutdown=30,
-                    # Longer than a load balancer's idle timeout (60 s is common) and than the
-                    # longest Retry-After: refused clients come back on the same connection
-                    # instead of paying a new one each time.
-                    timeout_keep_alive=75)
+        if workers == 1:
+            uvicorn.run(app, **config)
+            return 0
+        return run_workers(uvicorn.Config(app, **config), reservation)
     finally:
         os.environ.pop(CUDA_UNUSABLE_ENV, None)
+        if reservation is not None:
+            reservation.close()
         if created is not None:  # only a folder this process made is ever deleted
             shutil.rmtree(created, ignore_errors=True)
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    return 0
 
 
 def _multiprocess_dir(workers: int) -> Path | None:

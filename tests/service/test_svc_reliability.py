@@ -24,6 +24,7 @@ from scehr.service.load_shedding import UNIT_BYTES, LoadShedder, cost
 from scehr.service.settings import Settings
 from tests.service.conftest import serve, stay
 from tests.service.fixture_model import write_index, write_model, write_model_dir
+from tests.service.test_svc_process import free_port
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
@@ -274,6 +275,8 @@ def test_serve_never_deletes_a_folder_it_did_not_create(
         tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import uvicorn
 
+    from scehr.service import workers as workers_mod
+
     mine = tmp_path / "prom"
     (mine / "sub").mkdir(parents=True)
     (mine / "notes.txt").write_text("keep me")
@@ -284,6 +287,7 @@ def test_serve_never_deletes_a_folder_it_did_not_create(
         seen["dir"] = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         assert seen["dir"] and Path(seen["dir"]).is_dir()
     monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setattr(workers_mod, "run_workers", lambda *_: fake_run() or 0)
     for k in [k for k in os.environ if k.startswith("SCEHR_")]:
         monkeypatch.delenv(k)
     monkeypatch.setenv("SCEHR_DEVICE", "cpu")  # undone afterwards, like what serve sets
@@ -291,13 +295,13 @@ def test_serve_never_deletes_a_folder_it_did_not_create(
     monkeypatch.setenv("SCEHR_WORKERS", "1")
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(mine))
     assert scehr_cli.main(["serve", "--model-dir", str(model_dir), "--device", "cpu",
-                           "--workers", "2"]) == 0
+                           "--workers", "2", "--port", str(free_port())]) == 0
     assert (mine / "notes.txt").read_text() == "keep me"
     assert (mine / "sub" / "x.txt").is_file()
     # Without the variable: a private folder of its own, removed afterwards.
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
     assert scehr_cli.main(["serve", "--model-dir", str(model_dir), "--device", "cpu",
-                           "--workers", "2"]) == 0
+                           "--workers", "2", "--port", str(free_port())]) == 0
     assert seen["dir"] and seen["dir"] != str(mine) and not Path(seen["dir"]).exists()
     assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ
 

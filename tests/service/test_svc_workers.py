@@ -11,6 +11,7 @@ import pytest
 from scehr import cli as scehr_cli
 from scehr.service import settings as settings_mod
 from scehr.service.settings import Settings, _cgroup_quota, available_cores
+from tests.service.test_svc_process import free_port
 
 
 def test_cgroup_v2_quota_rounds_up(tmp_path: Path) -> None:
@@ -46,6 +47,8 @@ def test_serve_default_workers_follow_the_cores(
     shared out between the workers (SCEHR_WORKERS reaches every worker's Settings)."""
     import uvicorn
 
+    from scehr.service import workers as workers_mod
+
     seen: dict[str, Any] = {}
 
     def fake_run(*_: Any, **kw: Any) -> None:
@@ -54,6 +57,8 @@ def test_serve_default_workers_follow_the_cores(
         seen["multiproc"] = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 
     monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setattr(workers_mod, "run_workers",
+                        lambda config, _: fake_run(workers=config.workers) or 0)
     monkeypatch.setattr(settings_mod, "available_cores", lambda: cores)
     for k in [k for k in os.environ if k.startswith("SCEHR_")]:
         monkeypatch.delenv(k)
@@ -62,7 +67,7 @@ def test_serve_default_workers_follow_the_cores(
     monkeypatch.setenv("SCEHR_WORKERS", "1")
     monkeypatch.setenv("SCEHR_MODEL_DIR", str(model_dir))
     assert scehr_cli.main(["serve", "--model-dir", str(model_dir), "--device", "cpu",
-                           *(given or [])]) == 0
+                           "--port", str(free_port()), *(given or [])]) == 0
     assert seen["workers"] == workers and seen["threads"] == threads
     # several workers: a private metrics folder of the service's own, removed at exit
     assert (seen["multiproc"] is not None) == (workers > 1)

@@ -148,12 +148,35 @@ class RowRules:
         return self.implausible | self.drop
 
 
+@lru_cache(maxsize=32)
+def _untouched_bounds(fs: FeatureSet) -> np.ndarray:
+    """[2, C]: the closed range in which neither rule changes or removes a value: inside the
+    plausible range (an open low bound made closed with the next float up, which is exact),
+    the outlier bounds and the valid bounds."""
+    p_lo, p_hi, low_open, _ = _plausible_bounds(fs)
+    closed_lo = np.where(low_open > 0, np.nextafter(p_lo, np.inf), p_lo)
+    out_lo, val_lo, val_hi, out_hi = _cleaning_bounds(fs)
+    bounds = np.stack([np.maximum.reduce([closed_lo, out_lo, val_lo]),
+                       np.minimum.reduce([p_hi, out_hi, val_hi])])
+    bounds.flags.writeable = False
+    return bounds
+
+
 def apply_rules(channel: np.ndarray, value: np.ndarray, fs: FeatureSet) -> RowRules:
     """The plausibility rule, then the benchmark rule on what is plausible: the one place both
-    are combined (`clean` for converters and the reader, `scehr.schemas.ingest` for the service)."""
-    plausible_value, implausible, rescaled = plausibility_masks(channel, value, fs)
-    drop, clip, clipped = cleaning_masks(channel, plausible_value, fs)
-    return RowRules(clipped, implausible, rescaled, drop & ~implausible, clip & ~implausible)
+    are combined (`clean` for converters and the reader, `scehr.schemas.ingest` for the service).
+
+    Both rules run on the rows outside `_untouched_bounds` only (NaN included); every other row
+    passes unchanged, as the rules would leave it: two lookups per row instead of eight."""
+    lo, hi = _untouched_bounds(fs)
+    rows = np.flatnonzero(~((value >= lo.take(channel)) & (value <= hi.take(channel))))
+    out = value.copy()
+    implausible, rescaled, drop, clip = np.zeros((4, len(value)), dtype=bool)
+    if len(rows):
+        plausible_value, implausible[rows], rescaled[rows] = plausibility_masks(
+            channel[rows], value[rows], fs)
+        drop[rows], clip[rows], out[rows] = cleaning_masks(channel[rows], plausible_value, fs)
+    return RowRules(out, implausible, rescaled, drop & ~implausible, clip & ~implausible)
 
 
 def clean(obs: Observations, fs: FeatureSet) -> tuple[Observations, CleaningReport]:

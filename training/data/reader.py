@@ -412,9 +412,13 @@ def _parse_with_arrow(blob: bytes, n_columns: int, hours_col: int, known: list[t
     invalid = np.zeros(len(known), dtype=np.int64)
     for j, (i, ch) in enumerate(known):
         column = table.column(cols[i])
-        if fs.variables[ch].is_categorical:
-            values[j] = np.concatenate([_dictionary_indices(c, fs.variables[ch])
-                                        for c in column.chunks]) if column.num_chunks else []
+        if column.null_count == len(column):  # no cell filled: nothing to convert
+            values[j] = np.nan
+        elif fs.variables[ch].is_categorical:
+            start = 0
+            for chunk in column.chunks:
+                values[j, start:start + len(chunk)] = _dictionary_indices(chunk, fs.variables[ch])
+                start += len(chunk)
         else:
             values[j] = column.to_numpy()
         invalid[j] = int(np.isnan(values[j]).sum()) - column.null_count
@@ -452,9 +456,11 @@ def _parse_with_pandas(blob: bytes, n_columns: int, hours_col: int,
 _DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 
 
-def _dictionary_indices(chunk: pa.DictionaryArray, var: Variable) -> np.ndarray:
+def _dictionary_indices(chunk: pa.DictionaryArray, var: Variable) -> np.ndarray | float:
     """Category index of each cell of one dictionary-encoded chunk (NaN: empty or no
     category of `var`)."""
+    if chunk.null_count == len(chunk):
+        return np.nan
     lut = _category_lut(chunk.dictionary.to_pylist(), var)
     return lut[chunk.indices.fill_null(-1).to_numpy()]
 

@@ -1,9 +1,10 @@
 """Read the mimic3-benchmarks output layout: listfiles, splits, timeseries CSVs, demographics.
 
 All timeseries files of a split are parsed in one go: their bodies are concatenated (grouped by
-header line) and handed to one `pandas.read_csv` call; the stay of each row comes from the
-per-file line counts. Values become `Observations` (canonical numbers, category indices) and the
-plausibility and benchmark cleaning rules (`scehr.schemas.tensorize.clean`) are applied and counted.
+header line) and handed to one call of pyarrow's CSV reader (pandas for a group it rejects); the
+stay of each row comes from the per-file line counts. Values become `Observations` (canonical
+numbers, category indices) and the plausibility and benchmark cleaning rules
+(`scehr.schemas.tensorize.clean`) are applied and counted.
 """
 
 from __future__ import annotations
@@ -388,15 +389,18 @@ def _parse_group(head: bytes, blob: bytes, fs: FeatureSet, example: Path) -> _Co
         return _Columns(np.zeros(0), channels, np.zeros((len(known), 0)),
                         np.zeros(len(known), dtype=np.int64), unknown)
     hours_col = lower.index("hours")
-    with suppress(pa.ArrowInvalid):
-        return _parse_with_arrow(blob, len(names), hours_col, known, fs, unknown)
-    return _parse_with_pandas(blob, len(names), hours_col, known, fs, unknown, example)
+    try:
+        parsed = _parse_with_arrow(blob, len(names), hours_col, known, fs)
+    except pa.ArrowInvalid:
+        parsed = _parse_with_pandas(blob, len(names), hours_col, known, fs, example)
+    return _Columns(parsed[0], channels, parsed[1], parsed[2], unknown)
 
 
 def _parse_with_arrow(blob: bytes, n_columns: int, hours_col: int, known: list[tuple[int, int]],
-                      fs: FeatureSet, unknown: list[str]) -> _Columns:
-    """The fast parse of a well-formed group; raises `pyarrow.ArrowInvalid` otherwise. A cell
-    read as NaN ("nan") is invalid, as it is on the text path."""
+                      fs: FeatureSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hours, values, invalid) as in `_Columns` of a well-formed group; raises
+    `pyarrow.ArrowInvalid` otherwise. A cell read as NaN ("nan") is invalid, as it is on the
+    text path."""
     cols = [f"c{i}" for i in range(n_columns)]
     types = {cols[hours_col]: pa.float64()}
     for i, ch in known:
@@ -422,14 +426,14 @@ def _parse_with_arrow(blob: bytes, n_columns: int, hours_col: int, known: list[t
         else:
             values[j] = column.to_numpy()
         invalid[j] = int(np.isnan(values[j]).sum()) - column.null_count
-    return _Columns(hours, np.array([ch for _, ch in known], dtype=np.int64), values, invalid,
-                    unknown)
+    return hours, values, invalid
 
 
 def _parse_with_pandas(blob: bytes, n_columns: int, hours_col: int,
-                       known: list[tuple[int, int]], fs: FeatureSet, unknown: list[str],
-                       example: Path) -> _Columns:
-    """The text parse of a group pyarrow rejects: every cell as text, converted per column."""
+                       known: list[tuple[int, int]], fs: FeatureSet, example: Path
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hours, values, invalid) of a group pyarrow rejects: every cell as text, converted per
+    column."""
     cols = [f"c{i}" for i in range(n_columns)]
     kw = dict(header=None, names=cols, keep_default_na=False, na_values=[""], index_col=False)
     try:
@@ -448,8 +452,7 @@ def _parse_with_pandas(blob: bytes, n_columns: int, hours_col: int,
         else:
             values[j] = pd.to_numeric(s, errors="coerce").to_numpy(np.float64)
         invalid[j] = int((s.notna().to_numpy() & np.isnan(values[j])).sum())
-    return _Columns(hours, np.array([ch for _, ch in known], dtype=np.int64), values, invalid,
-                    unknown)
+    return hours, values, invalid
 
 
 #: How pyarrow reads a categorical column: each distinct text stored once.

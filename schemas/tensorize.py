@@ -217,14 +217,30 @@ class _Layout:
     categorical: np.ndarray  # int64: channels that are categorical
     categorical_begins: np.ndarray  # int64: their first one-hot column
     n_value_columns: int
+    # (first channel, first value column, length) of each run of continuous channels whose
+    # value columns are consecutive too: copied as slices, not through a fancy index
+    continuous_runs: tuple[tuple[int, int, int], ...]
+
+
+def _runs(channels: np.ndarray, columns: np.ndarray) -> tuple[tuple[int, int, int], ...]:
+    """Maximal runs where both the channel and its column go up by one."""
+    runs: list[list[int]] = []
+    for ch, col in zip(channels.tolist(), columns.tolist(), strict=True):
+        if runs and ch == runs[-1][0] + runs[-1][2] and col == runs[-1][1] + runs[-1][2]:
+            runs[-1][2] += 1
+        else:
+            runs.append([ch, col, 1])
+    return tuple((a, b, m) for a, b, m in runs)
 
 
 @lru_cache(maxsize=32)
 def _layout(fs: FeatureSet) -> _Layout:
     cat = np.array([v.is_categorical for v in fs.variables], dtype=bool)
+    continuous = np.flatnonzero(~cat)
     return _Layout(np.array([v.normal_float for v in fs.variables], dtype=np.float32),
-                   np.flatnonzero(~cat), fs.continuous_columns, np.flatnonzero(cat),
-                   fs.begins[cat], fs.n_value_columns)
+                   continuous, fs.continuous_columns, np.flatnonzero(cat),
+                   fs.begins[cat], fs.n_value_columns,
+                   _runs(continuous, fs.continuous_columns))
 
 
 def in_stay_time_order(stay: np.ndarray, time: np.ndarray) -> bool:
@@ -307,7 +323,8 @@ def discretize(
     filled = np.concatenate((kept.value.astype(np.float32), lay.normals))[win]
 
     out = np.zeros((n, n_t, fs.n_features), dtype=np.float32)
-    out[:, :, lay.continuous_columns] = filled[:, :, lay.continuous]
+    for ch, col, m in lay.continuous_runs:  # a third of the fancy index's cost on many stays
+        out[:, :, col:col + m] = filled[:, :, ch:ch + m]
     if len(lay.categorical):
         # One-hot: one flat scatter of 1s at row start + column begin + category index.
         cols = lay.categorical_begins + filled[:, :, lay.categorical].astype(np.intp)

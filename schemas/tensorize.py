@@ -294,7 +294,11 @@ def discretize(
 
     t = obs.time
     bins = np.trunc(t / fs.timestep - EPS).astype(np.int64)
-    inside = (t <= end[obs.stay] + EPS) & (bins >= 0) & (bins < lengths[obs.stay])
+    if n and (end == end[0]).all():  # one window for all: no per-row lookups
+        row_end, row_length = end[0], lengths[0]
+    else:
+        row_end, row_length = end[obs.stay], lengths[obs.stay]
+    inside = (t <= row_end + EPS) & (bins >= 0) & (bins < row_length)
     kept = obs
     if not inside.all():  # a copy of every array only when some rows fall outside
         kept, bins = obs.take(inside), bins[inside]

@@ -297,7 +297,7 @@ def read_timeseries(paths: Sequence[Path], fs: FeatureSet, *, progress: bool | N
                                  f"{int(counts.sum())} lines (a line break inside a cell?)")
             stay_of_row = np.repeat(np.asarray(stays, dtype=np.int64), counts)
             unknown.extend(u for u in cols.unknown if u not in unknown)
-            np.add.at(invalid, cols.channels, cols.invalid)
+            np.add(invalid, cols.invalid, out=invalid)
             has_time = ~np.isnan(cols.hours)
             totals["no_time"] += int(len(has_time) - has_time.sum())
             # Row-major positions of the cells with a value: (row, column) in file order (a
@@ -360,9 +360,10 @@ class _Columns:
     """The parsed cells of files sharing one header."""
 
     hours: np.ndarray  # float64 [rows]; NaN where not a number
-    channels: np.ndarray  # int64 [k]: the channel of each known column, in file order
+    channels: np.ndarray  # int64 [k]: the channel of each known column with a value, in file
+    # order (a column without one is left out: nothing to take from it)
     values: np.ndarray  # float64 [k, rows]: numbers / category indices; NaN where missing
-    invalid: np.ndarray  # int64 [k]: cells present but not a number / not a category
+    invalid: np.ndarray  # int64 [C] per channel: cells present but not a number / category
     unknown: list[str]  # column names that are no channel
 
 
@@ -385,22 +386,24 @@ def _parse_group(head: bytes, blob: bytes, fs: FeatureSet, example: Path) -> _Co
     unknown = [n for n, low in zip(names, lower, strict=True)
                if low != "hours" and low not in index]
     channels = np.array([ch for _, ch in known], dtype=np.int64)
+    invalid = np.zeros(fs.n_channels, dtype=np.int64)
     if not blob:  # header-only files: no rows to parse
-        return _Columns(np.zeros(0), channels, np.zeros((len(known), 0)),
-                        np.zeros(len(known), dtype=np.int64), unknown)
+        return _Columns(np.zeros(0), channels[:0], np.zeros((0, 0)), invalid, unknown)
     hours_col = lower.index("hours")
     try:
-        parsed = _parse_with_arrow(blob, len(names), hours_col, known, fs)
+        hours, values, filled, bad = _parse_with_arrow(blob, len(names), hours_col, known, fs)
     except pa.ArrowInvalid:
-        parsed = _parse_with_pandas(blob, len(names), hours_col, known, fs, example)
-    return _Columns(parsed[0], channels, parsed[1], parsed[2], unknown)
+        hours, values, bad = _parse_with_pandas(blob, len(names), hours_col, known, fs, example)
+        filled = list(range(len(known)))
+    np.add.at(invalid, channels, bad)
+    return _Columns(hours, channels[filled], values, invalid, unknown)
 
 
 def _parse_with_arrow(blob: bytes, n_columns: int, hours_col: int, known: list[tuple[int, int]],
-                      fs: FeatureSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(hours, values, invalid) as in `_Columns` of a well-formed group; raises
-    `pyarrow.ArrowInvalid` otherwise. A cell read as NaN ("nan") is invalid, as it is on the
-    text path."""
+                      fs: FeatureSet) -> tuple[np.ndarray, np.ndarray, list[int], np.ndarray]:
+    """(hours, values of the known columns with a cell filled, which those are, invalid cells
+    per known column) of a well-formed group; raises `pyarrow.ArrowInvalid` otherwise. A cell
+    read as NaN ("nan") is invalid, as it is on the text path."""
     cols = [f"c{i}" for i in range(n_columns)]
     types = {cols[hours_col]: pa.float64()}
     for i, ch in known:
@@ -412,21 +415,21 @@ def _parse_with_arrow(blob: bytes, n_columns: int, hours_col: int, known: list[t
                                              null_values=[""], strings_can_be_null=True,
                                              quoted_strings_can_be_null=True))
     hours = table.column(cols[hours_col]).to_numpy()
-    values = np.empty((len(known), table.num_rows))
+    columns = [table.column(cols[i]) for i, _ in known]
+    filled = [j for j, c in enumerate(columns) if c.null_count < len(c)]  # others: no value
+    values = np.empty((len(filled), table.num_rows))
     invalid = np.zeros(len(known), dtype=np.int64)
-    for j, (i, ch) in enumerate(known):
-        column = table.column(cols[i])
-        if column.null_count == len(column):  # no cell filled: nothing to convert
-            values[j] = np.nan
-        elif fs.variables[ch].is_categorical:
+    for row, j in zip(values, filled, strict=True):
+        column, var = columns[j], fs.variables[known[j][1]]
+        if var.is_categorical:
             start = 0
             for chunk in column.chunks:
-                values[j, start:start + len(chunk)] = _dictionary_indices(chunk, fs.variables[ch])
+                row[start:start + len(chunk)] = _dictionary_indices(chunk, var)
                 start += len(chunk)
         else:
-            values[j] = column.to_numpy()
-        invalid[j] = int(np.isnan(values[j]).sum()) - column.null_count
-    return hours, values, invalid
+            row[:] = column.to_numpy()
+        invalid[j] = int(np.isnan(row).sum()) - column.null_count
+    return hours, values, filled, invalid
 
 
 def _parse_with_pandas(blob: bytes, n_columns: int, hours_col: int,

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,15 @@ def scehr(test_dir: Path, listfile: Path) -> tuple[np.ndarray, Clock, Clock]:
     return x, read, tens
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux), for the figures' context."""
+    with suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=repo_root() / "data" / "physionet2012-benchmark")
@@ -112,7 +123,8 @@ def main() -> None:
     identical = x_ref.shape == x_new.shape and np.array_equal(x_ref.astype(np.float32), x_new)
     print(f"{test_dir}: {len(x_new)} stays ({skipped} header-only left out), "
           f"x {tuple(x_new.shape)}; load average before {load[0]:.2f}, after "
-          f"{os.getloadavg()[0]:.2f} (nproc {os.cpu_count()}); scehr: best of {args.repeat}")
+          f"{os.getloadavg()[0]:.2f} (nproc {os.cpu_count()}, {cpu_model()}); scehr: best of "
+          f"{args.repeat}")
     print(f"{'stage':24} {'clock':5} {'mimic3-benchmarks':>18} {'scehr':>10} {'speed-up':>9}")
     for clock in ("wall", "cpu"):
         ref_r, ref_d = getattr(ref_read, clock), getattr(ref_disc, clock)

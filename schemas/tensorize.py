@@ -148,12 +148,35 @@ class RowRules:
         return self.implausible | self.drop
 
 
+@lru_cache(maxsize=32)
+def _untouched_bounds(fs: FeatureSet) -> np.ndarray:
+    """[2, C]: the closed range in which neither rule changes or removes a value: inside the
+    plausible range (an open low bound made closed with the next float up, which is exact),
+    the outlier bounds and the valid bounds."""
+    p_lo, p_hi, low_open, _ = _plausible_bounds(fs)
+    closed_lo = np.where(low_open > 0, np.nextafter(p_lo, np.inf), p_lo)
+    out_lo, val_lo, val_hi, out_hi = _cleaning_bounds(fs)
+    bounds = np.stack([np.maximum.reduce([closed_lo, out_lo, val_lo]),
+                       np.minimum.reduce([p_hi, out_hi, val_hi])])
+    bounds.flags.writeable = False
+    return bounds
+
+
 def apply_rules(channel: np.ndarray, value: np.ndarray, fs: FeatureSet) -> RowRules:
     """The plausibility rule, then the benchmark rule on what is plausible: the one place both
-    are combined (`clean` for converters and the reader, `scehr.schemas.ingest` for the service)."""
-    plausible_value, implausible, rescaled = plausibility_masks(channel, value, fs)
-    drop, clip, clipped = cleaning_masks(channel, plausible_value, fs)
-    return RowRules(clipped, implausible, rescaled, drop & ~implausible, clip & ~implausible)
+    are combined (`clean` for converters and the reader, `scehr.schemas.ingest` for the service).
+
+    Both rules run on the rows outside `_untouched_bounds` only (NaN included); every other row
+    passes unchanged, as the rules would leave it: two lookups per row instead of eight."""
+    lo, hi = _untouched_bounds(fs)
+    rows = np.flatnonzero(~((value >= lo.take(channel)) & (value <= hi.take(channel))))
+    out = value.copy()
+    implausible, rescaled, drop, clip = np.zeros((4, len(value)), dtype=bool)
+    if len(rows):
+        plausible_value, implausible[rows], rescaled[rows] = plausibility_masks(
+            channel[rows], value[rows], fs)
+        drop[rows], clip[rows], out[rows] = cleaning_masks(channel[rows], plausible_value, fs)
+    return RowRules(out, implausible, rescaled, drop & ~implausible, clip & ~implausible)
 
 
 def clean(obs: Observations, fs: FeatureSet) -> tuple[Observations, CleaningReport]:
@@ -194,14 +217,30 @@ class _Layout:
     categorical: np.ndarray  # int64: channels that are categorical
     categorical_begins: np.ndarray  # int64: their first one-hot column
     n_value_columns: int
+    # (first channel, first value column, length) of each run of continuous channels whose
+    # value columns are consecutive too: copied as slices, not through a fancy index
+    continuous_runs: tuple[tuple[int, int, int], ...]
+
+
+def _runs(channels: np.ndarray, columns: np.ndarray) -> tuple[tuple[int, int, int], ...]:
+    """Maximal runs where both the channel and its column go up by one."""
+    runs: list[list[int]] = []
+    for ch, col in zip(channels.tolist(), columns.tolist(), strict=True):
+        if runs and ch == runs[-1][0] + runs[-1][2] and col == runs[-1][1] + runs[-1][2]:
+            runs[-1][2] += 1
+        else:
+            runs.append([ch, col, 1])
+    return tuple((a, b, m) for a, b, m in runs)
 
 
 @lru_cache(maxsize=32)
 def _layout(fs: FeatureSet) -> _Layout:
     cat = np.array([v.is_categorical for v in fs.variables], dtype=bool)
+    continuous = np.flatnonzero(~cat)
     return _Layout(np.array([v.normal_float for v in fs.variables], dtype=np.float32),
-                   np.flatnonzero(~cat), fs.continuous_columns, np.flatnonzero(cat),
-                   fs.begins[cat], fs.n_value_columns)
+                   continuous, fs.continuous_columns, np.flatnonzero(cat),
+                   fs.begins[cat], fs.n_value_columns,
+                   _runs(continuous, fs.continuous_columns))
 
 
 def in_stay_time_order(stay: np.ndarray, time: np.ndarray) -> bool:
@@ -255,7 +294,11 @@ def discretize(
 
     t = obs.time
     bins = np.trunc(t / fs.timestep - EPS).astype(np.int64)
-    inside = (t <= end[obs.stay] + EPS) & (bins >= 0) & (bins < lengths[obs.stay])
+    if n and (end == end[0]).all():  # one window for all: no per-row lookups
+        row_end, row_length = end[0], lengths[0]
+    else:
+        row_end, row_length = end[obs.stay], lengths[obs.stay]
+    inside = (t <= row_end + EPS) & (bins >= 0) & (bins < row_length)
     kept = obs
     if not inside.all():  # a copy of every array only when some rows fall outside
         kept, bins = obs.take(inside), bins[inside]
@@ -284,7 +327,8 @@ def discretize(
     filled = np.concatenate((kept.value.astype(np.float32), lay.normals))[win]
 
     out = np.zeros((n, n_t, fs.n_features), dtype=np.float32)
-    out[:, :, lay.continuous_columns] = filled[:, :, lay.continuous]
+    for ch, col, m in lay.continuous_runs:  # a third of the fancy index's cost on many stays
+        out[:, :, col:col + m] = filled[:, :, ch:ch + m]
     if len(lay.categorical):
         # One-hot: one flat scatter of 1s at row start + column begin + category index.
         cols = lay.categorical_begins + filled[:, :, lay.categorical].astype(np.intp)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY
+from scehr.schemas.featureset import BENCHMARK_48H, BENCHMARK_STAY, FEATURE_SETS
 from scehr.schemas.tensorize import (
     Normalizer,
     Observations,
+    apply_rules,
     clean,
     cleaning_masks,
     coverage,
@@ -202,3 +203,36 @@ def test_normalizer_scales_only_continuous_columns() -> None:
 def test_coverage_counts_stays_with_any_observation() -> None:
     c = coverage(obs([(0, "ph", 1, 7.3), (0, "ph", 2, 7.3), (1, "glucose", 1, 100)], 2), FS)
     assert c[CH["ph"]] == 0.5 and c[CH["glucose"]] == 0.5 and c[CH["heart_rate"]] == 0
+
+
+@pytest.mark.parametrize("name", sorted(FEATURE_SETS))
+def test_apply_rules_equals_both_rules_on_every_row(name: str) -> None:
+    """`apply_rules` runs the rules only on rows outside the range no rule touches: on values
+    at, just inside and just outside every bound (open ones included), scaled ones and NaN it
+    decides exactly what the two rules applied to every row decide."""
+    fs = FEATURE_SETS[name]
+    rng = np.random.default_rng(3)
+    edges = [np.inf, -np.inf, np.nan, 0.0]
+    for v in fs.variables:
+        for b in (v.plausible.low, v.plausible.high) if v.plausible else ():
+            if b is not None:
+                edges += [b, np.nextafter(b, np.inf), np.nextafter(b, -np.inf)]
+                edges += [x * (v.plausible.scaled_by or 1.0) for x in edges[-3:]]
+        if v.ranges is not None:
+            r = v.ranges
+            for b in (r.outlier_low, r.valid_low, r.valid_high, r.outlier_high):
+                edges += [b, np.nextafter(b, np.inf), np.nextafter(b, -np.inf)]
+    n = 20_000
+    channel = rng.integers(fs.n_channels, size=n)
+    value = np.where(rng.random(n) < 0.5, rng.choice(np.array(edges), n),
+                     rng.normal(50, 60, n))
+    got = apply_rules(channel, value, fs)
+    plausible_value, implausible, rescaled = plausibility_masks(channel, value, fs)
+    drop, clip, clipped = cleaning_masks(channel, plausible_value, fs)
+    assert implausible.any() and drop.any() and clip.any()
+    assert (~implausible & ~drop & ~clip).any()
+    np.testing.assert_array_equal(got.value, clipped)
+    np.testing.assert_array_equal(got.implausible, implausible)
+    np.testing.assert_array_equal(got.rescaled, rescaled)
+    np.testing.assert_array_equal(got.drop, drop & ~implausible)
+    np.testing.assert_array_equal(got.clip, clip & ~implausible)

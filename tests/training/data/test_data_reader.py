@@ -211,9 +211,12 @@ def test_listfile_errors_name_the_file_and_the_rule(tmp_path: Path) -> None:
         resolve_split(task, "mortality", "train")
 
 
-def _random_files(root: Path, rng: np.random.Generator, n: int) -> list[Path]:
+def _random_files(root: Path, rng: np.random.Generator, n: int,
+                  bad_cells: bool = True) -> list[Path]:
     """Files as real exports come: headers in other orders, ids for names, unknown columns,
-    text categories, bad cells, unsorted or missing times, CRLF, blank lines, header-only."""
+    text categories, bad cells (or only "nan" cells, which parse as numbers), unsorted or
+    missing times, CRLF, blank lines, header-only."""
+    bad_time, bad_value = ("x", "abc") if bad_cells else ("", "nan")
     names = [v.benchmark_name for v in FS.variables]
     headers = [["Hours", *names],
                ["Hours", *reversed(names)],
@@ -225,7 +228,7 @@ def _random_files(root: Path, rng: np.random.Generator, n: int) -> list[Path]:
         t = 0.0
         for _ in range(int(rng.integers(0, 30))):
             t += float(rng.choice([0.0, 0.25, 1.0 / 3, 2.5]))
-            hours = rng.choice([repr(t), repr(t), repr(t), repr(max(t - 3, 0)), "", "x"],
+            hours = rng.choice([repr(t), repr(t), repr(t), repr(max(t - 3, 0)), "", bad_time],
                                p=[0.5, 0.2, 0.2, 0.06, 0.02, 0.02])
             row = [str(hours)]
             for name in header[1:]:
@@ -240,7 +243,8 @@ def _random_files(root: Path, rng: np.random.Generator, n: int) -> list[Path]:
                     lo = v.ranges.valid_low if v.ranges else 0.0
                     hi = v.ranges.valid_high if v.ranges else 100.0
                     x = rng.uniform(lo - 0.2 * (hi - lo), hi * 1.3)
-                    row.append(rng.choice([f"{x:.2f}", f"{x:.1f}", "abc"], p=[0.6, 0.39, 0.01]))
+                    row.append(rng.choice([f"{x:.2f}", f"{x:.1f}", bad_value],
+                                          p=[0.6, 0.39, 0.01]))
             rows.append(",".join(row))
         if rows and rng.random() < 0.2:
             rows.insert(int(rng.integers(len(rows))), str(rng.choice(["", " "])))
@@ -263,6 +267,28 @@ def test_reader_equals_the_line_by_line_oracle(tmp_path: Path, batch_bytes: int 
     if batch_bytes:
         monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
     paths = _random_files(tmp_path, np.random.default_rng(7), 60)
+    obs, rep = read_timeseries(paths, FS, progress=False)
+    want, counts = read_rows(paths, FS)
+    assert len(want) > 500 and counts["invalid"].sum() > 5 and counts["rows_without_time"] > 0
+    for k in ("stay", "channel", "time", "value"):
+        np.testing.assert_array_equal(getattr(obs, k), getattr(want, k), err_msg=k)
+    assert (rep.n_rows, rep.rows_without_time) == (counts["rows"], counts["rows_without_time"])
+    assert rep.unknown_columns == counts["unknown_columns"]
+    np.testing.assert_array_equal(rep.invalid, counts["invalid"])
+
+
+def test_the_fast_parse_equals_the_line_by_line_oracle(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files without bad cells are parsed by pyarrow alone (the text parse is made to fail):
+    the same observations and counts as the oracle, a "nan" cell counted as invalid."""
+    import scehr.training.data.reader as reader
+    from tests.oracles.timeseries_rows import read_rows
+
+    def no_text_parse(*args: object) -> None:
+        raise AssertionError("a group without bad cells went to the text parse")
+
+    monkeypatch.setattr(reader, "_parse_with_pandas", no_text_parse)
+    paths = _random_files(tmp_path, np.random.default_rng(11), 60, bad_cells=False)
     obs, rep = read_timeseries(paths, FS, progress=False)
     want, counts = read_rows(paths, FS)
     assert len(want) > 500 and counts["invalid"].sum() > 5 and counts["rows_without_time"] > 0

@@ -164,6 +164,19 @@ def test_load_shedding_counts_a_request_by_its_body_in_units() -> None:
     assert a.admitted["mortality"] == 0 and a.rate("mortality", time.monotonic()) > 0
 
 
+def test_a_lone_request_of_several_units_is_alone() -> None:
+    """`alone` counts requests, not units: a single stay of more than UNIT_BYTES of body (a
+    long stay, two units) was never alone, so it never ran its ORT row on the loop even with
+    nothing else admitted."""
+    a = LoadShedder(limit=64, floor=64)
+    assert a.try_admit("mortality", cost(UNIT_BYTES + 1)) and a.alone("mortality")
+    assert a.try_admit("mortality", 1) and not a.alone("mortality")
+    a.release("mortality", True, 1)
+    assert a.alone("mortality")
+    a.release("mortality", True, cost(UNIT_BYTES + 1))
+    assert a.alone("mortality") and a.admitted["mortality"] == 0
+
+
 async def test_a_large_batch_holds_the_places_of_its_stays_not_one(
         make_settings: Callable[..., Settings]) -> None:
     """Limit 8 units, one request admitted: a batch of ~10 units is refused (before, it held one
@@ -198,10 +211,11 @@ async def test_a_lone_request_runs_the_model_on_the_event_loop_only_when_alone(
             return run(inputs)
 
         batcher._run = recording
+        shedder = c.app.state.load_shedder  # type: ignore[attr-defined]
         alone = await c.post("/predict/mortality", json=stay(), params={"explain": "basic"})
-        c.app.state.load_shedder.admitted["mortality"] = 1  # type: ignore[attr-defined]
+        shedder.admitted["mortality"] = shedder.requests["mortality"] = 1  # another one
         shared = await c.post("/predict/mortality", json=stay(), params={"explain": "basic"})
-        c.app.state.load_shedder.admitted["mortality"] = 0  # type: ignore[attr-defined]
+        shedder.admitted["mortality"] = shedder.requests["mortality"] = 0
     assert alone.status_code == shared.status_code == 200
     assert alone.json()["results"] == shared.json()["results"]
     assert threads[0] == threading.get_ident() != threads[1], threads

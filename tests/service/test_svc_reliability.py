@@ -539,7 +539,7 @@ async def test_a_heavy_requests_objects_are_freed_off_the_loop_one_at_a_time(
     stays = [stay(hours=tuple(float(h) for h in range(48)), hr=70.0 + i) for i in range(20)]
     v2 = {"inputs": [{"name": "stay", "shape": [20], "datatype": "BYTES",
                       "data": [json.dumps(s) for s in stays]}]}
-    assert len(json.dumps(v2)) > 32 * 1024  # heavy: over SCEHR_OFFLOAD_BYTES
+    assert len(json.dumps(v2)) > 64 * 1024  # heavy: over SCEHR_OFFLOAD_BYTES (and 20 stays)
     for url, body, least in (("/predict/mortality/batch?explain=full", {"stays": stays}, 20),
                              ("/v2/models/mortality/infer", v2, 20),
                              ("/fhir/predict/mortality", fhir_bundle(), 10)):

@@ -36,6 +36,8 @@ os.register_at_fork(after_in_child=_IDS.seed)
 def new_request_id() -> str:
     """32 hex digits, 128 random bits (uuid4's shape, as logs and clients know it)."""
     return f"{_IDS.getrandbits(128):032x}"
+
+
 _QUIET = {"/livez", "/readyz", "/metrics"}
 #: The status logged and counted for a request whose client went away before its answer
 #: started (nginx's "client closed request"): the server did not fail, so it is no 5xx.

@@ -144,8 +144,8 @@ class Settings(BaseSettings):
         "many bytes of JSON stays (a FHIR or CDS Hooks body counts 20 times its size), that "
         "carries several stays, or that asks for explain=full is decoded, preprocessed and "
         "answered in a worker thread, off the event loop. The default keeps a single stay "
-        "of up to 64 kB (99.6 % of PhysioNet set C as LOINC-coded JSON; about 1 ms of "
-        "decoding) on the loop: its hand-offs to a worker thread and back cost more CPU "
+        "of up to 64 kB (498 of 500 PhysioNet set-C stays as LOINC-coded JSON; about 1 ms "
+        "of decoding) on the loop: its hand-offs to a worker thread and back cost more CPU "
         "under load than the loop waits for it")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger bodies get 413")
     max_batch_stays: int = Field(256, ge=1, description="Stays per batch request")

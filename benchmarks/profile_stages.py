@@ -1,7 +1,7 @@
 """Where one single-stay request's CPU goes, stage by stage, in-process (no HTTP).
 
     .venv/bin/python benchmarks/profile_stages.py [--task mortality] [--stays 200] [--passes 3]
-        [--source DIR] [--explain basic|top|full]
+        [--source DIR] [--explain basic|top|full] [--long-form] [--bytes MIN MAX]
 
 Real test stays (benchmarks/payloads.py; without the converted data, synthetic ones in the
 model's feature set), one at a time: parse + validate the bytes (json.loads + model_validate,
@@ -20,7 +20,9 @@ their sum; and the mean of the process's CPU time (`time.process_time`: ORT's th
 any worker thread included) with the served ORT settings, as a server spends it.
 `--explain` (default basic) profiles that explanation depth: `top`, the single-stay route's
 default, adds the occlusion rows to ingest + tensorize and ORT and the contributions to the
-read-outs. Only prints.
+read-outs. `--long-form` sends the stays as a hospital's system would (LOINC-coded
+`observations`), `--bytes MIN MAX` keeps the bodies of that size (e.g. the long stays of
+32-64 kB, which the default SCEHR_OFFLOAD_BYTES decides about). Only prints.
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ if "--source" in sys.argv:  # before anything imports service/ or schemas/
     _src = sys.argv[sys.argv.index("--source") + 1]
     sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f)]
     sys.path.insert(0, _src)
+    import scehr
+
+    # `git archive` gives scehr/ beside service/ and schemas/, which setup.py maps into it
+    scehr.__path__.append(_src)
     # Bound to that checkout now: benchmarks/common.py puts this repository first on the path.
     import scehr.schemas
-    import scehr.service  # noqa: F401
+    import scehr.service
 
 import argparse
 import asyncio
@@ -147,6 +153,10 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--source", help="another checkout whose service/ and schemas/ to time")
     ap.add_argument("--explain", default="basic", choices=["basic", "top", "full"])
+    ap.add_argument("--long-form", action="store_true", help="send the stays as LOINC-coded "
+                    "long form (`request_cpu_shares.loinc_body`), not as wide tables")
+    ap.add_argument("--bytes", type=int, nargs=2, metavar=("MIN", "MAX"),
+                    help="only the bodies of MIN < bytes <= MAX (e.g. 32768 65536)")
     args = ap.parse_args()
     load_before = loadavg()
     models, which = model_dir()
@@ -154,6 +164,16 @@ def main() -> None:
                    Settings(model_dir=models, device="cpu", intra_op_threads=1))
     stays, what = default_model_stays(args.task, args.stays, models)
     bodies = [dumps(s) for s in stays]
+    if args.long_form:
+        from request_cpu_shares import loinc_body
+
+        by_name = {n: v for v in m.spec.fs.variables for n in (v.id, v.benchmark_name)}
+        bodies = [loinc_body(s, by_name) for s in stays]
+        what += " as LOINC-coded long form"
+    if args.bytes:
+        low, high = args.bytes
+        bodies = [b for b in bodies if low < len(b) <= high]
+        what += f", the {len(bodies)} of {low}-{high} bytes"
     # As the server does once its models are loaded (service/registry.py): what is alive now
     # (models, payloads, pandas) leaves the collector's reach, so that the per-request
     # garbage collections do not scan this harness's own heap.

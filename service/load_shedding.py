@@ -110,6 +110,8 @@ class LoadShedder:
     floor: int = 32
     base_retry_s: int = 1
     admitted: dict[str, int] = field(default_factory=dict)
+    #: requests admitted per model (`admitted` counts their units)
+    requests: dict[str, int] = field(default_factory=dict)
     peak: dict[str, int] = field(default_factory=dict)
     _done: dict[str, _Completed] = field(default_factory=dict)
     _refused: dict[str, deque[float]] = field(default_factory=dict)
@@ -141,6 +143,7 @@ class LoadShedder:
         if n and n + units > self.capacity(task):
             return False
         self.admitted[task] = n + units
+        self.requests[task] = self.requests.get(task, 0) + 1
         self.peak[task] = max(self.peak.get(task, 0), n + units)
         return True
 
@@ -160,12 +163,14 @@ class LoadShedder:
 
     def alone(self, task: str) -> bool:
         """Whether one request at most of `task` is admitted in this worker: nothing would
-        share its ONNX run (the batcher may run it at once, on the calling thread)."""
-        return self.admitted.get(task, 0) <= 1
+        share its ONNX run (the batcher may run it at once, on the calling thread). Counted in
+        requests, not units: a lone stay of more than one unit of body is alone too."""
+        return self.requests.get(task, 0) <= 1
 
     def release(self, task: str, completed: bool, units: int = 1) -> None:
         """`completed`: answered within its deadline (not a 5xx), which counts in the rate."""
         self.admitted[task] = max(0, self.admitted.get(task, 0) - units)
+        self.requests[task] = max(0, self.requests.get(task, 0) - 1)
         if completed:
             self._done.setdefault(task, _Completed()).push(time.monotonic(), units)
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import random
 import re
 import time
-import uuid
 from collections.abc import Sequence
 
 from starlette.requests import ClientDisconnect
@@ -25,6 +26,18 @@ from scehr.service.metrics import Metrics
 log = logging.getLogger("scehr.access")
 
 _RID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+#: The generator of request ids, seeded by the OS once per process (again in a forked child).
+#: Not `uuid.uuid4()`: its `os.urandom` releases the GIL, and under load the event loop's thread
+#: then waits for a worker thread's switch interval to get it back, on every request.
+_IDS = random.Random()
+os.register_at_fork(after_in_child=_IDS.seed)
+
+
+def new_request_id() -> str:
+    """32 hex digits, 128 random bits (uuid4's shape, as logs and clients know it)."""
+    return f"{_IDS.getrandbits(128):032x}"
+
+
 _QUIET = {"/livez", "/readyz", "/metrics"}
 #: The status logged and counted for a request whose client went away before its answer
 #: started (nginx's "client closed request"): the server did not fail, so it is no 5xx.
@@ -88,7 +101,7 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         given = header(scope, b"x-request-id")
-        rid = given if given and _RID.match(given) else uuid.uuid4().hex
+        rid = given if given and _RID.match(given) else new_request_id()
         token = request_id_var.set(rid)
         scope.setdefault("state", {})
         status = 500

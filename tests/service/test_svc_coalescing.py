@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import threading
@@ -109,3 +110,26 @@ async def test_a_lone_explain_top_request_runs_its_occlusion_rows_on_the_loop_un
     [(thread, rows)] = threads
     assert rows > 1  # the stay and its occlusion rows, in one run
     assert (thread == threading.get_ident()) is on_loop
+
+
+async def test_a_lone_long_stay_is_light_by_default(make_settings: Callable[..., Settings]
+                                                    ) -> None:
+    """A single stay of 32-64 kB of JSON (a long ICU stay; a sixth of PhysioNet set C as
+    LOINC-coded long form) is light under the default SCEHR_OFFLOAD_BYTES: decoding it holds the
+    loop about a millisecond, less than the hand-offs to a worker thread and back cost under
+    load, so a lone one runs its ORT row on the event loop's thread like a small stay."""
+    body = stay(hours=tuple(0.3 * k for k in range(160)))
+    assert 32 * 1024 < len(json.dumps(body)) < 64 * 1024
+    threads: list[int] = []
+    async with serve(make_settings()) as c:
+        batcher = c.app.state.registry.get("mortality").batcher  # type: ignore[attr-defined]
+        run = batcher._run
+
+        def recorded(inputs):  # type: ignore[no-untyped-def]
+            threads.append(threading.get_ident())
+            return run(inputs)
+
+        batcher._run = recorded
+        r = await c.post("/predict/mortality?explain=basic", json=body)
+    assert r.status_code == 200, r.text[:300]
+    assert threads == [threading.get_ident()]

@@ -83,6 +83,25 @@ async def test_request_id_echoed_or_generated(client) -> None:
     assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_generated_request_ids_differ_in_a_forked_worker() -> None:
+    """Generated ids come from a per-process generator: a forked worker reseeds it, so two
+    workers never generate the same sequence of ids."""
+    from scehr.service.middleware import new_request_id
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, then out at once
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.close(write)
+    ids = {new_request_id() for _ in range(1000)}
+    assert re.fullmatch(r"[0-9a-f]{32}", child) and child not in ids and len(ids) == 1000
+
+
 def test_json_formatter_one_object_per_line() -> None:
     rec = logging.LogRecord("scehr.x", logging.INFO, __file__, 1, "hello %s", ("w",), None)
     rec.task = "mortality"

@@ -165,6 +165,19 @@ def test_load_shedding_counts_a_request_by_its_body_in_units() -> None:
     assert a.admitted["mortality"] == 0 and a.rate("mortality", time.monotonic()) > 0
 
 
+def test_a_lone_request_of_several_units_is_alone() -> None:
+    """`alone` counts requests, not units: a single stay of more than UNIT_BYTES of body (a
+    long stay, two units) was never alone, so it never ran its ORT row on the loop even with
+    nothing else admitted."""
+    a = LoadShedder(limit=64, floor=64)
+    assert a.try_admit("mortality", cost(UNIT_BYTES + 1)) and a.alone("mortality")
+    assert a.try_admit("mortality", 1) and not a.alone("mortality")
+    a.release("mortality", True, 1)
+    assert a.alone("mortality")
+    a.release("mortality", True, cost(UNIT_BYTES + 1))
+    assert a.alone("mortality") and a.admitted["mortality"] == 0
+
+
 async def test_a_large_batch_holds_the_places_of_its_stays_not_one(
         make_settings: Callable[..., Settings]) -> None:
     """Limit 8 units, one request admitted: a batch of ~10 units is refused (before, it held one
@@ -199,10 +212,11 @@ async def test_a_lone_request_runs_the_model_on_the_event_loop_only_when_alone(
             return run(inputs)
 
         batcher._run = recording
+        shedder = c.app.state.load_shedder  # type: ignore[attr-defined]
         alone = await c.post("/predict/mortality", json=stay(), params={"explain": "basic"})
-        c.app.state.load_shedder.admitted["mortality"] = 1  # type: ignore[attr-defined]
+        shedder.admitted["mortality"] = shedder.requests["mortality"] = 1  # another one
         shared = await c.post("/predict/mortality", json=stay(), params={"explain": "basic"})
-        c.app.state.load_shedder.admitted["mortality"] = 0  # type: ignore[attr-defined]
+        shedder.admitted["mortality"] = shedder.requests["mortality"] = 0
     assert alone.status_code == shared.status_code == 200
     assert alone.json()["results"] == shared.json()["results"]
     assert threads[0] == threading.get_ident() != threads[1], threads
@@ -529,7 +543,7 @@ async def test_a_heavy_requests_objects_are_freed_off_the_loop_one_at_a_time(
     stays = [stay(hours=tuple(float(h) for h in range(48)), hr=70.0 + i) for i in range(20)]
     v2 = {"inputs": [{"name": "stay", "shape": [20], "datatype": "BYTES",
                       "data": [json.dumps(s) for s in stays]}]}
-    assert len(json.dumps(v2)) > 32 * 1024  # heavy: over SCEHR_OFFLOAD_BYTES
+    assert len(json.dumps(v2)) > 64 * 1024  # heavy: over SCEHR_OFFLOAD_BYTES (and 20 stays)
     for url, body, least in (("/predict/mortality/batch?explain=full", {"stays": stays}, 20),
                              ("/v2/models/mortality/infer", v2, 20),
                              ("/fhir/predict/mortality", fhir_bundle(), 10)):

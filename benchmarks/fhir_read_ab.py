@@ -28,6 +28,9 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
+from importlib.abc import MetaPathFinder
+from importlib.machinery import PathFinder
+from importlib.util import spec_from_file_location
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -41,15 +44,37 @@ PACKAGES = ("service", "schemas")
 
 
 def _ours(name: str) -> bool:
-    return name.split(".")[0] in PACKAGES
+    """A module of the packages compared (`scehr.service...`, `scehr.schemas...`)."""
+    parts = name.split(".")
+    return len(parts) > 1 and parts[0] == "scehr" and parts[1] in PACKAGES
+
+
+class _Tree(MetaPathFinder):
+    """Imports `scehr.service` and `scehr.schemas` (and what they hold) from the folders of
+    another tree, ahead of the installed mapping (an editable install maps the installed
+    namespace's packages and their immediate children to this checkout's folders)."""
+
+    def __init__(self, root: Path) -> None:
+        self.folders = {f"scehr.{p}": root / p for p in PACKAGES}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname in self.folders:
+            folder = self.folders[fullname]
+            return spec_from_file_location(fullname, folder / "__init__.py",
+                                           submodule_search_locations=[str(folder)])
+        parent = fullname.rpartition(".")[0]
+        if parent in self.folders:
+            return PathFinder.find_spec(fullname, [str(self.folders[parent])])
+        return None  # deeper modules: their parent's __path__, in the other tree
 
 
 def load(root: Path | None) -> SimpleNamespace:
     """The reading functions of the tree at `root` (None: the current one), each module
     bound to its own tree's imports."""
     saved = {k: sys.modules.pop(k) for k in list(sys.modules) if _ours(k)} if root else {}
-    if root:
-        sys.path.insert(0, str(root))
+    finder = _Tree(root) if root else None
+    if finder:
+        sys.meta_path.insert(0, finder)
     try:
         from scehr.schemas.ingest import ingest_stay
         from scehr.service.interop import fhir_in, fhir_limits
@@ -58,12 +83,13 @@ def load(root: Path | None) -> SimpleNamespace:
             from scehr.service.interfaces.fhir import read_body
         except ModuleNotFoundError:
             from scehr.service.routes.fhir import _bundle as read_body  # type: ignore[attr-defined]
+        assert root is None or Path(fhir_in.__file__).is_relative_to(root), fhir_in.__file__
         return SimpleNamespace(check_raw=fhir_limits.check_raw, limits=fhir_limits.FhirLimits(
             Settings().max_observations), bundle=read_body, read_bundle=fhir_in.read_bundle,
             ingest_stay=ingest_stay)
     finally:
-        if root:
-            sys.path.remove(str(root))
+        if finder:
+            sys.meta_path.remove(finder)
             for k in [k for k in sys.modules if _ours(k)]:
                 del sys.modules[k]
             sys.modules.update(saved)

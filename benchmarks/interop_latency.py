@@ -34,7 +34,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -42,56 +41,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from scehr.schemas.variables import CATALOG  # noqa: E402
 from scehr.service.gc_pauses import tune_collector  # noqa: E402
 from scehr.service.settings import Settings  # noqa: E402
 from tests.service.conftest import serve  # noqa: E402
-from tests.service.fhir_writer import (  # noqa: E402
-    CODES,
-    EXAMPLE_ADMISSION,
-    birth_date_for,
-    bundle,
-    groups_from_stay,
-    unit_and_ventilation,
-)
+from tests.service.fhir_writer import bundle_of_stay, long_from_wide  # noqa: E402
 
 #: Target of the FHIR route's latency over the JSON route's, for the same stay.
 TARGET = 2.0
-#: What a FHIR Bundle carries besides the LOINC-coded variables (`unit_and_ventilation`).
-NOT_LOINC = ("icu_type", "mechanical_ventilation")
 
 JSON = "JSON  POST /predict/mortality (basic)"
 FHIR = "FHIR  POST /fhir/predict/mortality"
-
-
-def long_form(wide: dict[str, Any]) -> dict[str, Any]:
-    """A wide-form payload (`benchmarks/payloads.py`) as a long-form stay of the variables a
-    FHIR Bundle carries, each observation with the unit the payload gives its column (the ICU
-    type as its code, ventilation only where charted: a Bundle has a Procedure for it)."""
-    by_name = {v.benchmark_name: v.id for v in CATALOG}
-    w = wide["wide"]
-    obs = []
-    for column, values in w["columns"].items():
-        var = by_name[column]
-        if var not in CODES and var not in NOT_LOINC:
-            continue
-        unit = w["units"].get(column)
-        obs += [{"variable": var, "time": h, "value": str(int(x)) if var == "icu_type" else x,
-                 **({"unit": unit} if unit else {})}
-                for h, x in zip(w["hours"], values, strict=True) if x is not None
-                and (var != "mechanical_ventilation" or x == 1)]  # FHIR: a Procedure
-    obs.sort(key=lambda o: o["time"])
-    return {"id": wide["id"], "observations": obs,
-            **({"demographics": wide["demographics"]} if "demographics" in wide else {})}
-
-
-def as_bundle(stay: dict[str, Any]) -> dict[str, Any]:
-    """The long-form stay as a hospital's FHIR Bundle (`tests/service/fhir_writer.py`)."""
-    demo = stay.get("demographics", {})
-    return bundle(groups_from_stay(stay), admission=EXAMPLE_ADMISSION, patient="p",
-                  birth_date=birth_date_for(int(demo["age"]), EXAMPLE_ADMISSION)
-                  if "age" in demo else None, gender=demo.get("sex"),
-                  extra=unit_and_ventilation(stay, "p", EXAMPLE_ADMISSION))
 
 
 def risks(route: str, answer: bytes) -> list[float]:
@@ -115,9 +74,9 @@ async def real(client: httpx.AsyncClient, n: int, rounds: int) -> list[str]:
     ratios, sizes, diffs = [], [], []
     load_before = os.getloadavg()[0]
     for wide in stays:
-        stay = long_form(wide)
+        stay = long_from_wide(wide)
         calls = [("json", "/predict/mortality?explain=basic", json.dumps(stay).encode()),
-                 ("fhir", "/fhir/predict/mortality", json.dumps(as_bundle(stay)).encode())]
+                 ("fhir", "/fhir/predict/mortality", json.dumps(bundle_of_stay(stay)).encode())]
         times: dict[str, list[float]] = {"json": [], "fhir": []}
         answers = {}
         for _ in range(rounds):

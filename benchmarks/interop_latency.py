@@ -1,6 +1,6 @@
 """What each interface costs on top of the model: one stay, sequential, in-process (no HTTP).
 
-    .venv/bin/python benchmarks/interop_latency.py [--repeats 30] [--real 50 --rounds 5]
+    .venv/bin/python benchmarks/interop_latency.py [--repeats 30] [--real 50 --calls 5]
 
 Serves the shipped models (models/) through the app with httpx's ASGI transport and times
 `POST /predict/mortality?explain=basic` (JSON), `/fhir/predict/mortality` (the same stay as a
@@ -16,7 +16,7 @@ by side in one run, the FHIR / JSON ratio of medians (both at explain=basic) bes
 less sensitive to other jobs), and the load average before and after.
 
 `--real N` then sends the first N real test stays of the default model's converted data
-(`benchmarks/payloads.py`; skipped, and said so, when `data/` lacks it) both ways, `--rounds`
+(`benchmarks/payloads.py`; skipped, and said so, when `data/` lacks it) both ways, `--calls`
 times each, interleaved: as a long-form JSON stay and as the FHIR Bundle a hospital would send
 of the same observations (`tests/service/fhir_writer.py`: LOINC codes, UCUM units, blood-pressure
 panels, the ICU unit as a Location and ventilation as Procedures), and prints the distribution
@@ -62,8 +62,8 @@ def risks(route: str, answer: bytes) -> list[float]:
     return [r["risk"] for r in doc["results"]]
 
 
-async def real(client: httpx.AsyncClient, n: int, rounds: int) -> list[str]:
-    """Each of `n` real stays sent as JSON and as FHIR, `rounds` times, interleaved: the
+async def real(client: httpx.AsyncClient, n: int, per_stay: int) -> list[str]:
+    """Each of `n` real stays sent as JSON and as FHIR, `per_stay` times, interleaved: the
     lines to print."""
     from payloads import real_stays
 
@@ -79,7 +79,7 @@ async def real(client: httpx.AsyncClient, n: int, rounds: int) -> list[str]:
                  ("fhir", "/fhir/predict/mortality", json.dumps(bundle_of_stay(stay)).encode())]
         times: dict[str, list[float]] = {"json": [], "fhir": []}
         answers = {}
-        for _ in range(rounds):
+        for _ in range(per_stay):
             for route, path, content in calls:
                 t0 = time.perf_counter()
                 r = await client.post(path, content=content,
@@ -91,9 +91,9 @@ async def real(client: httpx.AsyncClient, n: int, rounds: int) -> list[str]:
         sizes.append(len(calls[1][2]) / 1e3)
         diffs.append(max(abs(a - b) for a, b in zip(
             risks("json", answers["json"]), risks("fhir", answers["fhir"]), strict=True)))
-    q = statistics.quantiles(ratios, n=10)
+    q = statistics.quantiles(ratios, n=10, method="inclusive")
     return [f"{what}, sent as long-form JSON and as FHIR Bundles "
-            f"({statistics.median(sizes):.0f} kB median), {rounds} rounds each; load average "
+            f"({statistics.median(sizes):.0f} kB median), {per_stay} calls each; load average "
             f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after",
             f"FHIR / JSON per stay (medians): median {statistics.median(ratios):.2f}x, "
             f"p10 {q[0]:.2f}x, p90 {q[-1]:.2f}x, max {max(ratios):.2f}x (target <= "
@@ -101,7 +101,7 @@ async def real(client: httpx.AsyncClient, n: int, rounds: int) -> list[str]:
             f"largest risk difference between the routes {max(diffs):.1e}"]
 
 
-async def main(repeats: int, n_real: int, rounds: int) -> None:
+async def main(repeats: int, n_real: int, per_stay: int) -> None:
     stay = json.loads((REPO / "examples" / "mortality_stay.json").read_text())
     stay["observations"] = [o for o in stay["observations"]
                             if o["variable"] != "capillary_refill_rate"]
@@ -133,7 +133,7 @@ async def main(repeats: int, n_real: int, rounds: int) -> None:
                     path, content=content, headers={"content-type": "application/json"})
                 times[name].append((time.perf_counter() - t0) * 1000)
                 assert r.status_code == 200, r.text
-        real_lines = await real(client, n_real, rounds) if n_real else []
+        real_lines = await real(client, n_real, per_stay) if n_real else []
     print(f"{observations} Observations, {repeats} calls each, load average "
           f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     paired = statistics.median(f / j for f, j in zip(times[FHIR], times[JSON], strict=True))
@@ -154,6 +154,6 @@ if __name__ == "__main__":
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--real", type=int, default=0, metavar="N",
                     help="also N real test stays, each as JSON and as FHIR (default: none)")
-    ap.add_argument("--rounds", type=int, default=5, help="calls of each route per real stay")
+    ap.add_argument("--calls", type=int, default=5, help="calls of each route per real stay")
     args = ap.parse_args()
-    asyncio.run(main(args.repeats, args.real, args.rounds))
+    asyncio.run(main(args.repeats, args.real, args.calls))

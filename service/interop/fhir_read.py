@@ -200,10 +200,10 @@ class ObservationReader:
 
     def read(self, raw: dict[str, Any]) -> ObservationRead:
         """The Observation `raw` as the stay reads it; `Invalid` where the lean model
-        refuses it. An element this request has already read in the same form (a stay
-        repeats its status, subject, code, unit and charting times hundreds of times) is
-        taken from the request's caches in line; the element readers below read the rest,
-        and fill the caches."""
+        refuses it. A status, subject reference or charting time this request has already
+        read (a stay repeats them hundreds of times) is taken from the request's caches in
+        line, without a call; the element readers below read the rest (the code and unit
+        through caches of their own) and fill the caches."""
         if not raw.keys().isdisjoint(self.choices[0][1]):
             _one_of_each(raw, self.choices[0])
         get = raw.get

@@ -387,12 +387,20 @@ def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
     out = []
     context = fhir_lean.seen_times()
     reader = ObservationReader(codes, context)
+    read, head = reader.read, [*prefix, "entry"]
     for i, e in enumerate(bundle.entry or []):
-        if e.resource is None:
+        raw_resource = e.resource
+        if raw_resource is None:
             continue
-        loc = [*prefix, "entry", i, "resource"]
+        loc = [*head, i, "resource"]
         if not full:
-            kind, resource = _entry_resource(e.resource, loc, root, context, reader)
+            try:  # most entries: an Observation the reader reads (`read_observation`)
+                if raw_resource.get("resourceType") == "Observation":
+                    out.append(Located("Observation", read(raw_resource), loc, e.fullUrl))
+                    continue
+            except Invalid:
+                pass
+            kind, resource = _entry_resource(raw_resource, loc, root, context, reader)
         elif (kind := e.resource.get_resource_type()) == "Observation":
             resource = read_observation(reader, raw["entry"][i]["resource"], loc, root,
                                         context, e.resource)
@@ -503,8 +511,12 @@ class StayBuilder:
         is not void and has an effective time with a timezone from the ICU admission on."""
         obs: ObservationRead = item.resource
         ref = item.ref or expression(item.loc)  # no id nor fullUrl: named by its place
-        if not self.belongs(item, obs.subject, obs.encounter) or \
-                self.skipped(item, obs.status, SKIPPED_STATUS):
+        members = self.members  # the usual case (the stay's Patient, no other Encounter,
+        # not void) tested in line: `belongs` and `skipped` say why another is not used
+        if not (obs.subject in members.patient and members.in_stay(obs.encounter)) and \
+                not self.belongs(item, obs.subject, obs.encounter):
+            return
+        if obs.status in SKIPPED_STATUS and self.skipped(item, obs.status, SKIPPED_STATUS):
             return
         when = obs.when
         if when is None:

@@ -477,6 +477,9 @@ class StayBuilder:
         self.issues: list[Issue] = []
         #: (variable, unit) -> why the unit is refused (None: accepted), once per request
         self._units: dict[tuple[str, str | None], str | None] = {}
+        #: (variable, unit) of a numeric variable whose unit is accepted: a finite number
+        #: with them is a row without another look (a stay repeats them hundreds of times)
+        self._numbers: set[tuple[str, str | None]] = set()
 
     def columns(self) -> ObservationColumns:
         """The observations, in the order read, for ingest's rules (rows at
@@ -552,6 +555,9 @@ class StayBuilder:
                        f"{fhir_path(loc)} is not a variable of this model; not used", item,
                        [*loc, "code"])
             return False
+        if type(value) is float and (var.id, unit) in self._numbers and math.isfinite(value):
+            self._row(var.id, when, value, unit, (loc, kind), ref)
+            return True
         if isinstance(value, float) and not math.isfinite(value):  # > 308 digits: inf
             at = [*loc, kind, "value"]
             raise ApiError(422, "invalid_fhir", [Problem(
@@ -569,6 +575,7 @@ class StayBuilder:
                 raise UnitError(f"{var.id} needs a number (valueQuantity)")
             else:
                 self._check_unit(var, unit)
+                self._numbers.add((var.id, unit))
         except (UnitError, CategoryError) as e:
             self._warn("unit_not_convertible" if isinstance(e, UnitError) else
                        "value_not_a_category", f"{ref}: {e}; not used", item, loc)

@@ -1,7 +1,7 @@
 """The FHIR route's reading steps before/after a change, interleaved in one process.
 
     .venv/bin/python benchmarks/fhir_read_ab.py --before main [--passes 15] [--repeats 20]
-        [--bundle examples/fhir_bundle.json]
+        [--bundle examples/fhir_bundle.json | --real K]
 
 Loads `service/` and `schemas/` as they were at git revision `--before` (from `git archive`,
 into a temporary folder) next to the current ones, and times the steps of `POST /fhir/
@@ -13,7 +13,7 @@ counts there). Each pass runs `--repeats`
 requests of each revision, alternating which goes first; the garbage collector is tuned as in
 a served worker. Prints, per step, the median over passes of each pass's median thread CPU
 time (less sensitive to other jobs than wall time), the after/before ratio, and the load
-average. Only prints.
+average (`--real K`: the K-th real set-C stay's Bundle, as in `fhir_stages.py`). Only prints.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from fhir_stages import body_of  # noqa: E402
 
 from scehr.service.gc_pauses import tune_collector  # noqa: E402
 
@@ -130,8 +132,10 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=15)
     ap.add_argument("--repeats", type=int, default=20, help="requests per step and pass")
     ap.add_argument("--bundle", type=Path, default=REPO / "examples" / "fhir_bundle.json")
+    ap.add_argument("--real", type=int, default=0, metavar="K",
+                    help="the K-th real set-C stay's Bundle instead of --bundle")
     args = ap.parse_args()
-    raw = args.bundle.read_bytes()
+    raw, title = body_of(args.bundle, args.real)
     from scehr.service.registry import load_model, read_index, resolve
     from scehr.service.settings import Settings
     models = REPO / "models"
@@ -149,7 +153,7 @@ def main() -> None:
         for side in (("before", "after") if p % 2 == 0 else ("after", "before")):
             for name in names:
                 results[side][name].append(cpu_ms(sides[side][name], args.repeats))
-    print(f"{args.bundle.name}: {args.passes} passes x {args.repeats} requests, thread CPU; "
+    print(f"{title}: {args.passes} passes x {args.repeats} requests, thread CPU; "
           f"before = {args.before}; load average {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after")
     print(f"  {'step':28s} {'before':>9s} {'after':>9s}  after/before")

@@ -223,13 +223,12 @@ class ObservationReader:
         if not (type(when) is str and self.times is not None and
                 type(when := self.times.get(when)) is datetime):
             when = self._when(raw)
-        if ident is not None and not (type(ident) is str and _ID.fullmatch(ident)):
-            ident = _typed("id", ident)
         quantity = get("valueQuantity")  # the usual value[x]; `_value` reads any
         return ObservationRead(
-            ident, status, subject, None if encounter is None else self._reference(encounter),
-            when, (*self._loinc(code), *(self._value(raw) if quantity is None else
-                                         self._quantity(quantity))),
+            None if ident is None else _id(ident), status, subject,
+            None if encounter is None else self._reference(encounter), when,
+            (*self._loinc(code), *(self._value(raw) if quantity is None else
+                                   self._quantity(quantity))),
             tuple(map(self._component, components)) if components else ())
 
     def _component(self, raw: Any) -> Value:
@@ -395,9 +394,8 @@ def bundle(raw: dict[str, Any]) -> Bundle | None:
             resource, url = e.get("resource"), e.get("fullUrl")
             if resource is not None and type(resource) is not dict:
                 return None
-            if url is not None and not (type(url) is str and _TOKEN.fullmatch(url)):
-                url = _typed("uri", url)  # each entry's own: not kept in `tokens`
-            out.append(BundleEntry(url, resource))
+            out.append(BundleEntry(None if url is None else _token(url, "uri", tokens),
+                                   resource))
         ident = raw.get("id")
         return Bundle(None if ident is None else _id(ident), _token(raw["type"], "code", tokens),
                       None if entries is None else out)

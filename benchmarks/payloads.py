@@ -9,6 +9,7 @@ synthetic stays (`common.full_stay`) and say so.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,19 @@ def real_stays(task: str, n: int, models: Path,
                           float(table["period_length"].iloc[i]) if whole else None)
              for i, s in enumerate(table["stay"])]
     return stays, f"{len(stays)} real test stays of {root}/{sub}"
+
+
+def real_bundle(k: int, models: Path) -> tuple[bytes, str] | None:
+    """The FHIR Bundle of the `k`-th (from 1) real mortality test stay, as `interop_latency.py
+    --real` sends it (the stay's long-form observations), and its name; None without the
+    converted data. Needs the repository root on `sys.path` (the writer is the tests')."""
+    from tests.service.fhir_writer import bundle_of_stay, long_from_wide
+
+    found = real_stays("mortality", k, models)
+    if found is None or len(found[0]) < k:
+        return None
+    body = bundle_of_stay(long_from_wide(found[0][k - 1]))
+    return json.dumps(body).encode(), f"real test stay {k} ({len(body['entry'])} entries)"
 
 
 def default_model_stays(task: str, n: int, models: Path, hours: int = 48,

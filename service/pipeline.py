@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from scehr.schemas.audit import input_hash
 from scehr.schemas.explanation_screen import SCREENED_NOTICE, candidates
 from scehr.schemas.featureset import FeatureSet
-from scehr.schemas.ingest import DEFAULT_MAX_OBSERVATIONS, Stay, ingest
+from scehr.schemas.ingest import DEFAULT_MAX_OBSERVATIONS, Stay, _long_loc, ingest
 from scehr.schemas.payloads import Notice, Problem, StayPayload
 from scehr.schemas.profile import observed_mask, stays_observed, value_counts
 from scehr.schemas.sufficiency import DataSummary, summarize
@@ -123,6 +123,8 @@ def _rows_read_at(spec: ModelSpec, st: Any, end: float
     keep = (st.time <= end + 1e-6) & (st.time >= -1e-6)
     if spec.neutralised.size:
         keep &= ~np.isin(st.channel, spec.neutralised)
+    if st.locate is _long_loc:  # rows named ["observations", row]: the rows are the sources
+        return tuple(st.source[keep].tolist()), tuple(st.time[keep].tolist())
     pairs = [(int(loc[1]), t) for loc, t in zip(
         (st.locate(int(r)) for r in st.source[keep].tolist()), st.time[keep].tolist(),
         strict=True) if len(loc) > 1 and loc[0] == "observations" and isinstance(loc[1], int)]

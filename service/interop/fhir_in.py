@@ -387,12 +387,20 @@ def bundle_resources(raw: Any, prefix: Loc = ("body",), root: str = "Bundle",
     out = []
     context = fhir_lean.seen_times()
     reader = ObservationReader(codes, context)
+    read, head = reader.read, [*prefix, "entry"]
     for i, e in enumerate(bundle.entry or []):
-        if e.resource is None:
+        raw_resource = e.resource
+        if raw_resource is None:
             continue
-        loc = [*prefix, "entry", i, "resource"]
+        loc = [*head, i, "resource"]
         if not full:
-            kind, resource = _entry_resource(e.resource, loc, root, context, reader)
+            try:  # most entries: an Observation the reader reads (`read_observation`)
+                if raw_resource.get("resourceType") == "Observation":
+                    out.append(Located("Observation", read(raw_resource), loc, e.fullUrl))
+                    continue
+            except Invalid:
+                pass
+            kind, resource = _entry_resource(raw_resource, loc, root, context, reader)
         elif (kind := e.resource.get_resource_type()) == "Observation":
             resource = read_observation(reader, raw["entry"][i]["resource"], loc, root,
                                         context, e.resource)
@@ -469,6 +477,9 @@ class StayBuilder:
         self.issues: list[Issue] = []
         #: (variable, unit) -> why the unit is refused (None: accepted), once per request
         self._units: dict[tuple[str, str | None], str | None] = {}
+        #: (variable, unit) of a numeric variable whose unit is accepted: a finite number
+        #: with them is a row without another look (a stay repeats them hundreds of times)
+        self._numbers: set[tuple[str, str | None]] = set()
 
     def columns(self) -> ObservationColumns:
         """The observations, in the order read, for ingest's rules (rows at
@@ -503,8 +514,12 @@ class StayBuilder:
         is not void and has an effective time with a timezone from the ICU admission on."""
         obs: ObservationRead = item.resource
         ref = item.ref or expression(item.loc)  # no id nor fullUrl: named by its place
-        if not self.belongs(item, obs.subject, obs.encounter) or \
-                self.skipped(item, obs.status, SKIPPED_STATUS):
+        members = self.members  # the usual case (the stay's Patient, no other Encounter,
+        # not void) tested in line: `belongs` and `skipped` say why another is not used
+        if not (obs.subject in members.patient and members.in_stay(obs.encounter)) and \
+                not self.belongs(item, obs.subject, obs.encounter):
+            return
+        if obs.status in SKIPPED_STATUS and self.skipped(item, obs.status, SKIPPED_STATUS):
             return
         when = obs.when
         if when is None:
@@ -540,6 +555,9 @@ class StayBuilder:
                        f"{fhir_path(loc)} is not a variable of this model; not used", item,
                        [*loc, "code"])
             return False
+        if type(value) is float and (var.id, unit) in self._numbers and math.isfinite(value):
+            self._row(var.id, when, value, unit, (loc, kind), ref)
+            return True
         if isinstance(value, float) and not math.isfinite(value):  # > 308 digits: inf
             at = [*loc, kind, "value"]
             raise ApiError(422, "invalid_fhir", [Problem(
@@ -557,6 +575,7 @@ class StayBuilder:
                 raise UnitError(f"{var.id} needs a number (valueQuantity)")
             else:
                 self._check_unit(var, unit)
+                self._numbers.add((var.id, unit))
         except (UnitError, CategoryError) as e:
             self._warn("unit_not_convertible" if isinstance(e, UnitError) else
                        "value_not_a_category", f"{ref}: {e}; not used", item, loc)

@@ -130,6 +130,8 @@ def check_bundle(bundle: Any, limits: FhirLimits, root: list[str | int] | None =
     if len(entries) > limits.max_entries:
         raise _refuse("fhir_too_many_entries", f"{name}.entry has {len(entries)} entries",
                       f"<= {limits.max_entries}", [*root, "entry"])
+    if len(entries) <= limits.max_observations:
+        return  # no more Observations than entries: none over the limit, nothing to count
     observations = sum(1 for e in entries if isinstance(e, dict)
                        and isinstance(r := e.get("resource"), dict)
                        and r.get("resourceType") == "Observation")

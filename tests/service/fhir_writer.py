@@ -15,6 +15,8 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from scehr.schemas.variables import CATALOG
+
 REPO = Path(__file__).resolve().parents[2]
 LOINC = "http://loinc.org"
 UCUM = "http://unitsofmeasure.org"
@@ -217,6 +219,44 @@ def example_bundle() -> dict[str, Any]:
                   birth_date=birth_date_for(int(demo["age"]), EXAMPLE_ADMISSION),
                   gender=demo["sex"],
                   extra=unit_and_ventilation(stay, "example", EXAMPLE_ADMISSION))
+
+
+#: What a Bundle carries besides the LOINC-coded variables (`unit_and_ventilation`).
+NOT_LOINC = ("icu_type", "mechanical_ventilation")
+
+
+def long_from_wide(wide: dict[str, Any]) -> dict[str, Any]:
+    """A wide-form JSON stay (e.g. a converted benchmark CSV) as the long-form stay of what a
+    Bundle can carry: the variables with a LOINC code here, each observation with the unit of
+    its column, the ICU type as its code, and ventilation only where charted (a Bundle has a
+    Procedure for it, nothing for "not ventilated")."""
+    by_name = {v.benchmark_name: v.id for v in CATALOG}
+    w = wide["wide"]
+    obs: list[dict[str, Any]] = []
+    for column, values in w["columns"].items():
+        var = by_name[column]
+        if var not in CODES and var not in NOT_LOINC:
+            continue
+        unit = w["units"].get(column)
+        for h, x in zip(w["hours"], values, strict=True):
+            if x is None or (var == "mechanical_ventilation" and float(x) != 1.0):
+                continue
+            obs.append({"variable": var, "time": h,
+                        "value": str(int(float(x))) if var == "icu_type" else x,
+                        **({"unit": unit} if unit else {})})
+    obs.sort(key=lambda o: o["time"])
+    return {"id": wide.get("id", "stay"), "observations": obs,
+            **({"demographics": wide["demographics"]} if "demographics" in wide else {})}
+
+
+def bundle_of_stay(stay: dict[str, Any], patient: str = "p") -> dict[str, Any]:
+    """A long-form JSON stay as the Bundle a hospital would send of it (`bundle`), admitted
+    at `EXAMPLE_ADMISSION`, with its age as a birth date and its sex as the gender."""
+    demo = stay.get("demographics", {})
+    return bundle(groups_from_stay(stay), admission=EXAMPLE_ADMISSION, patient=patient,
+                  birth_date=birth_date_for(int(demo["age"]), EXAMPLE_ADMISSION)
+                  if "age" in demo else None, gender=demo.get("sex"),
+                  extra=unit_and_ventilation(stay, patient, EXAMPLE_ADMISSION))
 
 
 def searchset(entries: list[dict[str, Any]]) -> dict[str, Any]:

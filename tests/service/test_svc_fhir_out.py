@@ -106,3 +106,17 @@ def test_a_stay_below_the_minimum_gets_only_the_operation_outcome(
     issue = next(i for i in entry["resource"]["issue"] if i["code"] == "incomplete")
     assert issue["details"]["coding"][0]["code"] == "insufficient_data"
     assert "No RiskAssessment is given" in issue["diagnostics"]
+
+
+def test_the_rows_read_are_those_their_names_give(model: LoadedModel) -> None:
+    """The observations that reached the model (the answer's `basis`), taken straight from
+    the ingested rows when each is named `["observations", row]`, are those the general path
+    (a row's name looked up one by one) gives, with their times; a dropped heart rate is not
+    among them."""
+    stay = read_bundle(warned_bundle(), variables=model.spec.fs.variables)
+    rows_at = prepare(model.spec, [stay.payload]).rows_at[0]
+    direct = rows_at()
+    ingested = rows_at.args[1]
+    ingested.locate = lambda row: ["observations", row]  # not the default: the general path
+    assert direct == rows_at()
+    assert 0 < len(direct[0]) < len(stay.payload.columns.value)

@@ -24,7 +24,10 @@ from tests.service.conftest import serve
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-PAGES = ("/ui/", "/ui/models/mortality/1.3.2", "/ui/stay", "/ui/monitoring")
+#: the shipped default mortality version (the pages below are its)
+DEFAULT = json.loads((default_model_dir() / "index.json").read_text())["defaults"]["mortality"]
+FACTS = f"/ui/models/mortality/{DEFAULT}"
+PAGES = ("/ui/", FACTS, "/ui/stay", "/ui/monitoring")
 MAX_PAGE_BYTES = 300_000
 
 
@@ -68,21 +71,21 @@ async def test_facts_show_the_manifest_figures() -> None:
     """AUROC and its CI as the API's model metadata has them; abstention and fairness rows as
     the manifest's."""
     async with serve(shipped()) as c:
-        html = (await c.get("/ui/models/mortality/1.3.2")).text
-        info = (await c.get("/models/mortality", params={"version": "1.3.2"})).json()
+        html = (await c.get(FACTS)).text
+        info = (await c.get("/models/mortality", params={"version": DEFAULT})).json()
     ci = info["metrics"]["test_ci"]["auroc"]
     assert float(attr(html, "data-metric", "auroc", "data-value")) == ci["value"]
     row = re.search(r'data-metric="auroc".*?</tr>', html, re.S).group(0)
     assert f"[{ci['low']:.3f}, {ci['high']:.3f}]" in row and f"{ci['value']:.3f}" in row
     m = Manifest.model_validate_json(
-        (default_model_dir() / "mortality/1.3.2/manifest.json").read_text())
+        (default_model_dir() / "mortality" / DEFAULT / "manifest.json").read_text())
     test = m.data_minimum.test
     assert f"{(1 - test.kept / test.n) * 100:.1f}%" in html
     for group in m.metrics["fairness"]["groups"]:
         assert f'data-group="{escape(group)}"' in html
     for p in m.classes[0].named_points:
         assert float(attr(html, "data-point", p.name, "data-value")) == p.threshold
-    assert "/models/mortality/1.3.2/transparency/hti1" in html
+    assert f"/models/mortality/{DEFAULT}/transparency/hti1" in html
     assert html.count("<svg") >= 2 and html.count("<title id=") >= 2  # calibration, points
 
 
@@ -144,8 +147,8 @@ async def test_facts_are_rendered_once_per_model(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr("scehr.service.pages.routes.build_facts", counting)
     async with serve(shipped()) as c:
-        first = (await c.get("/ui/models/mortality/1.3.2")).text
-        second = (await c.get("/ui/models/mortality/1.3.2")).text
+        first = (await c.get(FACTS)).text
+        second = (await c.get(FACTS)).text
         missing = await c.get("/ui/models/mortality/9.9.9")
     assert first == second and len(calls) == 1
     assert missing.status_code == 404 and missing.json()["detail"][0]["rule"] == \
@@ -162,7 +165,7 @@ def test_facts_cache_is_bounded() -> None:
 def test_a_site_model_shows_the_site_figures() -> None:
     """A site model's page shows its own figures and its parent's, from `metrics.site`."""
     m = Manifest.model_validate_json(
-        (default_model_dir() / "mortality/1.3.2/manifest.json").read_text())
+        (default_model_dir() / "mortality" / DEFAULT / "manifest.json").read_text())
 
     def iv(x: float) -> dict[str, float]:
         return {"value": x, "low": x - 0.02, "high": x + 0.02}
@@ -295,7 +298,7 @@ async def test_keys_and_openness_follow_the_api() -> None:
                                 headers={"X-API-Key": "s3cret"})
         form = (await c.get("/ui/stay")).text
         closed = [(await c.get(p)).status_code for p in
-                  ("/ui/models/mortality/1.3.2", "/ui/monitoring")]
+                  (FACTS, "/ui/monitoring")]
         root = await c.get("/ui/", follow_redirects=True)
     assert no_key.status_code == api_no_key.status_code == 401
     assert unparsed.status_code == 401  # the key is checked before the body is read
@@ -314,7 +317,7 @@ async def test_latency_percentiles_come_from_the_histogram() -> None:
             await c.post("/predict/mortality", json=example_stay())
         for _ in range(5):  # not scoring: not counted
             await c.get("/models/mortality")
-            await c.get("/ui/models/mortality/1.3.2")
+            await c.get(FACTS)
         page = (await c.get("/ui/monitoring")).text
     row = re.search(r'<tr data-task="mortality">.*?</tr>', page, re.S).group(0)
     assert "<td>3</td>" in row and row.count(" ms") == 3

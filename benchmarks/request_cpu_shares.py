@@ -36,9 +36,6 @@ from bench_batcher import load
 from common import Conn, dumps, loadavg, model_dir, pct, post, server
 from payloads import default_model_stays
 
-from scehr.schemas.featureset import FEATURE_SETS
-from scehr.schemas.variables import Variable
-
 #: Stage of a sample: the first rule, from the innermost frame out, whose key is in the frame.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("logging (access and audit lines)", ("logging/", "service/logs.py")),
@@ -94,25 +91,11 @@ def shares(raw: Path) -> tuple[Counter[str], int]:
     return busy, idle
 
 
-def loinc_body(stay: dict[str, Any], by_name: dict[str, Variable]) -> bytes:
-    """A wide-form stay as LOINC-coded long form: one observation per non-null cell."""
-    wide = stay["wide"]
-    obs = []
-    for col, values in wide["columns"].items():
-        v = by_name.get(col)
-        code = v.loinc if v is not None and v.loinc else col
-        unit = wide["units"].get(col)
-        for h, x in zip(wide["hours"], values, strict=True):
-            if x is not None:
-                obs.append({"variable": code, "time": h, "value": x,
-                            **({"unit": unit} if unit else {})})
-    body = {"id": stay["id"], "observations": obs}
-    body.update({k: stay[k] for k in ("demographics", "end_hours") if k in stay})
-    return dumps(body)
-
-
 def spy(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes]:
     exe = Path(sys.executable).parent / "py-spy"
+    if not exe.is_file():
+        sys.exit(f"py-spy is not installed next to {sys.executable}: "
+                 "pip install -e '.[bench]' (or pip install py-spy)")
     return subprocess.Popen([str(exe), "record", "--pid", str(pid), "--rate", "250",
                              "--format", "raw", "-o", str(out), "--duration",
                              str(max(1, round(seconds))), "--threads", "--nonblocking"],
@@ -166,14 +149,12 @@ def main() -> None:
     args = ap.parse_args()
     print(f"load average before: {loadavg()}")
     models, which = model_dir()
-    stays, what = default_model_stays("mortality", args.stays, models)
-    fs = FEATURE_SETS["physionet2012-full"]
-    by_name = {n: v for v in fs.variables for n in (v.id, v.benchmark_name)}
-    bodies = [loinc_body(s, by_name) for s in stays]
+    stays, what = default_model_stays("mortality", args.stays, models, form="loinc")
+    bodies = [dumps(s) for s in stays]
     sizes = sorted(len(b) for b in bodies)
     path = f"/predict/mortality?explain={args.explain}"
-    print(f"models: {which}; {what} as LOINC-coded long form (median {sizes[len(sizes) // 2]} "
-          f"bytes); POST {path}; one worker")
+    print(f"models: {which}; {what} (median {sizes[len(sizes) // 2]} bytes); POST {path}; "
+          "one worker")
     tmp = Path(tempfile.mkdtemp(prefix="scehr-shares-"))
     res = under_load(models, bodies, path, args, {}, tmp / "default")
     rps, cpu, errors = res["load"]

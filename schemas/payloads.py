@@ -6,15 +6,16 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    Tag,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, core_schema
 
 from scehr.schemas.uncertainty import WIDE_INTERVAL
 
@@ -39,7 +40,25 @@ def printable(s: str) -> str:
 #: JSON number (booleans and numeric strings are refused, never coerced), and text must be valid
 #: Unicode.
 Number = Annotated[float, Field(allow_inf_nan=False, strict=True)]
-Text = Annotated[str, AfterValidator(_unicode_text)]
+
+
+class _UnicodeInPython:
+    """`_unicode_text` on Python input only: pydantic's JSON parser already refuses a lone
+    surrogate (`json_invalid`), and a JSON body's strings are most of its fields, so the check
+    would be a Python call per string for nothing."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
+                                     ) -> core_schema.CoreSchema:
+        schema = handler(source)
+        return core_schema.json_or_python_schema(
+            json_schema=schema,
+            python_schema=core_schema.no_info_after_validator_function(_unicode_text, schema))
+
+
+#: A `Text` member's name in the field path of an error of a union (`Number | Text`): the name
+#: pydantic gave it when the check was a plain after-validator, as clients have seen it.
+_TEXT_IN_UNION = "function-after[_unicode_text(), str]"
+Text = Annotated[str, _UnicodeInPython(), Tag(_TEXT_IN_UNION)]
 StrictModel = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 

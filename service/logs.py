@@ -16,15 +16,30 @@ request_id_var: ContextVar[str | None] = ContextVar("scehr_request_id", default=
 
 #: Record attributes every LogRecord has; anything else came in through `extra=`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+#: What a line never shows: the standard attributes and uvicorn's colored copy of its message.
+_NOT_EXTRA = frozenset(_STANDARD | {"color_message"})
+#: One encoder for every line (`json.dumps` with an option builds a new one per call).
+_ENCODE = json.JSONEncoder(default=str).encode
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request_id and extras."""
 
+    #: (second, its UTC text): a second's lines share the formatted part of their time.
+    _second: tuple[int, str] = (-1, "")
+
+    def _ts(self, record: logging.LogRecord) -> str:
+        """The record's time as ISO 8601 UTC with milliseconds, its second formatted once."""
+        second, text = self._second  # one read: threads share the formatter
+        if second != int(record.created):
+            second = int(record.created)
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = (second, text)
+        return f"{text}.{int(record.msecs):03d}Z"
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": self._ts(record),
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
@@ -33,11 +48,11 @@ class JsonFormatter(logging.Formatter):
         if rid is not None:
             out["request_id"] = rid
         for k, v in vars(record).items():
-            if k not in _STANDARD and not k.startswith("_") and k != "color_message":
+            if k not in _NOT_EXTRA and not k.startswith("_"):
                 out[k] = v
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+        return _ENCODE(out)
 
 
 _HANDLER_FLAG = "_scehr_handler"

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -107,6 +108,19 @@ def test_json_formatter_one_object_per_line() -> None:
     rec.task = "mortality"
     out = json.loads(JsonFormatter().format(rec))
     assert out["msg"] == "hello w" and out["task"] == "mortality" and out["level"] == "INFO"
+
+
+def test_json_formatter_time_of_every_record() -> None:
+    """One formatter, records across second (and day) boundaries, out of order: each line's
+    `ts` is its own record's UTC time to the millisecond."""
+    formatter = JsonFormatter()
+    for created in (1796491255.4833, 1796491255.999, 1796491256.0004, 1796447999.9991,
+                    1796491255.002, 86399.5, 86400.25):
+        rec = logging.LogRecord("scehr.x", logging.INFO, __file__, 1, "m", (), None)
+        rec.created, rec.msecs = created, int((created - int(created)) * 1000) + 0.0
+        want = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + \
+            f".{int(rec.msecs):03d}Z"
+        assert json.loads(formatter.format(rec))["ts"] == want
 
 
 def test_python_warnings_reach_the_log_stream_as_json() -> None:

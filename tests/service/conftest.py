@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -41,6 +43,22 @@ async def wait_ready(client: httpx.AsyncClient, timeout: float = 10.0) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError((await client.get("/readyz")).json())
+
+
+def wait_until_serving(proc: subprocess.Popen, base: str, output: Callable[[], str],
+                       timeout: float = 60.0) -> None:
+    """Poll a `scehr serve` process's /readyz until it answers 200; fail with the tail of its
+    `output` when it exits first, or when it never gets ready (every process test starts one)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, output()[-3000:]
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "server never became ready"
+        time.sleep(0.1)
 
 
 @asynccontextmanager

@@ -13,11 +13,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
@@ -25,6 +23,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import positive_data_acceptance
 
+from tests.service.conftest import wait_until_serving
 from tests.service.test_svc_process import REPO, free_port, scehr_command
 
 KEY = {"X-API-Key": "s3cret"}
@@ -49,16 +48,7 @@ def live_url(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
              "--device", "cpu", "--workers", "1"], cwd=REPO, env=env, stdout=out, stderr=out)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server never became ready"
-            time.sleep(0.1)
+        wait_until_serving(proc, url, log.read_text)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)

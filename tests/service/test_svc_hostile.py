@@ -24,24 +24,11 @@ from scehr.schemas.payloads import StayPayload
 from scehr.service.app import create_app
 from scehr.service.pipeline import prepare
 from scehr.service.settings import Settings
-from tests.service.conftest import serve, stay, wait_ready
+from tests.service.conftest import serve, stay, wait_ready, wait_until_serving
 from tests.service.fhir_writer import example_bundle, example_cds_request
 from tests.service.test_svc_process import REPO, free_port, scehr_command
 
 pytestmark = pytest.mark.anyio
-
-
-def _ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "server never became ready"
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -57,7 +44,7 @@ def one_worker(model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, int, Path
                                  str(model_dir), "--device", "cpu", "--workers", "1"],
                                 cwd=REPO, env=env, stdout=out, stderr=out)
     try:
-        _ready(f"http://127.0.0.1:{port}", proc, log)
+        wait_until_serving(proc, f"http://127.0.0.1:{port}", log.read_text)
         yield f"http://127.0.0.1:{port}", port, log
     finally:
         proc.terminate()

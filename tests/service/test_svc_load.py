@@ -21,7 +21,7 @@ import pytest
 
 from scehr.schemas.manifest import sha256_file
 from scehr.service.settings import Settings
-from tests.service.conftest import serve, stay
+from tests.service.conftest import serve, stay, wait_until_serving
 from tests.service.fixture_model import write_model, write_model_dir
 from tests.service.test_svc_process import REPO, free_port, scehr_command
 
@@ -116,16 +116,7 @@ def test_sigterm_under_load_loses_no_request(model_dir: Path, tmp_path: Path) ->
                                 cwd=REPO, env=env, stdout=out, stderr=out)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until_serving(proc, base, log.read_text)
         results: list[int | str] = []
 
         clients = [httpx.Client(base_url=base, timeout=30) for _ in range(40)]  # made up front

@@ -8,14 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from scehr import cli as scehr_cli
-from tests.service.conftest import stay
+from tests.service.conftest import stay, wait_until_serving
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,16 +50,7 @@ def test_scehr_serve_process_end_to_end(model_dir: Path, tmp_path: Path) -> None
         stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server never became ready"
-            time.sleep(0.1)
+        wait_until_serving(proc, base, lambda: proc.communicate()[1])
         r = httpx.post(f"{base}/predict/mortality", json=stay(id="proc-1"), timeout=10)
         assert r.status_code == 200 and r.json()["id"] == "proc-1"
         r = httpx.post(f"{base}/predict/phenotypes/batch", json={"stays": [stay(), {}]},

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.service.conftest import wait_until_serving
 from tests.service.test_svc_process import free_port, scehr_command
 
 pytestmark = [pytest.mark.slow,
@@ -44,7 +45,7 @@ def two_workers(model_dir: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Po
                             stdout=log, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(proc, base, log)
+        wait_until_serving(proc, base, Path(log.name).read_text, timeout=90)
         yield proc, base
     finally:
         if proc.poll() is None:
@@ -54,19 +55,6 @@ def two_workers(model_dir: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Po
             except subprocess.TimeoutExpired:
                 proc.kill()
         log.close()
-
-
-def wait_ready(proc: subprocess.Popen, base: str, log: object, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        assert proc.poll() is None, Path(log.name).read_text()[-3000:]  # type: ignore[attr-defined]
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "server never became ready"
-        time.sleep(0.2)
 
 
 def pids_of_connections(base: str, n: int) -> list[int]:

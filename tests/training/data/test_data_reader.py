@@ -258,15 +258,11 @@ def _random_files(root: Path, rng: np.random.Generator, n: int,
     return paths
 
 
-@pytest.mark.parametrize("batch_bytes", [None, 2000])
-def test_reader_equals_the_line_by_line_oracle(tmp_path: Path, batch_bytes: int | None,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import scehr.training.data.reader as reader
+def _assert_reads_as_the_oracle(paths: list[Path]) -> None:
+    """read_timeseries gives the line-by-line oracle's observations and counts (on files with
+    enough rows, invalid cells and rows without a time for the comparison to mean something)."""
     from tests.oracles.timeseries_rows import read_rows
 
-    if batch_bytes:
-        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
-    paths = _random_files(tmp_path, np.random.default_rng(7), 60)
     obs, rep = read_timeseries(paths, FS, progress=False)
     want, counts = read_rows(paths, FS)
     assert len(want) > 500 and counts["invalid"].sum() > 5 and counts["rows_without_time"] > 0
@@ -275,6 +271,16 @@ def test_reader_equals_the_line_by_line_oracle(tmp_path: Path, batch_bytes: int 
     assert (rep.n_rows, rep.rows_without_time) == (counts["rows"], counts["rows_without_time"])
     assert rep.unknown_columns == counts["unknown_columns"]
     np.testing.assert_array_equal(rep.invalid, counts["invalid"])
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 2000])
+def test_reader_equals_the_line_by_line_oracle(tmp_path: Path, batch_bytes: int | None,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import scehr.training.data.reader as reader
+    if batch_bytes:
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    paths = _random_files(tmp_path, np.random.default_rng(7), 60)
+    _assert_reads_as_the_oracle(paths)
 
 
 def test_the_fast_parse_equals_the_line_by_line_oracle(tmp_path: Path,
@@ -282,21 +288,13 @@ def test_the_fast_parse_equals_the_line_by_line_oracle(tmp_path: Path,
     """Files without bad cells are parsed by pyarrow alone (the text parse is made to fail):
     the same observations and counts as the oracle, a "nan" cell counted as invalid."""
     import scehr.training.data.reader as reader
-    from tests.oracles.timeseries_rows import read_rows
 
     def no_text_parse(*args: object) -> None:
         raise AssertionError("a group without bad cells went to the text parse")
 
     monkeypatch.setattr(reader, "_parse_with_pandas", no_text_parse)
     paths = _random_files(tmp_path, np.random.default_rng(11), 60, bad_cells=False)
-    obs, rep = read_timeseries(paths, FS, progress=False)
-    want, counts = read_rows(paths, FS)
-    assert len(want) > 500 and counts["invalid"].sum() > 5 and counts["rows_without_time"] > 0
-    for k in ("stay", "channel", "time", "value"):
-        np.testing.assert_array_equal(getattr(obs, k), getattr(want, k), err_msg=k)
-    assert (rep.n_rows, rep.rows_without_time) == (counts["rows"], counts["rows_without_time"])
-    assert rep.unknown_columns == counts["unknown_columns"]
-    np.testing.assert_array_equal(rep.invalid, counts["invalid"])
+    _assert_reads_as_the_oracle(paths)
 
 
 def test_whitespace_only_lines_are_no_rows(tmp_path: Path) -> None:
